@@ -1,0 +1,42 @@
+# Two commands do everything on a fresh machine (both idempotent):
+#   make train   create .venv, install raydra and its dependencies, run the default experiment
+#   make test    the same set-up, then the whole test suite
+# Extra arguments reach train.py through ARGS:  make train ARGS="scale.num_workers=1 logger=csv"
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+# The CPU build of torch: a plain `pip install torch` pulls a multi-GB CUDA build. On a GPU
+# machine: make install TORCH="torch"
+TORCH  ?= torch==2.13.0
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
+
+.PHONY: install train test browser benchmark clean
+
+install: $(STAMP)
+
+$(STAMP):
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[dev]"
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+# The HTML report test renders in Debian's headless Chromium.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium is missing: sudo apt-get install chromium"; fi; }
+
+train: install
+	$(PY) train.py $(ARGS)
+
+test: install browser
+	$(PY) -m pytest $(ARGS)
+
+benchmark: install
+	$(PY) benchmarks/overhead.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache
