@@ -1,0 +1,159 @@
+"""Typed schemas for the fixed config groups, and the checks Hydra's types cannot express.
+
+The root config is a dataclass stored in Hydra's ConfigStore (`raydra_schema`), typed for the groups
+whose shape raydra owns (scale, trainer, checkpoint, ray); each strategy option extends its own
+schema from `schema/strategy/`. A misspelt key or a wrong type fails while Hydra composes, before
+Ray starts.
+`model` and `data` stay open: they are `_target_` + constructor arguments of the user's classes.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+from raydra.errors import RaydraError
+
+
+@dataclass
+class ScaleConfig:
+    num_workers: int = 2
+    use_gpu: bool = False
+    cpus_per_worker: float = 1.0
+    gpus_per_worker: float = 1.0
+    # Any other Ray resource each worker must hold, e.g. {memory: 4e9} or a custom label.
+    resources_per_worker: Dict[str, float] = field(default_factory=dict)
+    placement_strategy: str = "PACK"
+
+
+@dataclass
+class DDPConfig:
+    name: str = "ddp"
+    find_unused_parameters: bool = False
+    gradient_as_bucket_view: bool = True
+    static_graph: bool = False
+    # torch.distributed backend; null picks nccl on GPU and gloo on CPU.
+    backend: Optional[str] = None
+    timeout_s: int = 1800
+
+
+@dataclass
+class TrainerConfig:
+    max_epochs: int = 30
+    max_steps: int = -1
+    precision: str = "32-true"
+    check_val_every_n_epoch: int = 1
+    val_check_interval: float = 1.0
+    gradient_clip_val: Optional[float] = None
+    accumulate_grad_batches: int = 1
+    log_every_n_steps: int = 10
+    num_sanity_val_steps: int = 0
+    deterministic: bool = False
+    # Run the test split after fit with the final weights.
+    test: bool = True
+
+
+@dataclass
+class CheckpointConfig:
+    num_to_keep: Optional[int] = 2
+    monitor: str = "val/acc"
+    mode: str = "max"
+
+
+@dataclass
+class RayConfig:
+    # null starts a local Ray inside this process; "auto" or "ray://host:10001" joins a cluster.
+    address: Optional[str] = None
+    # Only for a local start: cap the CPUs Ray may use (null = all of this machine's).
+    num_cpus: Optional[int] = None
+    # How long to wait for an autoscaler before calling a request too large for the cluster.
+    resource_wait_s: float = 0.0
+
+
+@dataclass
+class PathsConfig:
+    outputs: str = "outputs"
+
+
+@dataclass
+class RaydraConfig:
+    """The root: typed where raydra owns the shape, open (Any) where the user's classes do."""
+
+    name: str = "run"
+    seed: int = 42
+    tags: List[str] = field(default_factory=list)
+    verbose: bool = False
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    model: Any = MISSING
+    data: Any = MISSING
+    # Each strategy option extends its own schema (schema/strategy/<name>) from its YAML file.
+    strategy: Any = MISSING
+    scale: ScaleConfig = field(default_factory=ScaleConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logger: Any = field(default_factory=dict)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+
+
+def register_schemas() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="raydra_schema", node=RaydraConfig)
+    cs.store(group="schema/strategy", name="ddp", node=DDPConfig)
+
+
+PRECISIONS = {"64", "64-true", "32", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "transformer-engine"}
+GPU_ONLY_PRECISIONS = {"16-mixed", "16-true", "transformer-engine"}
+
+
+def validate(cfg: Any) -> None:
+    """Checks that need more than one key or a value range; raises RaydraError on the first problem."""
+    scale, trainer, ckpt = cfg.scale, cfg.trainer, cfg.checkpoint
+    _positive("scale.num_workers", scale.num_workers)
+    _positive("scale.cpus_per_worker", scale.cpus_per_worker)
+    if scale.use_gpu:
+        _positive("scale.gpus_per_worker", scale.gpus_per_worker)
+    for key, value in scale.resources_per_worker.items():
+        if value < 0:
+            raise RaydraError(f"scale.resources_per_worker.{key}={value} is negative; ask for 0 or more.")
+    if scale.placement_strategy not in {"PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"}:
+        raise RaydraError(
+            f"scale.placement_strategy={scale.placement_strategy} is not a Ray placement strategy; "
+            "use PACK, SPREAD, STRICT_PACK or STRICT_SPREAD."
+        )
+    if trainer.max_epochs < 1 and trainer.max_steps < 1:
+        raise RaydraError("trainer.max_epochs and trainer.max_steps are both below 1; set one of them to a positive count.")
+    _positive("trainer.accumulate_grad_batches", trainer.accumulate_grad_batches)
+    _positive("trainer.check_val_every_n_epoch", trainer.check_val_every_n_epoch)
+    _positive("trainer.log_every_n_steps", trainer.log_every_n_steps)
+    if not 0 < trainer.val_check_interval <= 1:
+        raise RaydraError(
+            f"trainer.val_check_interval={trainer.val_check_interval} must be a fraction of an epoch in (0, 1]."
+        )
+    precision = str(trainer.precision)
+    if precision not in PRECISIONS:
+        raise RaydraError(
+            f"trainer.precision={precision} is not a Lightning precision; use one of 32, bf16-mixed, 16-mixed, bf16-true."
+        )
+    if precision in GPU_ONLY_PRECISIONS and not scale.use_gpu:
+        raise RaydraError(
+            f"trainer.precision={precision} needs GPU workers; on CPU use trainer.precision=bf16-mixed or 32, "
+            "or set scale.use_gpu=true."
+        )
+    if ckpt.num_to_keep is not None and ckpt.num_to_keep < 1:
+        raise RaydraError(f"checkpoint.num_to_keep={ckpt.num_to_keep} must be at least 1, or null to keep all.")
+    if ckpt.mode not in {"min", "max"}:
+        raise RaydraError(f"checkpoint.mode={ckpt.mode} must be min or max.")
+    batch_size = cfg.data.get("batch_size")
+    if batch_size is not None:
+        _positive("data.batch_size", batch_size)
+        if batch_size % scale.num_workers:
+            raise RaydraError(
+                f"data.batch_size={batch_size} (the global batch) does not split evenly over "
+                f"scale.num_workers={scale.num_workers}; pick a multiple of {scale.num_workers}."
+            )
+
+
+def _positive(key: str, value: float) -> None:
+    if value <= 0:
+        raise RaydraError(f"{key}={value} must be positive.")
+
