@@ -1,0 +1,110 @@
+"""Connecting to Ray and checking, before asking, that the cluster can hold the run.
+
+Ray waits forever for resources a cluster will never have; raydra fails in seconds instead,
+naming what was asked and what the cluster has.
+"""
+
+import logging
+import os
+import socket
+from typing import Any, Dict, List
+
+import ray
+
+from raydra.console import take_over_worker_output
+from raydra.errors import RaydraError
+
+log = logging.getLogger(__name__)
+
+
+def connect(address: Any, num_cpus: Any, verbose: bool) -> None:
+    """Join `address`, or start a local Ray inside this process when it is null.
+
+    Hydra multirun jobs share one process, so a Ray that is already up is reused.
+    """
+    if ray.is_initialized():
+        log.info(f"reusing the Ray this process already joined ({ray.get_runtime_context().gcs_address})")
+        return
+    # Keep Ray's usage-stats prompt and upload off: runs must never wait on the network.
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if address and address != "auto" and not address.startswith("ray://"):
+        _check_reachable(address)
+    try:
+        ray.init(
+            # "local" forces a fresh in-process cluster even if `ray start` left one running here.
+            address=address or "local",
+            num_cpus=None if address else num_cpus,
+            logging_level=logging.INFO if verbose else logging.WARNING,
+            # Not verbose: Ray's own driver-side notices propagate to driver.log, not the console.
+            configure_logging=verbose,
+            log_to_driver=True,
+        )
+    except ConnectionError as error:
+        hint = "start one with `ray start --head` or leave ray.address unset for a local Ray"
+        if address != "auto" and "RAY_AUTH_MODE" not in os.environ:
+            # Ray sends its auth token to an explicitly named address only when told to.
+            hint += "; if the cluster uses token authentication (Ray's default), set RAY_AUTH_MODE=token"
+        raise RaydraError(f"could not reach the Ray cluster at ray.address={address} ({error}); {hint}.") from None
+    take_over_worker_output(verbose)
+    where = f"joined the Ray cluster at {ray.get_runtime_context().gcs_address}" if address else "started a local Ray"
+    log.info(f"{where} with {ray.cluster_resources().get('CPU', 0):g} CPUs")
+
+
+def _check_reachable(address: str) -> None:
+    """Ray retries an unreachable GCS address for minutes; a plain TCP connect answers in seconds."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except (OSError, ValueError) as error:
+        raise RaydraError(
+            f"could not reach the Ray cluster at ray.address={address} ({error}); check the head node's "
+            "host:port (`ray status` on the head prints it), or leave ray.address unset for a local Ray."
+        ) from None
+
+
+def worker_resources(scale: Any) -> Dict[str, float]:
+    resources = {"CPU": float(scale.cpus_per_worker)}
+    if scale.use_gpu:
+        resources["GPU"] = float(scale.gpus_per_worker)
+    resources.update({k: float(v) for k, v in scale.resources_per_worker.items()})
+    return resources
+
+
+def check_fits(scale: Any) -> None:
+    """Raise if the live nodes cannot place every worker, as Ray's placement group would need."""
+    per_worker = worker_resources(scale)
+    nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+    if _workers_placeable(nodes, per_worker, scale.placement_strategy) >= scale.num_workers:
+        return
+    totals = ray.cluster_resources()
+    if scale.use_gpu and not totals.get("GPU"):
+        raise RaydraError(
+            "scale.use_gpu=true but the Ray cluster has no GPU; run on a cluster with GPUs or set scale.use_gpu=false."
+        )
+    asked = {k: v * scale.num_workers for k, v in per_worker.items()}
+    raise RaydraError(
+        f"the run asks for {scale.num_workers} workers x {_fmt(per_worker)} = {_fmt(asked)} "
+        f"({scale.placement_strategy}) but the Ray cluster has {_fmt(totals, keys=per_worker)} "
+        f"on {len(nodes)} node(s); lower scale.num_workers or scale.cpus_per_worker, or add nodes."
+    )
+
+
+def _workers_placeable(nodes: List[Dict[str, float]], per_worker: Dict[str, float], strategy: str) -> int:
+    free = [dict(node) for node in nodes]
+    if strategy == "STRICT_PACK":
+        return max((_count_fits(node, per_worker) for node in free), default=0)
+    placed = 0
+    for node in free:
+        fits = _count_fits(node, per_worker)
+        placed += min(fits, 1) if strategy == "STRICT_SPREAD" else fits
+    return placed
+
+
+def _count_fits(node: Dict[str, float], per_worker: Dict[str, float]) -> int:
+    counts = [node.get(key, 0.0) // need for key, need in per_worker.items() if need > 0]
+    return int(min(counts)) if counts else 1 << 30
+
+
+def _fmt(resources: Dict[str, float], keys: Any = None) -> str:
+    shown = {k: resources.get(k, 0.0) for k in (keys or resources)}
+    return "{" + ", ".join(f"{k}: {v:g}" for k, v in shown.items()) + "}"

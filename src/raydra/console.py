@@ -1,0 +1,61 @@
+"""What reaches the console while Ray workers train.
+
+Ray streams every worker's stdout/stderr to the driver with its own prefixes, deduplication
+banners and controller notices. raydra takes that stream over: every line goes to the run's
+logs/ray.log, and only the lines rank 0 marks as progress are shown, unless the run is verbose.
+
+This hooks Ray's driver-side stream dispatcher (`ray._private.ray_logging`), the one place all
+worker output passes through; tests/test_console.py fails if a Ray upgrade moves it.
+"""
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from ray._private.ray_logging import global_worker_stdstream_dispatcher
+
+# Rank 0 prefixes the lines meant for the researcher with this; the driver strips it.
+PROGRESS_MARK = "[raydra] "
+_RAY_HANDLER = "ray_print_logs"
+
+log = logging.getLogger("raydra")
+
+
+class WorkerOutput:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._file: Optional[Any] = None
+        # Verbose runs keep Ray's own printing, which already shows the progress lines.
+        self.echo_progress = True
+
+    def start_run(self, run_dir: Path) -> None:
+        with self._lock:
+            (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+            self._file = open(run_dir / "logs" / "ray.log", "a", buffering=1)
+
+    def end_run(self) -> None:
+        with self._lock:
+            if self._file:
+                self._file.close()
+            self._file = None
+
+    def __call__(self, data: Dict[str, Any]) -> None:
+        source = f"({data.get('actor_name') or data.get('task_name') or 'worker'} pid={data.get('pid')})"
+        with self._lock:
+            for line in data.get("lines", []):
+                if self._file:
+                    self._file.write(f"{source} {line}\n")
+                if self.echo_progress and line.startswith(PROGRESS_MARK):
+                    log.info(line[len(PROGRESS_MARK):])
+
+
+worker_output = WorkerOutput()
+
+
+def take_over_worker_output(verbose: bool) -> None:
+    """Route worker output through `worker_output`; verbose keeps Ray's own printing as well."""
+    if not verbose:
+        global_worker_stdstream_dispatcher.remove_handler(_RAY_HANDLER)
+    worker_output.echo_progress = not verbose
+    global_worker_stdstream_dispatcher.add_handler("raydra", worker_output)

@@ -1,0 +1,71 @@
+"""scikit-learn's handwritten digits as a LightningDataModule: real data that ships with the package."""
+
+from typing import Optional
+
+import numpy as np
+import torch
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+from torch.utils.data import DataLoader, TensorDataset
+
+from raydra.lightning import pl
+
+
+class DigitsDataModule(pl.LightningDataModule):
+    """1,797 8x8 greyscale images of 0-9, split train/val/test stratified by class.
+
+    `batch_size` is the global batch; each worker loads batch_size / world_size. The whole set is
+    a few hundred KB, so it is held as tensors and no loader processes are started by default.
+    """
+
+    def __init__(
+        self,
+        batch_size: int = 32,
+        val_fraction: float = 0.15,
+        test_fraction: float = 0.15,
+        split_seed: int = 0,
+        num_workers: int = 0,
+        image_size: int = 8,
+        num_channels: int = 1,
+        num_classes: int = 10,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.splits: dict = {}
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        if self.splits:
+            return
+        world_size = self.trainer.world_size if self.trainer else 1
+        self.batch_size_per_worker = self.hparams.batch_size // world_size
+        images, labels = load_digits(return_X_y=True)
+        # Pixel values are 0..16; centre them so the patch embedding starts well conditioned.
+        images = ((images / 16.0 - 0.5) / 0.5).astype(np.float32).reshape(-1, 1, 8, 8)
+        seed = self.hparams.split_seed
+        held_out = self.hparams.val_fraction + self.hparams.test_fraction
+        x_train, x_rest, y_train, y_rest = train_test_split(
+            images, labels, test_size=held_out, stratify=labels, random_state=seed
+        )
+        x_val, x_test, y_val, y_test = train_test_split(
+            x_rest, y_rest, test_size=self.hparams.test_fraction / held_out, stratify=y_rest, random_state=seed
+        )
+        for name, x, y in (("train", x_train, y_train), ("val", x_val, y_val), ("test", x_test, y_test)):
+            self.splits[name] = TensorDataset(torch.from_numpy(x), torch.from_numpy(y).long())
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        return DataLoader(
+            self.splits[split],
+            batch_size=self.batch_size_per_worker,
+            shuffle=shuffle,
+            num_workers=self.hparams.num_workers,
+            persistent_workers=self.hparams.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)

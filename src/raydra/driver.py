@@ -1,0 +1,199 @@
+"""The driver: one composed config in, one trained run directory out.
+
+    validate -> resolve once into plain data -> connect to Ray -> check the cluster can hold it
+    -> TorchTrainer(train_loop on every worker) -> summary.json
+
+Single runs and Hydra multirun jobs both come through `run`; there is no second training path.
+"""
+
+import logging
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from raydra import summary as run_summary
+from raydra.cluster import check_fits, connect, worker_resources
+from raydra.console import worker_output
+from raydra.errors import RaydraError
+from raydra.loggers import wandb_mode
+from raydra.schema import validate
+
+log = logging.getLogger("raydra")
+
+
+def run(cfg: DictConfig) -> Optional[float]:
+    """Train the run `cfg` describes; returns its best monitored metric (for Hydra sweepers)."""
+    started = time.time()
+    run_dir = Path(HydraConfig.get().runtime.output_dir).resolve()
+    run_id = f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{cfg.name}_{uuid.uuid4().hex[:6]}"
+    summary: Dict[str, Any] = {
+        "name": cfg.name,
+        "run_id": run_id,
+        "run_dir": str(run_dir),
+        "status": "running",
+        "error": None,
+        "started_at": run_summary.now(),
+        "overrides": list(HydraConfig.get().overrides.task),
+        "monitor": {"metric": cfg.checkpoint.monitor, "mode": cfg.checkpoint.mode},
+        "strategy": cfg.strategy.get("name"),
+        "world_size": cfg.scale.num_workers,
+        "use_gpu": cfg.scale.use_gpu,
+        "git_commit": run_summary.git_commit(Path(__file__).parent),
+        "versions": run_summary.versions(),
+    }
+    try:
+        if (run_dir / run_summary.SUMMARY).exists():
+            raise RaydraError(f"{run_dir} already holds a run; give this one its own hydra.run.dir.")
+        validate(cfg)
+        config = _resolve(cfg, run_dir, run_id)
+        summary["config_hash"] = run_summary.config_hash(config)
+        run_summary.write(run_dir, summary)
+        log.info(f"run {run_id}\n  dir  {run_dir}")
+
+        connect(cfg.ray.address, cfg.ray.num_cpus, cfg.verbose)
+        check_fits(cfg.scale)
+        worker_output.start_run(run_dir)
+        try:
+            result = _fit(config, run_dir, run_id)
+        finally:
+            worker_output.end_run()
+        summary.update(_outcome(result, cfg))
+    except RaydraError as error:
+        _fail(summary, run_dir, started, str(error))
+        raise SystemExit(1) from None
+    except KeyboardInterrupt:
+        _fail(summary, run_dir, started, "interrupted by the user", status="interrupted")
+        raise
+    except Exception as error:
+        _fail(summary, run_dir, started, _one_line(error))
+        raise
+    summary["finished_at"] = run_summary.now()
+    summary["wall_time_s"] = round(time.time() - started, 2)
+    run_summary.write(run_dir, summary)
+    _report(summary, config)
+    return summary["metrics"]["best"].get(cfg.checkpoint.monitor)
+
+
+def _resolve(cfg: DictConfig, run_dir: Path, run_id: str) -> Dict[str, Any]:
+    """Plain data for the workers: they have no Hydra, so every interpolation is resolved here."""
+    config = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    config["run"] = {"dir": str(run_dir), "id": run_id}
+    if "wandb" in config["logger"]:
+        config["logger"]["wandb"]["mode"] = wandb_mode(config["logger"]["wandb"].get("mode"))
+    return config
+
+
+def _fit(config: Dict[str, Any], run_dir: Path, run_id: str) -> Any:
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    from raydra.strategies import torch_config
+    from raydra.worker import train_loop
+
+    scale, ckpt = config["scale"], config["checkpoint"]
+    trainer = TorchTrainer(
+        train_loop,
+        train_loop_config=config,
+        torch_config=torch_config(config["strategy"]),
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=scale["num_workers"],
+            use_gpu=scale["use_gpu"],
+            resources_per_worker=worker_resources(OmegaConf.create(scale)),
+            placement_strategy=scale["placement_strategy"],
+        ),
+        run_config=ray.train.RunConfig(
+            # A unique name under the run's own directory: Train V2 resumes any run whose
+            # name and storage path it has seen before.
+            name=run_id,
+            storage_path=str(run_dir / "checkpoints"),
+            failure_config=ray.train.FailureConfig(max_failures=0),
+            checkpoint_config=ray.train.CheckpointConfig(
+                num_to_keep=ckpt["num_to_keep"],
+                checkpoint_score_attribute=ckpt["monitor"],
+                checkpoint_score_order=ckpt["mode"],
+            ),
+        ),
+    )
+    result = trainer.fit()
+    if result.error:
+        raise result.error
+    return result
+
+
+def _outcome(result: Any, cfg: DictConfig) -> Dict[str, Any]:
+    worker = result.return_value or {}
+    monitor, mode = cfg.checkpoint.monitor, cfg.checkpoint.mode
+    history = result.metrics_dataframe
+    final = {k: _number(v) for k, v in (result.metrics or {}).items()}
+    final.update(worker.get("test_metrics", {}))
+    best: Dict[str, Any] = {}
+    if history is not None and monitor in history:
+        row = history.loc[history[monitor].idxmax() if mode == "max" else history[monitor].idxmin()]
+        best = {k: _number(v) for k, v in row.items() if _number(v) is not None}
+    best_checkpoint = None
+    if result.best_checkpoints:
+        pick = max if mode == "max" else min
+        best_checkpoint = pick(result.best_checkpoints, key=lambda pair: pair[1].get(monitor, float("nan")))[0]
+    return {
+        "status": "completed",
+        "metrics": {"final": final, "best": best},
+        "throughput": worker.get("throughput", {}),
+        "peak_memory_bytes": worker.get("peak_memory_bytes"),
+        "epochs_completed": worker.get("epochs_completed"),
+        "global_step": worker.get("global_step"),
+        "checkpoints": {
+            "best": _ckpt_file(best_checkpoint),
+            "last": _ckpt_file(result.checkpoint),
+            "dir": result.path,
+        },
+    }
+
+
+def _ckpt_file(checkpoint: Any) -> Optional[str]:
+    from ray.train.lightning import RayTrainReportCallback
+
+    return None if checkpoint is None else str(Path(checkpoint.path) / RayTrainReportCallback.CHECKPOINT_NAME)
+
+
+def _number(value: Any) -> Any:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if number.is_integer() and abs(number) < 2**53 else number
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".strip()
+
+
+def _fail(summary: Dict[str, Any], run_dir: Path, started: float, reason: str, status: str = "failed") -> None:
+    summary.update(status=status, error=reason, finished_at=run_summary.now(), wall_time_s=round(time.time() - started, 2))
+    if run_dir.exists():
+        run_summary.write(run_dir, summary)
+    log.error(f"error: {reason}")
+
+
+def _report(summary: Dict[str, Any], config: Dict[str, Any]) -> None:
+    final, best = summary["metrics"]["final"], summary["metrics"]["best"]
+    monitor = summary["monitor"]["metric"]
+    lines = [f"done in {summary['wall_time_s']:.1f} s"]
+    shown = {k: v for k, v in final.items() if k.startswith("test/")}
+    if monitor in best:
+        shown[f"best {monitor}"] = best[monitor]
+    lines[0] += "  " + "  ".join(f"{k} {v:.4f}" for k, v in shown.items())
+    if summary["throughput"].get("samples_per_s"):
+        lines[0] += f"  {summary['throughput']['samples_per_s']:.0f} samples/s"
+    lines.append(f"  dir  {summary['run_dir']}")
+    if summary["checkpoints"]["best"]:
+        lines.append(f"  best checkpoint  {summary['checkpoints']['best']}")
+    wandb = config["logger"].get("wandb")
+    if wandb and wandb["mode"] == "offline":
+        lines.append(f"  W&B ran offline; upload with: wandb sync {summary['run_dir']}/wandb/offline-run-*")
+    log.info("\n".join(lines))

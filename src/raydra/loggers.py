@@ -1,0 +1,82 @@
+"""Lightning loggers for rank 0, built from the `logger` group, and W&B's offline decision.
+
+W&B is imported only when a run asks for it, so `logger=csv` runs need no wandb install.
+"""
+
+import netrc
+import os
+from pathlib import Path
+from typing import Any, Dict, List
+from urllib.parse import urlparse
+
+
+
+def wandb_mode(requested: Any) -> str:
+    """online only when an API key is configured; never prompt, never wait on the network."""
+    if requested:
+        return str(requested)
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    return "online" if _wandb_api_key_configured() else "offline"
+
+
+def _wandb_api_key_configured() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    import wandb
+
+    # `wandb login` stores the key in ~/.netrc under the server's host name.
+    hosts = {"api.wandb.ai", urlparse(wandb.Settings().base_url).hostname}
+    try:
+        entries = netrc.netrc().hosts
+    except (FileNotFoundError, netrc.NetrcParseError):
+        return False
+    return any(host in entries for host in hosts)
+
+
+def build_loggers(config: Dict[str, Any], rank: int) -> List[Any]:
+    # Only rank 0 writes: other ranks' metrics are the same after sync_dist, and a second writer
+    # would fight over metrics.csv and start a second W&B run.
+    if rank != 0:
+        return []
+    # Imported here, on the worker: the driver only needs wandb_mode, and Lightning (with torch)
+    # would add seconds to every driver start.
+    from raydra.lightning import pl
+
+    run_dir = Path(config["run"]["dir"])
+    settings = config["logger"]
+    loggers = []
+    if "csv" in settings:
+        # name="" and version="" put metrics.csv straight into the run directory.
+        loggers.append(
+            pl.loggers.CSVLogger(
+                save_dir=str(run_dir), name="", version="",
+                flush_logs_every_n_steps=settings["csv"].get("flush_logs_every_n_steps", 50),
+            )
+        )
+    if "wandb" in settings:
+        loggers.append(_wandb_logger(config, settings["wandb"], run_dir))
+    return loggers
+
+
+def _wandb_logger(config: Dict[str, Any], settings: Dict[str, Any], run_dir: Path) -> Any:
+    import wandb
+
+    from raydra.lightning import pl
+
+    os.environ.setdefault("WANDB_SILENT", "true")
+    logger = pl.loggers.WandbLogger(
+        project=settings["project"],
+        entity=settings.get("entity"),
+        name=settings.get("name") or config["run"]["id"],
+        group=settings.get("group"),
+        tags=list(config.get("tags") or []),
+        save_dir=str(run_dir),
+        id=config["run"]["id"],
+        mode=settings["mode"],
+        # No console capture (Ray already streams it). No system-stats sampler: it probes cloud
+        # metadata addresses, which must never be contacted from a cluster without network.
+        settings=wandb.Settings(console="off", silent=True, x_disable_stats=True, x_disable_machine_info=True),
+    )
+    logger.log_hyperparams(config)
+    return logger

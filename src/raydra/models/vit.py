@@ -1,0 +1,92 @@
+"""A Vision Transformer image classifier: Hugging Face's ViTForImageClassification in Lightning."""
+
+from typing import Any, Dict, Optional
+
+import torch
+import torchmetrics
+from hydra.utils import instantiate
+from transformers import ViTConfig, ViTForImageClassification
+
+from raydra.lightning import pl
+
+
+class ViTClassifier(pl.LightningModule):
+    """Built from a ViTConfig, or fine-tuned from `pretrained` (a hub id or a local folder).
+
+    optimizer/scheduler are `_partial_` configs kept as plain data: the module builds them in
+    configure_optimizers, so checkpoints hold only tensors and primitives.
+    """
+
+    def __init__(
+        self,
+        image_size: int,
+        num_channels: int,
+        num_classes: int,
+        optimizer: Dict[str, Any],
+        scheduler: Optional[Dict[str, Any]] = None,
+        pretrained: Optional[str] = None,
+        patch_size: int = 16,
+        hidden_size: int = 768,
+        num_layers: int = 12,
+        num_heads: int = 12,
+        mlp_size: int = 3072,
+        dropout: float = 0.0,
+        label_smoothing: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        if pretrained:
+            # A new head sized for this data; the backbone keeps its pretrained weights.
+            self.net = ViTForImageClassification.from_pretrained(
+                pretrained, num_labels=num_classes, ignore_mismatched_sizes=True
+            )
+        else:
+            self.net = ViTForImageClassification(
+                ViTConfig(
+                    image_size=image_size,
+                    num_channels=num_channels,
+                    num_labels=num_classes,
+                    patch_size=patch_size,
+                    hidden_size=hidden_size,
+                    num_hidden_layers=num_layers,
+                    num_attention_heads=num_heads,
+                    intermediate_size=mlp_size,
+                    hidden_dropout_prob=dropout,
+                    attention_probs_dropout_prob=dropout,
+                )
+            )
+        self.loss = torch.nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        self.val_acc = torchmetrics.classification.MulticlassAccuracy(num_classes, average="micro")
+        self.test_acc = torchmetrics.classification.MulticlassAccuracy(num_classes, average="micro")
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.net(pixel_values=images).logits
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        images, labels = batch
+        loss = self.loss(self(images), labels)
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, sync_dist=True)
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._evaluate(batch, "val", self.val_acc)
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._evaluate(batch, "test", self.test_acc)
+
+    def _evaluate(self, batch: Any, stage: str, accuracy: torchmetrics.Metric) -> None:
+        images, labels = batch
+        logits = self(images)
+        self.log(f"{stage}/loss", self.loss(logits, labels), sync_dist=True)
+        accuracy(logits, labels)
+        # Logging the metric object lets torchmetrics all-reduce counts across workers.
+        self.log(f"{stage}/acc", accuracy)
+
+    def configure_optimizers(self) -> Any:
+        optimizer = instantiate(self.hparams.optimizer)(params=self.parameters())
+        if not self.hparams.scheduler:
+            return optimizer
+        scheduler = instantiate(self.hparams.scheduler)(
+            optimizer=optimizer, num_training_steps=self.trainer.estimated_stepping_batches
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -1,0 +1,130 @@
+"""What every Ray Train worker runs: rebuild the run from plain config data and fit it with Lightning.
+
+The driver hands over the config already resolved into a plain dict (Hydra's resolvers do not
+exist here). Rank 0's return value reaches the driver as `Result.return_value`; that is how test
+metrics, throughput and memory figures get into summary.json.
+"""
+
+import logging
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import ray.train
+import torch
+from hydra.utils import instantiate
+from ray.train.lightning import RayLightningEnvironment, RayTrainReportCallback, prepare_trainer
+
+from raydra.callbacks import ConsoleProgress, Throughput, peak_memory_bytes
+from raydra.lightning import pl
+from raydra.loggers import build_loggers
+from raydra.strategies import build_strategy
+
+
+def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
+    context = ray.train.get_context()
+    rank, world_size = context.get_world_rank(), context.get_world_size()
+    run_dir = Path(config["run"]["dir"])
+    _route_logs(run_dir / "logs" / f"worker_{rank}.log", verbose=config["verbose"])
+
+    scale, trainer_cfg = config["scale"], config["trainer"]
+    # Each worker gets its CPU share; torch's default (all cores) makes N workers fight over them.
+    torch.set_num_threads(max(1, int(scale["cpus_per_worker"])))
+    pl.seed_everything(config["seed"], workers=True, verbose=False)
+
+    datamodule = instantiate(config["data"])
+    # The module keeps its optimizer/scheduler configs as plain data and builds them itself, so its
+    # hyperparameters (and checkpoints) hold no Python objects.
+    model = instantiate(config["model"], _recursive_=False)
+
+    throughput = Throughput(world_size=world_size)
+    callbacks = [RayTrainReportCallback(), throughput]
+    if rank == 0:
+        callbacks.append(ConsoleProgress(max_epochs=trainer_cfg["max_epochs"], max_steps=trainer_cfg["max_steps"]))
+    trainer = pl.Trainer(
+        accelerator="gpu" if scale["use_gpu"] else "cpu",
+        devices="auto",
+        strategy=build_strategy(config["strategy"]),
+        plugins=[RayLightningEnvironment()],
+        callbacks=callbacks,
+        logger=build_loggers(config, rank) or False,
+        # Ray owns checkpointing: RayTrainReportCallback saves and reports one per epoch.
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=config["verbose"],
+        max_epochs=trainer_cfg["max_epochs"],
+        max_steps=trainer_cfg["max_steps"],
+        precision=trainer_cfg["precision"],
+        check_val_every_n_epoch=trainer_cfg["check_val_every_n_epoch"],
+        val_check_interval=trainer_cfg["val_check_interval"],
+        gradient_clip_val=trainer_cfg["gradient_clip_val"],
+        accumulate_grad_batches=trainer_cfg["accumulate_grad_batches"],
+        log_every_n_steps=trainer_cfg["log_every_n_steps"],
+        num_sanity_val_steps=trainer_cfg["num_sanity_val_steps"],
+        deterministic=trainer_cfg["deterministic"],
+        default_root_dir=str(run_dir),
+    )
+    trainer = prepare_trainer(trainer)
+
+    trainer.fit(model, datamodule=datamodule, ckpt_path=_restored_checkpoint_path())
+
+    test_metrics: Dict[str, float] = {}
+    if trainer_cfg["test"] and _has_test_split(datamodule):
+        trainer.test(model, datamodule=datamodule, verbose=False)
+        test_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
+
+    _finish_loggers(trainer)
+    return {
+        "test_metrics": test_metrics,
+        "throughput": throughput.summary(),
+        "peak_memory_bytes": peak_memory_bytes(trainer.strategy.root_device),
+        "global_step": trainer.global_step,
+        "epochs_completed": trainer.current_epoch,
+        "world_size": world_size,
+    }
+
+
+def _restored_checkpoint_path() -> Optional[str]:
+    """The Lightning checkpoint inside the Ray checkpoint this attempt resumes from, if any."""
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None:
+        return None
+    # Checkpoints live on storage every worker can read (the run directory), so no copy is needed.
+    return os.path.join(checkpoint.path, RayTrainReportCallback.CHECKPOINT_NAME)
+
+
+def _has_test_split(datamodule: Any) -> bool:
+    return type(datamodule).test_dataloader is not pl.LightningDataModule.test_dataloader
+
+
+def _finish_loggers(trainer: Any) -> None:
+    # Close the W&B run here: a multirun or a Tune trial must not carry it into the next job.
+    for logger in trainer.loggers:
+        logger.finalize("success")
+        if type(logger).__name__ == "WandbLogger":
+            import wandb
+
+            wandb.finish()
+
+
+def _route_logs(path: Path, verbose: bool) -> None:
+    """Everything Lightning, torch and W&B say goes to the worker's log file; the console only
+    gets warnings unless the run is verbose."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
+    for name in ("lightning", "lightning.pytorch", "pytorch_lightning", "lightning_fabric", "torch", "wandb", "ray.train"):
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        if not verbose:
+            for existing in logger.handlers:
+                if existing is not handler:
+                    existing.setLevel(logging.WARNING)
+            logger.propagate = False
+    if not verbose:
+        # Lightning's tips about workers, logging intervals and sync_dist are advice for scripts,
+        # not for a framework that already chose those settings.
+        warnings.filterwarnings("ignore", module=r"(lightning|pytorch_lightning|lightning_fabric)\..*")
+        logging.captureWarnings(True)

@@ -1,0 +1,103 @@
+"""The composed config and its validation: fast, no Ray."""
+
+import subprocess
+import sys
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+from omegaconf.errors import ValidationError
+
+from conftest import REPO
+from raydra.errors import RaydraError
+from raydra.schema import register_schemas, validate
+
+register_schemas()
+
+
+def composed(*overrides: str):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose(config_name="train", overrides=list(overrides))
+
+
+def test_default_config_is_the_embedded_digits_vit_on_two_cpu_workers():
+    cfg = composed()
+    assert cfg.model._target_ == "raydra.models.vit.ViTClassifier"
+    assert cfg.data._target_ == "raydra.data.digits.DigitsDataModule"
+    assert cfg.strategy.name == "ddp"
+    assert (cfg.scale.num_workers, cfg.scale.use_gpu, cfg.scale.cpus_per_worker) == (2, False, 1)
+    assert cfg.ray.address is None
+    assert set(cfg.logger) == {"csv", "wandb"}
+    # Shapes are stated once, by the data group.
+    assert (cfg.model.image_size, cfg.model.num_channels, cfg.model.num_classes) == (8, 1, 10)
+    validate(cfg)
+
+
+def test_experiment_preset_overrides_the_defaults():
+    cfg = composed("experiment=vit_digits_smoke")
+    assert cfg.name == "vit_digits_smoke"
+    assert cfg.trainer.max_epochs == 3
+    assert set(cfg.logger) == {"csv"}
+
+
+def test_several_loggers_or_none():
+    assert set(composed("logger=[csv,wandb]").logger) == {"csv", "wandb"}
+    assert set(composed("logger=csv").logger) == {"csv"}
+    assert len(composed("logger=none").logger) == 0
+
+
+def test_unknown_group_option_lists_the_choices():
+    with pytest.raises(ConfigCompositionException, match="Available options") as error:
+        composed("strategy=dpp")
+    assert "ddp" in str(error.value)
+
+
+def test_wrong_type_fails_at_compose_time():
+    with pytest.raises(ConfigCompositionException, match="scale.num_workers=abc") as error:
+        composed("scale.num_workers=abc")
+    assert isinstance(error.value.__cause__, ValidationError)
+
+
+def test_misspelt_key_in_a_typed_group_fails():
+    with pytest.raises(ConfigCompositionException, match="num_workerz"):
+        composed("scale.num_workerz=2")
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("scale.num_workers=0", "scale.num_workers=0 must be positive"),
+        ("scale.cpus_per_worker=-1", "scale.cpus_per_worker=-1.0 must be positive"),
+        ("trainer.max_epochs=0", "both below 1"),
+        ("trainer.precision=fp8", "not a Lightning precision"),
+        ("trainer.precision=16-mixed", "needs GPU workers"),
+        ("checkpoint.mode=up", "must be min or max"),
+        ("data.batch_size=33", "does not split evenly"),
+        ("scale.placement_strategy=RANDOM", "not a Ray placement strategy"),
+    ],
+)
+def test_validation_names_the_key_and_the_fix(override, message):
+    with pytest.raises(RaydraError, match=message):
+        validate(composed(override))
+
+
+def test_resolved_config_is_plain_data_for_workers():
+    cfg = composed()
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    assert plain["model"]["num_classes"] == 10  # ${data.num_classes} resolved
+    assert isinstance(plain["model"]["optimizer"], dict)
+
+
+def test_help_lists_groups_and_cfg_job_prints_the_config():
+    help_text = subprocess.run(
+        [sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    for line in ("model: vit", "data: digits", "strategy: ddp", "scale: cpu, gpu", "logger: csv, none, wandb"):
+        assert line in help_text
+    assert "experiment: " in help_text and "vit_digits_smoke" in help_text
+    job = subprocess.run(
+        [sys.executable, "train.py", "--cfg", "job", "scale.num_workers=4"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout
+    assert OmegaConf.create(job).scale.num_workers == 4

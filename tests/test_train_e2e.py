@@ -1,0 +1,118 @@
+"""Real runs of `python train.py` on Ray with 2 CPU workers, checked through what they leave behind."""
+
+import csv
+import json
+import time
+
+import pytest
+import yaml
+
+from conftest import run_dirs, run_train, summary_of
+
+pytestmark = pytest.mark.e2e
+
+
+def test_default_run_trains_the_digits_vit_and_leaves_a_self_describing_run_dir(ray_cluster, tmp_path):
+    done = run_train(outputs=tmp_path, address=ray_cluster)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run_dir,) = run_dirs(tmp_path)
+    summary = summary_of(run_dir)
+
+    assert summary["status"] == "completed" and summary["error"] is None
+    assert summary["metrics"]["final"]["test/acc"] >= 0.97
+    assert summary["metrics"]["best"]["val/acc"] >= 0.95
+    assert summary["epochs_completed"] == 30 and summary["world_size"] == 2
+    assert summary["throughput"]["samples_per_s"] > 0
+    assert summary["wall_time_s"] > 0 and summary["config_hash"].startswith("sha256:")
+    assert {"ray", "torch", "pytorch-lightning", "hydra-core"} <= set(summary["versions"])
+
+    # What was asked: Hydra's record of the composed config and the overrides.
+    asked = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
+    assert asked["model"]["_target_"] == "raydra.models.vit.ViTClassifier"
+    assert f"ray.address={ray_cluster}" in yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
+
+    # Every logged metric by step and epoch.
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    val_acc = [float(r["val/acc"]) for r in rows if r.get("val/acc")]
+    assert len(val_acc) == 30
+    assert val_acc[-1] == pytest.approx(summary["metrics"]["final"]["val/acc"], abs=1e-6)
+    assert any(r.get("train/samples_per_s") for r in rows)
+
+    # Ray kept the best num_to_keep=2 checkpoints, inside the run directory.
+    kept = sorted(run_dir.glob("checkpoints/*/checkpoint_*/checkpoint.ckpt"))
+    assert len(kept) == 2
+    assert summary["checkpoints"]["best"] in map(str, kept)
+    assert summary["checkpoints"]["last"] in map(str, kept)
+
+    # W&B ran offline, kept its files in the run dir, and holds the metrics.
+    # W&B ran offline, kept its files in the run dir, and its run file holds the logged values
+    # (wandb stores each history value as the JSON text of the number).
+    (wandb_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    recorded = wandb_file.read_bytes()
+    assert b"val/acc" in recorded and b"test/acc" in recorded
+    assert json.dumps(summary["metrics"]["final"]["val/acc"]).encode() in recorded
+    assert "wandb sync" in done.stdout
+
+    # A quiet console: rank-0 progress and a final summary, not Ray's or Lightning's notices.
+    assert "epoch 30/30" in done.stdout and "done in" in done.stdout
+    for noise in ("RayTrainWorker pid", "TrainController", "Tip:", "deduplicates logs", "Reporting training result"):
+        assert noise not in done.stdout + done.stderr
+    # ... which still land in the run directory's logs.
+    assert "TrainController" in (run_dir / "logs" / "ray.log").read_text()
+
+
+def test_multirun_runs_every_job_through_one_local_ray(tmp_path):
+    done = run_train("-m", "trainer.max_epochs=1,2", "logger=csv", "trainer.test=false", outputs=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    jobs = run_dirs(tmp_path, kind="sweeps")
+    assert [p.name for p in jobs] == ["0", "1"]
+    assert [summary_of(p)["epochs_completed"] for p in jobs] == [1, 2]
+    assert all(summary_of(p)["status"] == "completed" for p in jobs)
+    assert "started a local Ray" in (jobs[0] / "driver.log").read_text()
+    assert "reusing the Ray" in (jobs[1] / "driver.log").read_text()
+
+
+def test_joins_a_running_cluster_with_address_auto_and_logger_none(ray_cluster, tmp_path):
+    done = run_train(
+        "experiment=vit_digits_smoke", "logger=none", "ray.address=auto",
+        outputs=tmp_path, env={"RAY_ADDRESS": ray_cluster},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run_dir,) = run_dirs(tmp_path)
+    summary = summary_of(run_dir)
+    assert summary["status"] == "completed" and summary["epochs_completed"] == 3
+    assert not (run_dir / "metrics.csv").exists() and not (run_dir / "wandb").exists()
+    port = ray_cluster.rsplit(":", 1)[1]
+    assert f"joined the Ray cluster at " in done.stdout and f":{port} " in done.stdout
+
+
+def test_a_request_larger_than_the_cluster_fails_in_seconds(ray_cluster, tmp_path):
+    started = time.time()
+    done = run_train("scale.num_workers=8", "data.batch_size=64", outputs=tmp_path, address=ray_cluster, timeout=120)
+    assert time.time() - started < 30
+    assert done.returncode == 1
+    assert "asks for 8 workers x {CPU: 1} = {CPU: 8}" in done.stdout
+    assert "cluster has {CPU: 2}" in done.stdout
+    (run_dir,) = run_dirs(tmp_path)
+    summary = summary_of(run_dir)
+    assert summary["status"] == "failed" and "asks for 8 workers" in summary["error"]
+    assert not (run_dir / "checkpoints").exists()
+
+
+def test_gpu_workers_on_a_cluster_without_gpus_fail_clearly(ray_cluster, tmp_path):
+    done = run_train("scale.use_gpu=true", outputs=tmp_path, address=ray_cluster, timeout=120)
+    assert done.returncode == 1
+    assert "scale.use_gpu=true but the Ray cluster has no GPU" in done.stdout
+
+
+def test_a_wrong_type_fails_before_anything_is_written(tmp_path):
+    done = run_train("scale.num_workers=abc", outputs=tmp_path, timeout=60)
+    assert done.returncode == 1
+    assert "scale.num_workers=abc" in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_unreachable_cluster_is_named(tmp_path):
+    done = run_train(outputs=tmp_path, address="127.0.0.1:1", timeout=120, env={"RAY_AUTH_MODE": "disabled"})
+    assert done.returncode == 1
+    assert "could not reach the Ray cluster at ray.address=127.0.0.1:1" in done.stdout
