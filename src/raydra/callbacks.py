@@ -5,13 +5,43 @@ import time
 from typing import Any, Dict, Optional
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from raydra.console import PROGRESS_MARK
 from raydra.lightning import pl
 
 # The first steps pay for lazy initialisation (allocator warm-up, DDP bucket building); steady-state
-# throughput leaves them out.
+# throughput leaves them out. The FLOPs of one step are counted on the step after them.
 WARMUP_STEPS = 5
+
+# Dense (no sparsity) peak TFLOP/s per device from NVIDIA's datasheets, by compute dtype: the
+# denominator of model FLOPs utilisation. Lightning's own table quotes sparse peaks, which would
+# halve every MFU. First match of the lower-cased device name wins.
+PEAK_TFLOPS = (
+    ("h100 pcie", {"bf16": 756.0, "fp16": 756.0, "tf32": 378.0, "fp32": 51.2}),
+    ("h100", {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9}),
+    ("h200", {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9}),
+    ("a100", {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}),
+    ("l40s", {"bf16": 362.1, "fp16": 362.1, "tf32": 183.0, "fp32": 91.6}),
+    ("l4", {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3}),
+)
+
+
+def peak_flops(device: torch.device, precision: str) -> Optional[float]:
+    """The device's dense peak FLOP/s for the run's compute dtype; None on CPU or unknown GPUs."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device).lower()
+    if precision.startswith("bf16"):
+        dtype = "bf16"
+    elif precision.startswith("16"):
+        dtype = "fp16"
+    else:
+        dtype = "fp32" if torch.get_float32_matmul_precision() == "highest" else "tf32"
+    for chip, peaks in PEAK_TFLOPS:
+        if chip in name:
+            return peaks[dtype] * 1e12
+    return None
 
 
 class Throughput(pl.Callback):
@@ -22,11 +52,15 @@ class Throughput(pl.Callback):
     train/samples_per_s (all workers together), train/step_time_s and train/data_wait_s.
     """
 
-    def __init__(self, world_size: int) -> None:
+    def __init__(self, world_size: int, peak_flops: Optional[float] = None) -> None:
         self.world_size = world_size
+        self.peak_flops = peak_flops
+        self.flops_per_step: Optional[int] = None
+        self._flop_counter: Optional[FlopCounterMode] = None
         self._steps_seen = 0
         self._steady_samples = 0
         self._steady_seconds = 0.0
+        self._steady_steps = 0
         self._reset_epoch()
 
     def _reset_epoch(self) -> None:
@@ -47,6 +81,10 @@ class Throughput(pl.Callback):
         _synchronize(pl_module.device)
         if self._steps_seen == 0:
             self.first_step_at = time.time()  # wall clock, so start-up can be measured from launch
+        if self._steps_seen == WARMUP_STEPS:
+            # Counting dispatches every op through Python, so this one step is left out of the timing.
+            self._flop_counter = FlopCounterMode(display=False)
+            self._flop_counter.__enter__()
         self._start = time.perf_counter()
         self._wait = 0.0 if self._last_end is None else self._start - self._last_end
 
@@ -60,32 +98,50 @@ class Throughput(pl.Callback):
         self._epoch_wait_s += self._wait
         self._epoch_steps += 1
         self._steps_seen += 1
-        if self._steps_seen > WARMUP_STEPS:
+        if self._flop_counter is not None:
+            self._flop_counter.__exit__(None, None, None)
+            # Forward and backward of this worker's batch; the optimizer step is negligible.
+            self.flops_per_step = self._flop_counter.get_total_flops()
+            self._flop_counter = None
+        elif self._steps_seen > WARMUP_STEPS:
             self._steady_samples += samples
             self._steady_seconds += step_s + self._wait
+            self._steady_steps += 1
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         if not self._epoch_steps:
             return
         elapsed = self._epoch_step_s + self._epoch_wait_s
-        pl_module.log_dict(
-            {
-                "train/samples_per_s": self._epoch_samples * self.world_size / elapsed,
-                "train/step_time_s": self._epoch_step_s / self._epoch_steps,
-                "train/data_wait_s": self._epoch_wait_s / self._epoch_steps,
-            },
-            rank_zero_only=True,
-        )
+        metrics = {
+            "train/samples_per_s": self._epoch_samples * self.world_size / elapsed,
+            "train/step_time_s": self._epoch_step_s / self._epoch_steps,
+            "train/data_wait_s": self._epoch_wait_s / self._epoch_steps,
+        }
+        metrics.update(self._flops_metrics(elapsed / self._epoch_steps))
+        pl_module.log_dict(metrics, rank_zero_only=True)
+
+    def _flops_metrics(self, seconds_per_step: float) -> Dict[str, float]:
+        if not self.flops_per_step:
+            return {}
+        achieved = self.flops_per_step / seconds_per_step  # per worker
+        metrics = {"train/tflops_per_s_per_worker": achieved / 1e12}
+        if self.peak_flops:
+            metrics["train/mfu"] = achieved / self.peak_flops
+        return metrics
 
     def summary(self) -> Dict[str, float]:
         if not self._steady_seconds:
             return {}
-        return {
+        summary = {
             "samples_per_s": self._steady_samples * self.world_size / self._steady_seconds,
             "samples_per_s_per_worker": self._steady_samples / self._steady_seconds,
-            "steady_steps": self._steps_seen - WARMUP_STEPS,
+            "step_time_s": self._steady_seconds / self._steady_steps,
+            "steady_steps": self._steady_steps,
             "first_step_at": self.first_step_at,
+            "flops_per_step_per_worker": self.flops_per_step,
         }
+        summary.update({k.split("/")[1]: v for k, v in self._flops_metrics(summary["step_time_s"]).items()})
+        return summary
 
 
 class ConsoleProgress(pl.Callback):

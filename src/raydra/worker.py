@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 import ray.train
+import ray.train.torch
 import torch
 from hydra.utils import instantiate
 from ray.train.lightning import RayLightningEnvironment, RayTrainReportCallback, prepare_trainer
 
-from raydra.callbacks import ConsoleProgress, Throughput, peak_memory_bytes
+from raydra.callbacks import ConsoleProgress, Throughput, peak_flops, peak_memory_bytes
 from raydra.lightning import pl
 from raydra.loggers import build_loggers
 from raydra.strategies import build_strategy
@@ -38,7 +39,8 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
     # hyperparameters (and checkpoints) hold no Python objects.
     model = instantiate(config["model"], _recursive_=False)
 
-    throughput = Throughput(world_size=world_size)
+    device = ray.train.torch.get_device()
+    throughput = Throughput(world_size=world_size, peak_flops=peak_flops(device, str(trainer_cfg["precision"])))
     callbacks = [RayTrainReportCallback(), throughput]
     if rank == 0:
         callbacks.append(ConsoleProgress(max_epochs=trainer_cfg["max_epochs"], max_steps=trainer_cfg["max_steps"]))

@@ -1,0 +1,64 @@
+"""Throughput and FLOPs accounting of the Throughput callback, on plain single-process Lightning."""
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from raydra.callbacks import WARMUP_STEPS, Throughput, peak_flops
+from raydra.lightning import pl
+
+
+class Linear(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(8, 4, bias=False)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_flops_per_step_of_a_linear_layer_match_the_hand_count():
+    data = DataLoader(TensorDataset(torch.randn(16 * 20, 8), torch.randn(16 * 20, 4)), batch_size=16)
+    throughput = Throughput(world_size=1, peak_flops=None)
+    trainer = pl.Trainer(
+        max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, callbacks=[throughput],
+    )
+    trainer.fit(Linear(), data)
+    # forward x @ W.T: 2*16*8*4; backward dW = dy.T @ x: the same again (x needs no gradient).
+    assert throughput.flops_per_step == 2 * (2 * 16 * 8 * 4)
+    summary = throughput.summary()
+    # Warm-up steps and the counted step are left out of the steady-state figures.
+    assert summary["steady_steps"] == 20 - WARMUP_STEPS - 1
+    assert summary["samples_per_s"] > 0
+    assert summary["tflops_per_s_per_worker"] > 0
+    assert "mfu" not in summary  # no peak on CPU: FLOP/s without a ratio
+
+
+def test_peak_flops_is_unknown_on_cpu():
+    assert peak_flops(torch.device("cpu"), "bf16-mixed") is None
+
+
+@pytest.mark.gpu
+def test_mfu_of_the_vit_on_a_gpu_is_a_fraction_of_the_peak():
+    from raydra.data.digits import DigitsDataModule
+    from raydra.models.vit import ViTClassifier
+
+    device = torch.device("cuda")
+    throughput = Throughput(world_size=1, peak_flops=peak_flops(device, "bf16-mixed"))
+    trainer = pl.Trainer(
+        max_epochs=1, accelerator="gpu", devices=1, precision="bf16-mixed", logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, callbacks=[throughput],
+    )
+    model = ViTClassifier(
+        image_size=8, num_channels=1, num_classes=10, patch_size=2, hidden_size=256, num_layers=4, num_heads=4,
+        mlp_size=1024, optimizer={"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3},
+    )
+    trainer.fit(model, datamodule=DigitsDataModule(batch_size=256))
+    summary = throughput.summary()
+    assert summary["flops_per_step_per_worker"] > 0
+    assert 0 < summary["mfu"] < 1
