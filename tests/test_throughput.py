@@ -51,7 +51,7 @@ def test_mfu_of_the_vit_on_a_gpu_is_a_fraction_of_the_peak():
     device = torch.device("cuda")
     throughput = Throughput(world_size=1, peak_flops=peak_flops(device, "bf16-mixed"))
     trainer = pl.Trainer(
-        max_epochs=1, accelerator="gpu", devices=1, precision="bf16-mixed", logger=False,
+        max_epochs=3, accelerator="gpu", devices=1, precision="bf16-mixed", logger=False,
         enable_checkpointing=False, enable_progress_bar=False, callbacks=[throughput],
     )
     model = ViTClassifier(
