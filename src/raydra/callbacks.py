@@ -147,22 +147,25 @@ class Throughput(pl.Callback):
 class ConsoleProgress(pl.Callback):
     """Rank 0's lines on the console: a step line every `every_s` seconds, a metrics line per epoch."""
 
-    def __init__(self, max_epochs: int, max_steps: int, every_s: float = 15.0) -> None:
-        self.max_epochs, self.max_steps, self.every_s = max_epochs, max_steps, every_s
+    def __init__(self, max_epochs: int, max_steps: int, world_size: int, every_s: float = 15.0) -> None:
+        self.max_epochs, self.max_steps, self.world_size, self.every_s = max_epochs, max_steps, world_size, every_s
         self._last_print = time.monotonic()
+        self._samples = 0
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._samples += _batch_size(batch) * self.world_size
         now = time.monotonic()
         if now - self._last_print < self.every_s:
             return
-        self._last_print = now
+        rate = self._samples / (now - self._last_print)
+        self._last_print, self._samples = now, 0
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         line = f"step {trainer.global_step}"
         if self.max_steps > 0:
             line += f"/{self.max_steps}"
         if loss is not None:
             line += f"  loss {float(loss):.4f}"
-        print(PROGRESS_MARK + line, flush=True)
+        print(f"{PROGRESS_MARK}{line}  {rate:.0f} samples/s", flush=True)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}

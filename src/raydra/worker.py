@@ -41,9 +41,12 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
 
     device = ray.train.torch.get_device()
     throughput = Throughput(world_size=world_size, peak_flops=peak_flops(device, str(trainer_cfg["precision"])))
-    callbacks = [RayTrainReportCallback(), throughput]
+    # Throughput logs its epoch figures in on_train_epoch_end, so it must run before Ray's report.
+    callbacks = [throughput, RayTrainReportCallback()]
     if rank == 0:
-        callbacks.append(ConsoleProgress(max_epochs=trainer_cfg["max_epochs"], max_steps=trainer_cfg["max_steps"]))
+        callbacks.append(
+            ConsoleProgress(max_epochs=trainer_cfg["max_epochs"], max_steps=trainer_cfg["max_steps"], world_size=world_size)
+        )
     trainer = pl.Trainer(
         accelerator="gpu" if scale["use_gpu"] else "cpu",
         devices="auto",
