@@ -83,6 +83,8 @@ def _resolve(cfg: DictConfig, run_dir: Path, run_id: str) -> Dict[str, Any]:
     """Plain data for the workers: they have no Hydra, so every interpolation is resolved here."""
     config = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     config["run"] = {"dir": str(run_dir), "id": run_id}
+    if config["trainer"]["precision"] == "auto":
+        config["trainer"]["precision"] = "bf16-mixed" if config["scale"]["use_gpu"] else "32-true"
     if "wandb" in config["logger"]:
         config["logger"]["wandb"]["mode"] = wandb_mode(config["logger"]["wandb"].get("mode"))
     return config

@@ -32,12 +32,16 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
     scale, trainer_cfg = config["scale"], config["trainer"]
     # Each worker gets its CPU share; torch's default (all cores) makes N workers fight over them.
     torch.set_num_threads(max(1, int(scale["cpus_per_worker"])))
+    if trainer_cfg["tf32"] and scale["use_gpu"]:
+        torch.set_float32_matmul_precision("high")
     pl.seed_everything(config["seed"], workers=True, verbose=False)
 
     datamodule = instantiate(config["data"])
     # The module keeps its optimizer/scheduler configs as plain data and builds them itself, so its
     # hyperparameters (and checkpoints) hold no Python objects.
     model = instantiate(config["model"], _recursive_=False)
+    if trainer_cfg["compile"]:
+        model = torch.compile(model)
 
     device = ray.train.torch.get_device()
     throughput = Throughput(world_size=world_size, peak_flops=peak_flops(device, str(trainer_cfg["precision"])))
