@@ -1,0 +1,5 @@
+"""`python -m raydra ...` is the `raydra` command."""
+
+from raydra.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,114 @@
+"""The `raydra` command: `raydra compare PATH...` and `raydra show RUN_DIR`.
+
+Offline and quick: it reads run directories only (see raydra.compare) and never imports the
+training stack. Exit code 0 when at least one run was shown, 1 when none, 2 for a usage error.
+"""
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+from raydra import compare as cmp
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="raydra", description="Compare and inspect raydra run directories.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{compare,show}")
+
+    c = commands.add_parser(
+        "compare",
+        help="runs and sweeps side by side",
+        description="One row per run: the config keys that differ, the chosen metrics (final and best), "
+        "status, wall time and samples/s.",
+        epilog="example: raydra compare outputs/sweeps/2026-11-22/14-10-00_vit_digits --metric val/acc --sort",
+    )
+    c.add_argument("paths", nargs="+", metavar="PATH", help="run directories, sweep directories or globs")
+    c.add_argument(
+        "--metric", action="append", metavar="NAME", help="metric to show, repeatable (default: each run's monitor metric)"
+    )
+    c.add_argument("--sort", action="store_true", help="order by the first metric, best first (by the monitor mode)")
+    order = c.add_mutually_exclusive_group()
+    order.add_argument("--desc", dest="descending", action="store_const", const=True, help="sort high to low")
+    order.add_argument("--asc", dest="descending", action="store_const", const=False, help="sort low to high")
+    c.add_argument(
+        "--filter", action="append", default=[], metavar="KEY=VALUE", help="keep runs whose config KEY is VALUE, repeatable"
+    )
+    c.add_argument("--format", choices=sorted(cmp.RENDERERS), default="table", help="output format (default: table)")
+    c.add_argument("--plot", metavar="DIR", help="write one learning-curve PNG per metric into DIR")
+    c.add_argument("--x", choices=("step", "epoch"), default="step", help="x axis of the curves (default: step)")
+    c.add_argument("--html", metavar="FILE", help="write a self-contained HTML report (table, curves, configs)")
+    c.set_defaults(func=run_compare)
+
+    s = commands.add_parser("show", help="one run: config, overrides, status, metrics, files")
+    s.add_argument("run_dir", metavar="RUN_DIR")
+    s.set_defaults(func=run_show)
+    return parser
+
+
+def report(notes: List[str], command: str) -> None:
+    for note in notes:
+        print(f"raydra {command}: {note}", file=sys.stderr)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    notes: List[str] = []
+    try:
+        runs = cmp.collect(args.paths, args.filter, notes)
+    except ValueError as error:  # a malformed --filter
+        report([*notes, str(error)], "compare")
+        return 2
+    if not runs:
+        report([*notes, "no run to show."], "compare")
+        return 1
+    metrics = cmp.choose_metrics(runs, args.metric, notes)
+    keys = cmp.differing_keys(runs)
+    rows = cmp.build_table(runs, metrics, keys, notes, sort=args.sort, descending=args.descending)
+    columns = cmp.table_columns(keys, metrics)
+    print(cmp.RENDERERS[args.format](columns, rows, keys))
+
+    written = []
+    if args.plot or args.html:
+        ordered = [run for run, _ in rows]
+        pngs = cmp.render_curves(ordered, metrics, keys, args.x, notes)
+        if args.plot:
+            written += cmp.write_plots(pngs, args.plot)
+        if args.html:
+            title = "raydra compare: " + " ".join(args.paths)
+            Path(args.html).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.html).write_text(cmp.render_html(rows, columns, keys, pngs, notes, title), encoding="utf-8")
+            written.append(Path(args.html))
+    report(notes, "compare")
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    notes: List[str] = []
+    path = os.path.expanduser(args.run_dir)
+    if not cmp.is_run_dir(path):
+        below = cmp.runs_below(path) if os.path.isdir(path) else []
+        if below:
+            why = f"is a sweep directory with {len(below)} runs; show one of them, or use: raydra compare {args.run_dir}"
+        elif os.path.isdir(path):
+            why = "is not a run directory (no summary.json or .hydra/config.yaml); pass the directory of one run"
+        else:
+            why = "does not exist; pass the directory of one run"
+        report([f"{args.run_dir} {why}."], "show")
+        return 1
+    run = cmp.load_run(path, notes)
+    print(cmp.show_text(run, notes))
+    report(notes, "show")
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except BrokenPipeError:
+        # `raydra compare ... | head`: the reader left; exit quietly instead of a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

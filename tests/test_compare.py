@@ -1,0 +1,380 @@
+"""`raydra compare` and `raydra show` on synthetic run directories written to the run-dir contract:
+.hydra/config.yaml, .hydra/overrides.yaml, summary.json, metrics.csv (Lightning CSVLogger format)."""
+
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from raydra.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+
+
+def make_run(
+    root: Path,
+    job: str,
+    lr: float = 0.01,
+    model: str = "vit",
+    epochs: int = 3,
+    accs=(0.5, 0.7, 0.9),
+    status: str = "completed",
+    error: str = None,
+    monitor=("val/acc", "max"),
+    summary: bool = True,
+    metrics_csv: bool = True,
+) -> Path:
+    """One run dir as the training core writes it; val/acc per epoch is `accs`."""
+    run = root / job
+    (run / ".hydra").mkdir(parents=True)
+    config = {
+        "name": "vit_digits", "seed": 42, "tags": ["sweep", "digits"],
+        "model": {"_target_": f"raydra.models.{model}.Classifier", "name": model, "hidden_size": 64,
+                  "optimizer": {"_target_": "torch.optim.AdamW", "_partial_": True, "lr": lr, "weight_decay": 0.05}},
+        "data": {"batch_size": 32, "image_size": 8},
+        "strategy": {"name": "ddp", "backend": None},
+        "scale": {"num_workers": 2, "use_gpu": False, "resources_per_worker": {}},
+        "trainer": {"max_epochs": epochs, "precision": "32-true"},
+        "logger": {"csv": {"flush_logs_every_n_steps": 50}},
+    }
+    (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    overrides = [f"model.optimizer.lr={lr}", f"trainer.max_epochs={epochs}"]
+    (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    (run / "samples").mkdir()
+    ckpt = run / "checkpoints" / f"{job}_ab12cd" / "checkpoint_000002" / "checkpoint.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"ckpt")
+
+    rows, step = [], 0
+    for epoch, acc in enumerate(accs):
+        for _ in range(2):
+            step += 10
+            rows.append({"epoch": epoch, "step": step, "train/loss": round(2.0 / step, 4)})
+        rows.append({"epoch": epoch, "step": step, "val/acc": acc, "val/loss": round(1 - acc, 4)})
+        rows.append({"epoch": epoch, "step": step, "train/samples_per_s": 800.0 + epoch})
+    if status == "completed":
+        rows.append({"epoch": len(accs), "step": step, "test/acc": accs[-1] + 0.005})
+    if metrics_csv:
+        with open(run / "metrics.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, ["epoch", "step", "test/acc", "train/loss", "train/samples_per_s", "val/acc", "val/loss"])
+            writer.writeheader()
+            writer.writerows(rows)
+
+    if summary:
+        best_epoch = max(range(len(accs)), key=lambda i: accs[i])
+        done = status == "completed"
+        data = {
+            "name": "vit_digits", "run_id": f"2026-11-22_15-20-01_vit_digits_{job}", "run_dir": str(run),
+            "status": status, "error": error, "started_at": "2026-11-22T15:20:01",
+            "monitor": {"metric": monitor[0], "mode": monitor[1]},
+            "world_size": 2, "strategy": "ddp", "config_hash": "sha256:00", "git_commit": "abc123",
+            "versions": {"torch": "2.13.0"},
+        }
+        if done:
+            data.update(
+                finished_at="2026-11-22T15:21:12", wall_time_s=71.3,
+                metrics={
+                    "final": {"val/acc": accs[-1], "val/loss": round(1 - accs[-1], 4), "test/acc": accs[-1] + 0.005,
+                              "epoch": len(accs) - 1, "step": step},
+                    "best": {"val/acc": accs[best_epoch], "val/loss": round(1 - accs[best_epoch], 4)},
+                },
+                throughput={"samples_per_s": 812.4},
+                checkpoints={"best": str(ckpt), "last": str(ckpt)},
+            )
+        (run / "summary.json").write_text(json.dumps(data, indent=2))
+    return run
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    """A three-job sweep over the learning rate; job 1 is the best, job 2 the worst."""
+    root = tmp_path / "sweeps" / "2026-11-22" / "15-20-01_vit_digits"
+    make_run(root, "0", lr=0.001, accs=(0.5, 0.7, 0.8))
+    make_run(root, "1", lr=0.01, accs=(0.6, 0.95, 0.9))
+    make_run(root, "2", lr=0.1, accs=(0.3, 0.4, 0.45))
+    return root
+
+
+def compare(capsys, *args):
+    code = main(["compare", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def as_json(capsys, *args):
+    code, out, err = compare(capsys, *args, "--format", "json")
+    assert code == 0, err
+    return json.loads(out), err
+
+
+def test_columns_are_the_differing_config_keys_and_metrics_match_summary(sweep, capsys):
+    records, err = as_json(capsys, sweep)
+    assert err == ""
+    assert [r["run"] for r in records] == ["0", "1", "2"]
+    assert list(records[0]) == [
+        "run", "model.optimizer.lr", "final val/acc", "best val/acc", "status", "wall_s", "samples/s",
+        "run_dir", "overrides",
+    ]
+    for record in records:
+        summary = json.loads((Path(record["run_dir"]) / "summary.json").read_text())
+        assert record["final val/acc"] == summary["metrics"]["final"]["val/acc"]
+        assert record["best val/acc"] == summary["metrics"]["best"]["val/acc"]
+        assert record["wall_s"] == summary["wall_time_s"]
+        assert record["samples/s"] == summary["throughput"]["samples_per_s"]
+        assert record["status"] == "completed"
+    assert [r["model.optimizer.lr"] for r in records] == [0.001, 0.01, 0.1]
+    assert records[0]["overrides"] == ["model.optimizer.lr=0.001", "trainer.max_epochs=3"]
+
+
+def test_plain_table_shows_only_what_differs(sweep, tmp_path, capsys):
+    make_run(tmp_path / "runs", "deep", lr=0.01, epochs=5, model="cnn")
+    code, out, err = compare(capsys, sweep, tmp_path / "runs" / "deep", "--metric", "val/acc", "--metric", "test/acc")
+    assert code == 0 and err == ""
+    header, rule, *lines = out.strip().splitlines()
+    assert header.split() == [
+        "run", "model._target_", "model.name", "model.optimizer.lr", "trainer.max_epochs",
+        "final", "val/acc", "best", "val/acc", "final", "test/acc", "best", "test/acc", "status", "wall_s", "samples/s",
+    ]
+    assert set(rule) == {"-", " "}
+    assert len(lines) == 4
+    assert lines[3].split()[:5] == ["runs/deep", "raydra.models.cnn.Classifier", "cnn", "0.01", "5"]
+    assert "seed" not in header and "data.batch_size" not in header and "tags" not in header
+    assert "0.905" in lines[3]  # final test/acc; best test/acc is not in summary.json, so blank
+
+
+def test_sort_uses_the_monitor_mode_and_desc_asc_override(sweep, tmp_path, capsys):
+    best_first, _ = as_json(capsys, sweep, "--sort")
+    assert [r["run"] for r in best_first] == ["1", "0", "2"]
+    ascending, _ = as_json(capsys, sweep, "--sort", "--asc")
+    assert [r["run"] for r in ascending] == ["2", "0", "1"]
+
+    loss = tmp_path / "loss_sweep"
+    for job, accs in (("a", (0.5, 0.6)), ("b", (0.7, 0.9)), ("c", (0.2, 0.3))):
+        make_run(loss, job, accs=accs, monitor=("val/loss", "min"))
+    lowest_loss_first, _ = as_json(capsys, loss, "--sort")
+    assert [r["run"] for r in lowest_loss_first] == ["b", "a", "c"]
+    assert "best val/loss" in lowest_loss_first[0]
+    by_desc, _ = as_json(capsys, loss, "--sort", "--desc")
+    assert [r["run"] for r in by_desc] == ["c", "a", "b"]
+
+
+def test_filter_keeps_matching_runs_and_says_when_none_match(sweep, tmp_path, capsys):
+    make_run(sweep, "3", lr=0.01, model="cnn")
+    records, _ = as_json(capsys, sweep, "--filter", "model.name=vit")
+    assert [r["run"] for r in records] == ["0", "1", "2"]
+    records, _ = as_json(capsys, sweep, "--filter", "model.optimizer.lr=0.01", "--filter", "model.name=cnn")
+    assert [r["run"] for r in records] == ["3"]
+    records, _ = as_json(capsys, sweep, "--filter", "model.optimizer._partial_=True", "--filter", "strategy.backend=null")
+    assert len(records) == 4
+
+    code, out, err = compare(capsys, sweep, "--filter", "model.name=resnet")
+    assert code == 1 and out == ""
+    assert "none of the 4 runs matches model.name=resnet" in err
+    code, _, err = compare(capsys, sweep, "--filter", "model.nmae=vit")
+    assert code == 1 and "no run has config key 'model.nmae'" in err
+    code, _, err = compare(capsys, sweep, "--filter", "model.name")
+    assert code == 2 and "KEY=VALUE" in err
+
+
+def test_markdown_csv_and_json_exports_parse_back(sweep, capsys):
+    records, _ = as_json(capsys, sweep, "--metric", "val/acc", "--metric", "val/loss")
+
+    code, out, _ = compare(capsys, sweep, "--metric", "val/acc", "--metric", "val/loss", "--format", "csv")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["run"] for r in rows] == [r["run"] for r in records]
+    for row, record in zip(rows, records):
+        assert float(row["final val/loss"]) == record["final val/loss"]
+        assert float(row["best val/acc"]) == record["best val/acc"]
+        assert float(row["model.optimizer.lr"]) == record["model.optimizer.lr"]
+        assert row["run_dir"] == record["run_dir"]
+
+    code, out, _ = compare(capsys, sweep, "--metric", "val/acc", "--metric", "val/loss", "--format", "markdown")
+    lines = out.strip().splitlines()
+    assert re.fullmatch(r"\|(---:?\|)+", lines[1])
+    table = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[:1] + lines[2:]]
+    header, body = table[0], table[1:]
+    assert header[0] == "run" and "final val/loss" in header
+    assert len(body) == 3 and all(len(row) == len(header) for row in body)
+    for row, record in zip(body, records):
+        cell = dict(zip(header, row))
+        assert float(cell["best val/acc"]) == pytest.approx(record["best val/acc"], abs=5e-4)
+        assert cell["status"] == "completed"
+
+
+def test_failed_running_corrupt_and_bad_paths_are_reported_and_the_table_still_prints(sweep, tmp_path, capsys):
+    make_run(sweep, "3", lr=0.5, status="failed", error="CUDA out of memory while allocating 2 GiB", metrics_csv=False)
+    make_run(sweep, "4", lr=0.2, status="running", accs=(0.2, 0.6))
+    corrupt = make_run(sweep, "5", lr=0.3)
+    (corrupt / "summary.json").write_text('{"status": "completed", "metrics": {')
+    make_run(sweep, "6", lr=0.4, summary=False)
+    make_run(sweep, "7", lr=0.6, status="interrupted", error="interrupted by the user", accs=(0.1,))
+    not_a_run = tmp_path / "notes"
+    not_a_run.mkdir()
+    (not_a_run / "readme.txt").write_text("nothing here")
+
+    code, out, err = compare(capsys, sweep, not_a_run, tmp_path / "missing", "--metric", "val/acc", "--metric", "val/acx")
+    assert code == 0
+    lines = {line.split()[0]: line for line in out.strip().splitlines()[2:]}
+    assert sorted(lines) == ["0", "1", "2", "3", "4", "5", "6", "7"]
+    assert "failed: CUDA out of memory while allocating 2 GiB" in lines["3"]
+    assert lines["4"].split()[2:5] == ["0.6", "0.6", "running"]  # from metrics.csv, the summary has none yet
+    assert "unknown (corrupt summary.json)" in lines["5"]
+    assert "unknown (no summary.json)" in lines["6"]
+    assert lines["7"].split()[2:] == ["0.1", "0.1", "interrupted", "by", "the", "user"]
+
+    err_lines = err.strip().splitlines()
+    assert len(err_lines) == 4, err
+    assert any(str(not_a_run) in l and "is not a run or sweep directory" in l for l in err_lines)
+    assert any(str(tmp_path / "missing") in l and "does not exist" in l for l in err_lines)
+    assert any(str(corrupt / "summary.json") in l and "corrupt" in l for l in err_lines)
+    assert any("'val/acx'" in l and "val/acc" in l for l in err_lines)
+
+    records, _ = as_json(capsys, sweep, "--filter", "status=failed")
+    assert [r["run"] for r in records] == ["3"]
+    assert records[0]["status"] == "failed: CUDA out of memory while allocating 2 GiB"
+    assert records[0]["final val/acc"] is None
+
+
+def test_nothing_to_show_exits_1(tmp_path, capsys):
+    code, out, err = compare(capsys, tmp_path)
+    assert code == 1 and out == ""
+    assert str(tmp_path) in err and "no run to show" in err
+
+
+def test_globs_and_several_sweeps(sweep, tmp_path, capsys):
+    other = tmp_path / "sweeps" / "2026-11-22" / "16-00-00_vit_digits"
+    make_run(other, "0", lr=0.001, epochs=4)
+    records, _ = as_json(capsys, tmp_path / "sweeps" / "*" / "*")
+    assert [r["run"] for r in records] == [
+        "15-20-01_vit_digits/0", "15-20-01_vit_digits/1", "15-20-01_vit_digits/2", "16-00-00_vit_digits/0",
+    ]
+    records, _ = as_json(capsys, sweep / "*", sweep / "1")  # the same run twice is shown once
+    assert len(records) == 3
+    code, _, err = compare(capsys, tmp_path / "nope*")
+    assert code == 1 and "matches no run or sweep directory" in err
+
+
+def test_show_prints_config_overrides_status_metrics_and_files(sweep, capsys):
+    run = sweep / "1"
+    assert main(["show", str(run)]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert re.search(r"^status\s+completed$", out, re.M)
+    assert re.search(r"^\s+val/acc\s+0\.9\s+0\.95$", out, re.M)
+    assert "model.optimizer.lr=0.01" in out
+    assert (run / ".hydra" / "config.yaml").read_text().splitlines()[3].strip() in out
+    assert "lr: 0.01" in out
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["checkpoints"]["best"] in out
+    for name in ("metrics.csv", "samples", "summary.json"):
+        assert str(run / name) in out
+
+    failed = make_run(sweep, "3", status="failed", error="NCCL timeout after 1800 s")
+    assert main(["show", str(failed)]) == 0
+    assert re.search(r"^status\s+failed: NCCL timeout after 1800 s$", capsys.readouterr().out, re.M)
+
+    assert main(["show", str(sweep)]) == 1
+    assert "is a sweep directory with 4 runs" in capsys.readouterr().err
+
+
+def test_plot_writes_one_png_per_metric(sweep, tmp_path, capsys):
+    plots = tmp_path / "plots"
+    code, _, err = compare(capsys, sweep, "--metric", "val/acc", "--metric", "train/loss", "--plot", plots)
+    assert code == 0
+    assert sorted(p.name for p in plots.iterdir()) == ["train_loss.png", "val_acc.png"]
+    for png in plots.iterdir():
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    assert f"wrote {plots / 'val_acc.png'}" in err
+    code, _, _ = compare(capsys, sweep, "--plot", tmp_path / "by_epoch", "--x", "epoch")
+    assert code == 0 and (tmp_path / "by_epoch" / "val_acc.png").is_file()
+
+
+def write_report(sweep: Path, path: Path, capsys) -> str:
+    make_run(sweep, "3", lr=0.5, status="failed", error="CUDA out of memory")
+    code, _, _ = compare(capsys, sweep, "--metric", "val/acc", "--metric", "train/loss", "--html", path)
+    assert code == 0
+    return path.read_text()
+
+
+def test_html_report_is_self_contained(sweep, tmp_path, capsys):
+    page = write_report(sweep, tmp_path / "report" / "index.html", capsys)
+    assert page.count('src="data:image/png;base64,') == 2
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", page), "the report must load nothing from a network"
+    assert "<script" not in page and "<link" not in page
+    assert page.count("<details") == 8  # per run, and its config inside it
+    assert "model.optimizer.lr=0.5" in page and "CUDA out of memory" in page
+    assert (sweep / "1" / "checkpoints").resolve().as_uri() in page
+    assert (sweep / "1" / "samples").resolve().as_uri() in page
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium (make browser)")
+def test_html_report_renders_in_headless_chromium(sweep, tmp_path, capsys):
+    from PIL import Image
+
+    report = tmp_path / "report.html"
+    write_report(sweep, report, capsys)
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1280,2000", report.as_uri()],
+        capture_output=True, timeout=120, check=True,
+    )
+    image = Image.open(shot).convert("RGB")
+    assert image.size == (1280, 2000)
+    colours = image.getcolors(maxcolors=1 << 20)
+    assert len(colours) > 50, "the page rendered as a blank screen"
+
+    def near(pixel, target, tol=40):
+        return all(abs(a - b) <= tol for a, b in zip(pixel, target))
+
+    counts = {tuple(c): n for n, c in colours}
+    # matplotlib's first two line colours, C0 and C1: the embedded curves were decoded and drawn.
+    for line in ((31, 119, 180), (255, 127, 14)):
+        assert sum(n for c, n in counts.items() if near(c, line)) > 100, f"no curve in colour {line} on the page"
+
+
+def test_200_runs_compare_in_under_3_seconds(tmp_path, capsys):
+    template, root = make_run(tmp_path, "template", lr=1e-4), tmp_path / "big"
+    for i in range(200):
+        shutil.copytree(template, root / str(i))
+        config = root / str(i) / ".hydra" / "config.yaml"
+        config.write_text(config.read_text().replace("lr: 0.0001", f"lr: {0.0001 * (i + 1):.6g}"))
+        summary = root / str(i) / "summary.json"
+        summary.write_text(summary.read_text().replace('"val/acc": 0.9,', f'"val/acc": {i / 1000},'))
+    started = time.perf_counter()
+    code, out, _ = compare(capsys, root, "--metric", "val/acc", "--metric", "val/loss", "--sort")
+    elapsed = time.perf_counter() - started
+    lines = out.strip().splitlines()
+    assert code == 0 and len(lines) == 202
+    assert lines[2].split()[:4] == ["199", "0.02", "0.199", "0.199"]
+    assert lines[-1].split()[:4] == ["0", "0.0001", "0", "0"]
+    print(f"compare over 200 runs: {elapsed:.2f} s")
+    assert elapsed < 3.0
+
+
+def test_python_m_raydra_compare_runs_without_the_training_stack(sweep):
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "raydra", "compare", str(sweep), "--format", "csv"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [r["run"] for r in csv.DictReader(io.StringIO(proc.stdout))] == ["0", "1", "2"]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in lines}
+    assert {"yaml", "raydra"} <= imported
+    heavy = {"ray", "torch", "wandb", "hydra", "omegaconf", "lightning", "pytorch_lightning", "matplotlib", "pandas"}
+    assert not imported & heavy
