@@ -1,0 +1,184 @@
+"""CIFAR-10 from the standard `cifar-10-batches-py` pickle files (what torchvision reads), without torchvision.
+
+The whole set is 180 MB of uint8: each worker keeps its shard on its own device and builds
+batches there (random crop with padding, horizontal flip, normalisation as batched tensor ops),
+so no per-image Python transform and no host-to-device copy sits on the training step.
+"""
+
+import pickle
+import tarfile
+import urllib.request
+from pathlib import Path
+from typing import Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from raydra.errors import RaydraError
+from raydra.lightning import pl
+
+URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
+TEST_FILE = "test_batch"
+
+
+def read_batches(folder: Path, names: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
+    """Images as N x 3 x 32 x 32 uint8 and labels as int64, from CIFAR's pickled batch files."""
+    images: List[np.ndarray] = []
+    labels: List[int] = []
+    for name in names:
+        path = folder / name
+        try:
+            with open(path, "rb") as file:
+                batch = pickle.load(file, encoding="latin1")
+            images.append(np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+            labels.extend(batch["labels"])
+        except FileNotFoundError:
+            raise RaydraError(
+                f"{path} is missing; data.root must hold the cifar-10-batches-py files (or set data.download=true)."
+            ) from None
+        except (pickle.UnpicklingError, EOFError, KeyError, ValueError) as error:
+            raise RaydraError(f"{path} is not a CIFAR-10 batch file ({error}); download it again.") from None
+    return np.concatenate(images), np.asarray(labels, dtype=np.int64)
+
+
+def locate(root: str, download: bool) -> Path:
+    """The folder holding the batch files: root itself or root/cifar-10-batches-py."""
+    base = Path(root).expanduser()
+    for folder in (base, base / "cifar-10-batches-py"):
+        if (folder / TEST_FILE).exists():
+            return folder
+    if not download:
+        raise RaydraError(
+            f"data.root={root} holds no CIFAR-10 batch files (cifar-10-batches-py/); point data.root at them "
+            "or set data.download=true on a machine with network."
+        )
+    base.mkdir(parents=True, exist_ok=True)
+    archive = base / "cifar-10-python.tar.gz"
+    try:
+        urllib.request.urlretrieve(URL, archive)
+    except OSError as error:
+        raise RaydraError(
+            f"could not download CIFAR-10 from {URL} ({error}); this machine has no network: copy "
+            "cifar-10-batches-py into data.root instead."
+        ) from None
+    with tarfile.open(archive) as tar:
+        tar.extractall(base, filter="data")
+    return base / "cifar-10-batches-py"
+
+
+class DeviceBatches:
+    """One worker's shard as batches made on its device; reshuffled every epoch with a seeded generator.
+
+    Lightning only re-shards DataLoaders, so the shard (every world_size-th sample of the
+    shuffled order) is taken here; every worker gets the same number of batches.
+    """
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int, rank: int, world_size: int,
+                 train: bool, augment: bool, seed: int, mean: Sequence[float], std: Sequence[float],
+                 crop_padding: int, flip: bool) -> None:
+        self.images, self.labels = images, labels
+        self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
+        self.train, self.augment, self.seed = train, augment, seed
+        self.crop_padding, self.flip = crop_padding, flip
+        self.mean = torch.tensor(mean, device=images.device).view(1, -1, 1, 1) * 255
+        self.std = torch.tensor(std, device=images.device).view(1, -1, 1, 1) * 255
+        self.per_worker = len(labels) // world_size
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        full, rest = divmod(self.per_worker, self.batch_size)
+        return full if self.train or not rest else full + 1
+
+    def __iter__(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        self.epoch += 1
+        order = torch.randperm(len(self.labels), generator=generator) if self.train else torch.arange(len(self.labels))
+        shard = order[self.rank: self.per_worker * self.world_size: self.world_size].to(self.images.device)
+        for start in range(0, len(self) * self.batch_size, self.batch_size):
+            index = shard[start: start + self.batch_size]
+            images = self.images[index].float()
+            if self.augment:
+                images = self._augment(images, generator)
+            yield (images - self.mean) / self.std, self.labels[index]
+
+    def _augment(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        n, _, h, w = images.shape
+        if self.crop_padding:
+            p = self.crop_padding
+            padded = torch.nn.functional.pad(images, (p, p, p, p))
+            dy = torch.randint(0, 2 * p + 1, (n,), generator=generator).to(images.device)
+            dx = torch.randint(0, 2 * p + 1, (n,), generator=generator).to(images.device)
+            rows = (dy.view(n, 1) + torch.arange(h, device=images.device)).view(n, 1, h, 1)
+            cols = (dx.view(n, 1) + torch.arange(w, device=images.device)).view(n, 1, 1, w)
+            batch = torch.arange(n, device=images.device).view(n, 1, 1, 1)
+            channel = torch.arange(images.shape[1], device=images.device).view(1, -1, 1, 1)
+            images = padded[batch, channel, rows, cols]
+        if self.flip:
+            flip = (torch.rand(n, generator=generator) < 0.5).to(images.device).view(n, 1, 1, 1)
+            images = torch.where(flip, images.flip(-1), images)
+        return images
+
+
+class CIFAR10DataModule(pl.LightningDataModule):
+    """Train split = data_batch_1..5 less a stratified `val_fraction`; test = test_batch.
+
+    `batch_size` is the global batch; each worker draws batch_size / world_size from its shard.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        download: bool = False,
+        batch_size: int = 512,
+        val_fraction: float = 0.1,
+        split_seed: int = 0,
+        augment: bool = True,
+        crop_padding: int = 4,
+        flip: bool = True,
+        mean: Sequence[float] = (0.4914, 0.4822, 0.4465),
+        std: Sequence[float] = (0.2470, 0.2435, 0.2616),
+        image_size: int = 32,
+        num_channels: int = 3,
+        num_classes: int = 10,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.loaders: dict = {}
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        if self.loaders:
+            return
+        hp = self.hparams
+        folder = locate(hp.root, hp.download)
+        train_x, train_y = read_batches(folder, TRAIN_FILES)
+        test_x, test_y = read_batches(folder, [TEST_FILE])
+        order = np.random.default_rng(hp.split_seed).permutation(len(train_y))
+        val_mask = np.zeros(len(train_y), dtype=bool)
+        for label in range(hp.num_classes):  # stratified: the same fraction of every class
+            members = order[train_y[order] == label]
+            val_mask[members[: int(round(len(members) * hp.val_fraction))]] = True
+        device = self.trainer.strategy.root_device if self.trainer else torch.device("cpu")
+        rank, world_size = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+        per_worker = hp.batch_size // world_size
+        for split, x, y, train in (
+            ("train", train_x[~val_mask], train_y[~val_mask], True),
+            ("val", train_x[val_mask], train_y[val_mask], False),
+            ("test", test_x, test_y, False),
+        ):
+            if len(y) < world_size:
+                continue
+            self.loaders[split] = DeviceBatches(
+                torch.from_numpy(x).to(device), torch.from_numpy(y).to(device), per_worker, rank, world_size,
+                train=train, augment=train and hp.augment, seed=hp.split_seed, mean=hp.mean, std=hp.std,
+                crop_padding=hp.crop_padding, flip=hp.flip,
+            )
+
+    def train_dataloader(self) -> DeviceBatches:
+        return self.loaders["train"]
+
+    def val_dataloader(self) -> DeviceBatches:
+        return self.loaders.get("val") or self.loaders["test"]
+
+    def test_dataloader(self) -> DeviceBatches:
+        return self.loaders["test"]

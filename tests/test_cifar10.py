@@ -1,0 +1,72 @@
+"""CIFAR-10 from real cifar-10-batches-py pickle files written on the spot (no network)."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import run_dirs, run_train, summary_of
+from raydra.data.cifar10 import TEST_FILE, TRAIN_FILES, CIFAR10DataModule, DeviceBatches, read_batches
+from raydra.errors import RaydraError
+
+
+def write_cifar(root, per_batch=40, seed=0):
+    """The layout and pickle format torchvision reads: dicts with 'data' (N x 3072 uint8) and 'labels'."""
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    for name in TRAIN_FILES + [TEST_FILE]:
+        labels = rng.integers(0, 10, per_batch)
+        # Each class has its own colour, so a model can learn it.
+        data = (rng.integers(0, 60, (per_batch, 3, 32, 32)) + (labels * 20)[:, None, None, None]).astype(np.uint8)
+        with open(folder / name, "wb") as file:
+            pickle.dump({"data": data.reshape(per_batch, -1), "labels": labels.tolist()}, file)
+    return root
+
+
+def test_reads_the_pickle_batches(tmp_path):
+    folder = write_cifar(tmp_path) / "cifar-10-batches-py"
+    images, labels = read_batches(folder, TRAIN_FILES)
+    assert images.shape == (200, 3, 32, 32) and images.dtype == np.uint8
+    assert labels.shape == (200,) and set(labels) <= set(range(10))
+
+
+def test_worker_shards_cover_the_split_once_and_batches_are_augmented_on_the_device():
+    images = torch.arange(10, dtype=torch.uint8).repeat_interleave(3 * 32 * 32).view(10, 3, 32, 32)
+    labels = torch.arange(10)
+    seen = []
+    for rank in range(2):
+        batches = DeviceBatches(images, labels, batch_size=5, rank=rank, world_size=2, train=True, augment=True,
+                                seed=0, mean=(0, 0, 0), std=(1 / 255,) * 3, crop_padding=4, flip=True)
+        assert len(batches) == 1
+        for x, y in batches:
+            assert x.shape == (5, 3, 32, 32)
+            seen.extend(y.tolist())
+    assert sorted(seen) == list(range(10))  # every sample once across the two workers, none twice
+
+
+def test_a_missing_root_or_a_corrupt_file_is_named(tmp_path):
+    with pytest.raises(RaydraError, match="holds no CIFAR-10 batch files"):
+        CIFAR10DataModule(root=str(tmp_path)).setup()
+    folder = write_cifar(tmp_path / "c") / "cifar-10-batches-py"
+    (folder / "data_batch_3").write_bytes(b"not a pickle")
+    with pytest.raises(RaydraError, match="data_batch_3 is not a CIFAR-10 batch file"):
+        CIFAR10DataModule(root=str(tmp_path / "c")).setup()
+
+
+@pytest.mark.e2e
+def test_trains_on_two_workers_from_the_files(ray_cluster, tmp_path):
+    root = write_cifar(tmp_path / "cifar", per_batch=64)
+    done = run_train(
+        "experiment=vit_cifar10", f"data.root={root}", "data.batch_size=64", "model.num_layers=2",
+        "model.hidden_size=64", "model.mlp_size=128", "model.num_heads=4", "trainer.max_epochs=2",
+        "logger=csv", outputs=tmp_path / "out", address=ray_cluster,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run_dir,) = run_dirs(tmp_path / "out")
+    summary = summary_of(run_dir)
+    assert summary["status"] == "completed" and summary["epochs_completed"] == 2
+    # 320 train images less 10% validation, 32 per worker per step: 4 steps an epoch.
+    assert summary["global_step"] == 2 * (288 // 2 // 32)
+    assert 0 <= summary["metrics"]["final"]["test/acc"] <= 1
