@@ -70,3 +70,15 @@ def test_trains_on_two_workers_from_the_files(ray_cluster, tmp_path):
     # 320 train images less 10% validation, 32 per worker per step: 4 steps an epoch.
     assert summary["global_step"] == 2 * (288 // 2 // 32)
     assert 0 <= summary["metrics"]["final"]["test/acc"] <= 1
+
+
+@pytest.mark.e2e
+def test_a_missing_root_fails_the_run_with_one_sentence(ray_cluster, tmp_path):
+    done = run_train("experiment=vit_cifar10", f"data.root={tmp_path}/nowhere", "logger=csv",
+                     outputs=tmp_path / "out", address=ray_cluster)
+    assert done.returncode == 1
+    assert f"error: data.root={tmp_path}/nowhere holds no CIFAR-10 batch files" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
+    (run_dir,) = run_dirs(tmp_path / "out")
+    summary = summary_of(run_dir)
+    assert summary["status"] == "failed" and "holds no CIFAR-10 batch files" in summary["error"]

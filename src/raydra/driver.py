@@ -121,10 +121,25 @@ def _fit(config: Dict[str, Any], run_dir: Path, run_id: str) -> Any:
             ),
         ),
     )
-    result = trainer.fit()
+    try:
+        result = trainer.fit()
+    except Exception as error:
+        raise _user_error(error) or error
     if result.error:
-        raise result.error
+        raise _user_error(result.error) or result.error
     return result
+
+
+def _user_error(error: BaseException) -> Optional[RaydraError]:
+    """A RaydraError raised on a worker (a missing data path, say), unwrapped from Ray's failure
+    report so the user reads its one sentence instead of a worker's stack trace."""
+    failures = list(getattr(error, "worker_failures", {}).values()) + [error]
+    for failure in failures:
+        while failure is not None:
+            if isinstance(failure, RaydraError):
+                return RaydraError(str(failure).strip().splitlines()[-1])
+            failure = failure.__cause__ or getattr(failure, "cause", None)
+    return None
 
 
 def _outcome(result: Any, cfg: DictConfig) -> Dict[str, Any]:
