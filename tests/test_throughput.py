@@ -62,3 +62,25 @@ def test_mfu_of_the_vit_on_a_gpu_is_a_fraction_of_the_peak():
     summary = throughput.summary()
     assert summary["flops_per_step_per_worker"] > 0
     assert 0 < summary["mfu"] < 1
+
+
+@pytest.mark.gpu
+def test_compiled_and_eager_vit_reach_the_same_accuracy_on_a_gpu():
+    from raydra.data.digits import DigitsDataModule
+    from raydra.models.vit import ViTClassifier
+
+    accuracy = {}
+    for compiled in (False, True):
+        pl.seed_everything(0, verbose=False)
+        model = ViTClassifier(
+            image_size=8, num_channels=1, num_classes=10, patch_size=2, hidden_size=64, num_layers=4, num_heads=4,
+            mlp_size=128, optimizer={"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3},
+        )
+        trainer = pl.Trainer(
+            max_epochs=10, accelerator="gpu", devices=1, precision="bf16-mixed", logger=False,
+            enable_checkpointing=False, enable_progress_bar=False,
+        )
+        trainer.fit(torch.compile(model) if compiled else model, datamodule=DigitsDataModule(batch_size=32))
+        accuracy[compiled] = float(trainer.callback_metrics["val/acc"])
+    assert accuracy[False] > 0.8
+    assert abs(accuracy[True] - accuracy[False]) < 0.05

@@ -129,3 +129,14 @@ def test_an_unreachable_cluster_is_named(tmp_path):
     done = run_train(outputs=tmp_path, address="127.0.0.1:1", timeout=120, env={"RAY_AUTH_MODE": "disabled"})
     assert done.returncode == 1
     assert "could not reach the Ray cluster at ray.address=127.0.0.1:1" in done.stdout
+
+
+@pytest.mark.gpu
+def test_gpu_workers_train_with_bf16_by_default(tmp_path):
+    done = run_train("scale=gpu", "logger=csv", "trainer.max_epochs=5", "data.batch_size=256",
+                     "model.optimizer.lr=3e-3", outputs=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run_dir,) = run_dirs(tmp_path)
+    summary = summary_of(run_dir)
+    assert summary["status"] == "completed" and summary["precision"] == "bf16-mixed"
+    assert 0 < summary["throughput"]["mfu"] < 1

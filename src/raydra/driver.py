@@ -52,6 +52,7 @@ def run(cfg: DictConfig) -> Optional[float]:
         validate(cfg)
         config = _resolve(cfg, run_dir, run_id)
         summary["config_hash"] = run_summary.config_hash(config)
+        summary["precision"] = config["trainer"]["precision"]
         run_summary.write(run_dir, summary)
         log.info(f"run {run_id}\n  dir  {run_dir}")
 
