@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from conftest import run_dirs, run_train, summary_of
-from raydra.data.cifar10 import TEST_FILE, TRAIN_FILES, CIFAR10DataModule, DeviceBatches, read_batches
+from raydra.data.cifar10 import TEST_FILE, TRAIN_FILES, CIFAR10DataModule, read_batches
+from raydra.data.device_batches import DeviceBatches
 from raydra.errors import RaydraError
 
 

@@ -1,14 +1,15 @@
 """Random images of any shape, made on the spot: for benchmarks, smoke tests and sizing a cluster.
 
-Each class adds its own fixed pattern to Gaussian noise, so a model can learn something and a
-falling loss means the pipeline works end to end.
+Each class blends its own fixed pattern into uniform noise, so a model can learn something and a
+falling loss means the pipeline works end to end. Batches come from the worker's device, like a
+real in-memory dataset (raydra.data.device_batches).
 """
 
 from typing import Optional
 
 import torch
-from torch.utils.data import DataLoader, TensorDataset
 
+from raydra.data.device_batches import DeviceBatches
 from raydra.lightning import pl
 
 
@@ -22,40 +23,32 @@ class SyntheticImagesDataModule(pl.LightningDataModule):
         num_classes: int = 10,
         batch_size: int = 512,
         seed: int = 0,
-        num_workers: int = 0,
-        pin_memory: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.splits: dict = {}
+        self.loaders: dict = {}
 
     def setup(self, stage: Optional[str] = None) -> None:
-        if self.splits:
+        if self.loaders:
             return
         hp = self.hparams
-        world_size = self.trainer.world_size if self.trainer else 1
-        self.batch_size_per_worker = hp.batch_size // world_size
+        device = self.trainer.strategy.root_device if self.trainer else torch.device("cpu")
+        rank, world_size = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
         generator = torch.Generator().manual_seed(hp.seed)
         shape = (hp.num_channels, hp.image_size, hp.image_size)
-        patterns = torch.randn((hp.num_classes, *shape), generator=generator)
-        for name, count in (("train", hp.num_samples), ("val", hp.val_samples)):
+        patterns = torch.randint(0, 256, (hp.num_classes, *shape), generator=generator)
+        for split, count in (("train", hp.num_samples), ("val", hp.val_samples)):
             labels = torch.randint(0, hp.num_classes, (count,), generator=generator)
-            images = torch.randn((count, *shape), generator=generator) + 0.5 * patterns[labels]
-            self.splits[name] = TensorDataset(images, labels)
+            noise = torch.randint(0, 256, (count, *shape), generator=generator)
+            images = ((noise + patterns[labels]) // 2).to(torch.uint8)
+            self.loaders[split] = DeviceBatches(
+                images.to(device), labels.to(device), hp.batch_size // world_size, rank, world_size,
+                train=split == "train", augment=False, seed=hp.seed, mean=(0.5,) * hp.num_channels,
+                std=(0.25,) * hp.num_channels, crop_padding=0, flip=False,
+            )
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        return DataLoader(
-            self.splits[split],
-            batch_size=self.batch_size_per_worker,
-            shuffle=shuffle,
-            num_workers=self.hparams.num_workers,
-            persistent_workers=self.hparams.num_workers > 0,
-            pin_memory=self.hparams.pin_memory,
-            drop_last=shuffle,
-        )
+    def train_dataloader(self) -> DeviceBatches:
+        return self.loaders["train"]
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
+    def val_dataloader(self) -> DeviceBatches:
+        return self.loaders["val"]
