@@ -88,7 +88,7 @@ def raydra_run(workload: dict, precision: str, compiled: bool, steps: int = 60) 
             f"paths.outputs={outputs}", "scale=gpu", "scale.cpus_per_worker=8", "logger=none", "data=synthetic",
             f"data.image_size={w['image_size']}", f"data.num_classes={w['num_classes']}",
             f"data.batch_size={w['batch']}", f"data.num_samples={w['epoch'] or w['batch'] * steps}",
-            f"data.val_samples={w['batch']}", f"model.patch_size={w['patch_size']}",
+            f"data.val_samples={w['batch']}", f"data.num_channels=3", f"model.patch_size={w['patch_size']}",
             f"model.num_layers={w['num_layers']}", f"model.num_heads={w['num_heads']}",
             f"model.hidden_size={w['hidden_size']}", f"model.mlp_size={w['mlp_size']}",
             "model.optimizer.weight_decay=0.01", "model.scheduler=null", f"trainer.precision={precision}",
@@ -111,12 +111,13 @@ def main() -> None:
     parser.add_argument("--workloads", default="seed002,vit_b16")
     parser.add_argument("--only", choices=["plain", "raydra"])
     parser.add_argument("--compile", default="false,true")
+    parser.add_argument("--precisions", default=",".join(PRECISIONS))
     args = parser.parse_args()
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}\n")
     print("| workload | precision | compile | way | samples/s | MFU | peak GiB | epoch s (50k) | vs plain |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|")
     for name in args.workloads.split(","):
-        for precision in PRECISIONS:
+        for precision in args.precisions.split(","):
             for compiled in [c == "true" for c in args.compile.split(",")]:
                 plain = None
                 for way, fn in (("plain loop", plain_loop), ("raydra", raydra_run)):
