@@ -14,7 +14,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from raydra.data.device_batches import DeviceBatches
+from raydra.data.device_batches import DeviceBatches, worker_placement
 from raydra.errors import RaydraError
 from raydra.lightning import pl
 
@@ -106,8 +106,7 @@ class CIFAR10DataModule(pl.LightningDataModule):
         for label in range(hp.num_classes):  # stratified: the same fraction of every class
             members = order[train_y[order] == label]
             val_mask[members[: int(round(len(members) * hp.val_fraction))]] = True
-        device = self.trainer.strategy.root_device if self.trainer else torch.device("cpu")
-        rank, world_size = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+        device, rank, world_size = worker_placement(self.trainer)
         per_worker = hp.batch_size // world_size
         for split, x, y, train in (
             ("train", train_x[~val_mask], train_y[~val_mask], True),

@@ -5,9 +5,16 @@ DataLoader's per-sample Python and host-to-device copies, which on a GPU can cos
 model's step.
 """
 
-from typing import Iterator, Sequence, Tuple
+from typing import Any, Iterator, Sequence, Tuple
 
 import torch
+
+
+def worker_placement(trainer: Any) -> Tuple[torch.device, int, int]:
+    """This worker's device, rank and world size (CPU, 0, 1 outside a Trainer)."""
+    if trainer is None:
+        return torch.device("cpu"), 0, 1
+    return trainer.strategy.root_device, trainer.global_rank, trainer.world_size
 
 
 class DeviceBatches:

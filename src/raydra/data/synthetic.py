@@ -9,7 +9,7 @@ from typing import Optional
 
 import torch
 
-from raydra.data.device_batches import DeviceBatches
+from raydra.data.device_batches import DeviceBatches, worker_placement
 from raydra.lightning import pl
 
 
@@ -32,8 +32,7 @@ class SyntheticImagesDataModule(pl.LightningDataModule):
         if self.loaders:
             return
         hp = self.hparams
-        device = self.trainer.strategy.root_device if self.trainer else torch.device("cpu")
-        rank, world_size = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+        device, rank, world_size = worker_placement(self.trainer)
         generator = torch.Generator().manual_seed(hp.seed)
         shape = (hp.num_channels, hp.image_size, hp.image_size)
         patterns = torch.randint(0, 256, (hp.num_classes, *shape), generator=generator)
