@@ -1,0 +1,128 @@
+"""A folder of images, one subfolder per class: `root/<class>/<image>`, or `root/{train,val,test}/<class>/<image>`.
+
+Images are decoded once, resized to `image_size` and held as uint8 on each worker's device
+(raydra.data.device_batches), which suits the small and medium sets researchers bring.
+Without split subfolders, train/val/test come from a stratified split with a fixed seed.
+"""
+
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from raydra.data.device_batches import DeviceBatches, worker_placement
+from raydra.errors import RaydraError
+from raydra.lightning import pl
+
+EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
+SPLITS = ("train", "val", "test")
+
+
+def scan(folder: Path) -> Dict[str, List[Path]]:
+    """Class name -> its image files, for a folder of class subfolders."""
+    classes = sorted(p for p in folder.iterdir() if p.is_dir())
+    if not classes:
+        raise RaydraError(f"{folder} has no class subfolders; lay images out as {folder}/<class>/<image>.")
+    found = {}
+    for class_dir in classes:
+        images = sorted(p for p in class_dir.rglob("*") if p.suffix.lower() in EXTENSIONS)
+        if not images:
+            raise RaydraError(f"class folder {class_dir} holds no images ({', '.join(sorted(EXTENSIONS))}).")
+        found[class_dir.name] = images
+    return found
+
+
+def decode(paths: Sequence[Path], size: int, channels: int) -> np.ndarray:
+    from PIL import Image, UnidentifiedImageError
+
+    mode = {1: "L", 3: "RGB"}[channels]
+    out = np.empty((len(paths), channels, size, size), dtype=np.uint8)
+    for i, path in enumerate(paths):
+        try:
+            with Image.open(path) as image:
+                pixels = np.asarray(image.convert(mode).resize((size, size), Image.BILINEAR))
+        except (UnidentifiedImageError, OSError) as error:
+            raise RaydraError(f"{path} is not a readable image ({error}); remove or replace it.") from None
+        out[i] = pixels.reshape(size, size, channels).transpose(2, 0, 1)
+    return out
+
+
+class ImageFolderDataModule(pl.LightningDataModule):
+    def __init__(
+        self,
+        root: str,
+        num_classes: int,
+        image_size: int = 224,
+        num_channels: int = 3,
+        batch_size: int = 64,
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.1,
+        split_seed: int = 0,
+        augment: bool = True,
+        flip: bool = True,
+        crop_padding: int = 0,
+        mean: Sequence[float] = (0.5, 0.5, 0.5),
+        std: Sequence[float] = (0.5, 0.5, 0.5),
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.loaders: dict = {}
+        self.classes: List[str] = []
+
+    def _splits(self) -> Dict[str, Tuple[List[Path], np.ndarray]]:
+        hp = self.hparams
+        root = Path(hp.root).expanduser()
+        if not root.is_dir():
+            raise RaydraError(f"data.root={hp.root} is not a folder; point it at <root>/<class>/<image> files.")
+        if (root / "train").is_dir():
+            per_split = {name: scan(root / name) for name in SPLITS if (root / name).is_dir()}
+            self.classes = sorted(per_split["train"])
+            index = {name: i for i, name in enumerate(self.classes)}
+            return {
+                split: ([p for c in sorted(found) for p in found[c]],
+                        np.array([index[c] for c in sorted(found) for _ in found[c]]))
+                for split, found in per_split.items()
+            }
+        found = scan(root)
+        self.classes = sorted(found)
+        rng = np.random.default_rng(hp.split_seed)
+        splits: Dict[str, Tuple[List[Path], List[int]]] = {name: ([], []) for name in SPLITS}
+        for label, name in enumerate(self.classes):  # stratified: the same fractions of every class
+            files = [found[name][i] for i in rng.permutation(len(found[name]))]
+            n_val, n_test = int(round(len(files) * hp.val_fraction)), int(round(len(files) * hp.test_fraction))
+            for split, part in (("val", files[:n_val]), ("test", files[n_val:n_val + n_test]),
+                                ("train", files[n_val + n_test:])):
+                splits[split][0].extend(part)
+                splits[split][1].extend([label] * len(part))
+        return {split: (paths, np.array(labels)) for split, (paths, labels) in splits.items() if paths}
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        if self.loaders:
+            return
+        hp = self.hparams
+        splits = self._splits()
+        if len(self.classes) != hp.num_classes:
+            raise RaydraError(
+                f"data.root={hp.root} has {len(self.classes)} classes ({', '.join(self.classes[:5])}"
+                f"{', ...' if len(self.classes) > 5 else ''}) but data.num_classes={hp.num_classes}; "
+                f"set data.num_classes={len(self.classes)}."
+            )
+        device, rank, world_size = worker_placement(self.trainer)
+        for split, (paths, labels) in splits.items():
+            train = split == "train"
+            self.loaders[split] = DeviceBatches(
+                torch.from_numpy(decode(paths, hp.image_size, hp.num_channels)).to(device),
+                torch.from_numpy(labels).long().to(device), hp.batch_size // world_size, rank, world_size,
+                train=train, augment=train and hp.augment, seed=hp.split_seed, mean=hp.mean[: hp.num_channels],
+                std=hp.std[: hp.num_channels], crop_padding=hp.crop_padding, flip=hp.flip,
+            )
+
+    def train_dataloader(self) -> DeviceBatches:
+        return self.loaders["train"]
+
+    def val_dataloader(self) -> DeviceBatches:
+        return self.loaders.get("val") or self.loaders["test"]
+
+    def test_dataloader(self) -> DeviceBatches:
+        return self.loaders.get("test") or self.loaders["val"]

@@ -1,0 +1,67 @@
+"""data=imagefolder on real PNG files written on the spot."""
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import run_dirs, run_train, summary_of
+from raydra.data.imagefolder import ImageFolderDataModule
+from raydra.errors import RaydraError
+
+
+def write_folder(root, classes=("circle", "square", "stripe"), per_class=20, size=16):
+    rng = np.random.default_rng(0)
+    for label, name in enumerate(classes):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            pixels = rng.integers(0, 80, (size, size, 3)) + label * 80
+            Image.fromarray(pixels.astype(np.uint8)).save(root / name / f"{i}.png")
+    return root
+
+
+def test_stratified_split_and_class_names(tmp_path):
+    data = ImageFolderDataModule(root=str(write_folder(tmp_path)), num_classes=3, image_size=8, batch_size=4)
+    data.setup()
+    assert data.classes == ["circle", "square", "stripe"]
+    sizes = {split: len(loader.labels) for split, loader in data.loaders.items()}
+    assert sizes == {"train": 48, "val": 6, "test": 6}
+    for loader in data.loaders.values():  # every class in every split
+        assert sorted(set(loader.labels.tolist())) == [0, 1, 2]
+    images, labels = next(iter(data.train_dataloader()))
+    assert images.shape == (4, 3, 8, 8) and labels.shape == (4,)
+
+
+@pytest.mark.parametrize("breakage, message", [
+    ("missing", "is not a folder"),
+    ("empty_class", "holds no images"),
+    ("corrupt", "is not a readable image"),
+    ("classes", "has 3 classes (circle, square, stripe) but data.num_classes=4; set data.num_classes=3"),
+])
+def test_bad_folders_are_named(tmp_path, breakage, message):
+    root = write_folder(tmp_path / "images")
+    num_classes = 3
+    if breakage == "missing":
+        root = tmp_path / "nowhere"
+    elif breakage == "empty_class":
+        (root / "empty").mkdir()
+    elif breakage == "corrupt":
+        (root / "square" / "3.png").write_bytes(b"not a png")
+    else:
+        num_classes = 4
+    with pytest.raises(RaydraError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        ImageFolderDataModule(root=str(root), num_classes=num_classes, image_size=8).setup()
+
+
+@pytest.mark.e2e
+def test_trains_from_pngs_on_two_workers(ray_cluster, tmp_path):
+    root = write_folder(tmp_path / "images", per_class=40)
+    done = run_train(
+        "data=imagefolder", f"data.root={root}", "data.num_classes=3", "data.image_size=16", "data.batch_size=32",
+        "model.patch_size=4", "trainer.max_epochs=3", "logger=csv", outputs=tmp_path / "out", address=ray_cluster,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = summary_of(run_dirs(tmp_path / "out")[0])
+    assert summary["status"] == "completed"
+    # 96 training images, 16 per worker per step: 3 steps an epoch.
+    assert summary["global_step"] == 3 * 3
+    assert summary["metrics"]["final"]["test/acc"] > 0.5  # three colour classes are easy
