@@ -50,7 +50,7 @@ def run(cfg: DictConfig) -> Optional[float]:
         "git_commit": run_summary.git_commit(Path(__file__).parent),
         "versions": run_summary.versions(),
     }
-    restore_sigterm = _sigterm_interrupts()
+    restore_sigterm = lambda: None  # noqa: E731
     redact_hydra_records(run_dir)
     try:
         if (run_dir / run_summary.SUMMARY).exists():
@@ -64,6 +64,9 @@ def run(cfg: DictConfig) -> Optional[float]:
         log.info(f"run {run_id}\n  dir  {run_dir}")
 
         connect(cfg.ray.address, cfg.ray.num_cpus, cfg.verbose)
+        # After connecting: ray.init installs its own SIGTERM handler, which would end the process
+        # without a summary.
+        restore_sigterm = _sigterm_interrupts()
         check_fits(cfg.scale)
         worker_output.start_run(run_dir)
         try:

@@ -73,12 +73,14 @@ def _keep_rows_up_to(csv_logger: Any, epoch: Optional[int]) -> None:
             reader = csv.DictReader(file)
             fields = reader.fieldnames
             rows = [r for r in reader if r.get("epoch") not in (None, "") and int(float(r["epoch"])) <= epoch]
-    csv_logger.experiment  # opens the writer, which removes the old file
+    writer = csv_logger.experiment  # opening the writer removes the old file
     if rows:
+        # The writer appends to an existing file only with the header it knows about.
+        writer.metrics_keys = sorted(fields)
         with path.open("w", newline="") as file:
-            writer = csv.DictWriter(file, fieldnames=fields)
-            writer.writeheader()
-            writer.writerows(rows)
+            kept = csv.DictWriter(file, fieldnames=writer.metrics_keys)
+            kept.writeheader()
+            kept.writerows(rows)
 
 
 def _wandb_logger(config: Dict[str, Any], settings: Dict[str, Any], run_dir: Path) -> Any:

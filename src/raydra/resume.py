@@ -26,8 +26,11 @@ NOT_THE_RUN = {"resume", "resume_force", "ray", "verbose", "paths", "failure"}
 def find(cfg: DictConfig) -> Path:
     """The run directory `cfg.resume` names, checked to be a raydra run that can be continued."""
     if cfg.resume == "latest":
+        # The newest run of this name that started training.
         root = Path(cfg.paths.outputs, "runs")
-        mine = [p.parent for p in root.glob("*/*/" + run_summary.SUMMARY) if _name_of(p.parent) == cfg.name]
+        # Runs that got as far as training: a config_hash is written once the config validated,
+        # so invocations refused before that (a mistyped resume=, say) are not candidates.
+        mine = [p.parent for p in root.glob("*/*/" + run_summary.SUMMARY) if _started(p.parent, cfg.name)]
         if not mine:
             raise RaydraError(f"resume=latest found no run named {cfg.name} under {root}; pass resume=<run dir>.")
         run_dir = max(mine, key=lambda p: run_summary.read(p).get("started_at", ""))
@@ -69,8 +72,9 @@ def _flat(tree: Any, prefix: str = "") -> Dict[str, Any]:
     return {prefix[:-1]: tree}
 
 
-def _name_of(run_dir: Path) -> Any:
+def _started(run_dir: Path, name: str) -> bool:
     try:
-        return run_summary.read(run_dir).get("name")
+        summary = run_summary.read(run_dir)
     except (OSError, ValueError):
-        return None
+        return False
+    return summary.get("name") == name and "config_hash" in summary
