@@ -16,8 +16,6 @@ import pytest
 
 from conftest import REPO, base_env, run_dirs, run_train, summary_of
 
-pytestmark = pytest.mark.e2e
-
 EPOCHS = 4
 RUN = ("experiment=vit_digits_smoke", f"trainer.max_epochs={EPOCHS}", "trainer.test=false", "checkpoint.num_to_keep=1")
 SECRET = "s3cr3t-value-9f2c"
@@ -34,6 +32,7 @@ def reference(ray_cluster, tmp_path_factory):
     return summary_of(run_dir)
 
 
+@pytest.mark.e2e
 def test_a_killed_worker_restarts_from_the_last_checkpoint_and_loses_no_epoch(ray_cluster, reference, tmp_path):
     driver = _start(*RUN, "failure.max_failures=1", f"tags=[{SECRET}]", outputs=tmp_path, address=ray_cluster,
                     env={"RAYDRA_TEST_TOKEN": SECRET})
@@ -58,6 +57,7 @@ def test_a_killed_worker_restarts_from_the_last_checkpoint_and_loses_no_epoch(ra
             assert SECRET.encode() not in path.read_bytes(), f"{path} holds the secret"
 
 
+@pytest.mark.e2e
 def test_sigterm_stops_the_run_and_resume_latest_finishes_it_in_the_same_dir(ray_cluster, reference, tmp_path):
     driver = _start(*RUN, outputs=tmp_path, address=ray_cluster)
     run_dir = _wait_for_checkpoint(tmp_path, driver)
@@ -134,3 +134,19 @@ def _kill_worker(pid: int) -> None:
 def _epochs_with_val(run_dir: Path) -> list:
     rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
     return [int(r["epoch"]) for r in rows if r.get("val/acc")]
+
+
+def test_redact_masks_secret_env_values_keys_and_key_overrides(monkeypatch):
+    from raydra.redact import redact
+
+    monkeypatch.setenv("HF_TOKEN", "hf_abcdef123")
+    record = {
+        "overrides": ["trainer.max_epochs=3", "+logger.wandb.api_key=abc123secret", "tags=[hf_abcdef123]"],
+        "logger": {"wandb": {"password": "pw-987654", "project": "raydra"}},
+        "error": "could not log in with hf_abcdef123",
+    }
+    assert redact(record) == {
+        "overrides": ["trainer.max_epochs=3", "+logger.wandb.api_key=***", "tags=[***]"],
+        "logger": {"wandb": {"password": "***", "project": "raydra"}},
+        "error": "could not log in with ***",
+    }
