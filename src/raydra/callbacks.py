@@ -177,6 +177,32 @@ class ConsoleProgress(pl.Callback):
         print(f"{PROGRESS_MARK}epoch {trainer.current_epoch + 1}{total}  step {trainer.global_step}  {shown}", flush=True)
 
 
+class Resumable(pl.Callback):
+    """What Lightning's checkpoint leaves out but an exact continuation needs.
+
+    - torch's RNG state (dropout, augmentation) rides in the checkpoint as tensors, so it still
+      loads with weights_only=True; the data order needs nothing, DistributedSampler derives it
+      from seed + epoch.
+    - Logger rows are flushed at each epoch start: everything up to the last checkpoint is on disk
+      before a worker can die in the next epoch.
+    """
+
+    def state_dict(self) -> Dict[str, Any]:
+        state = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        torch.set_rng_state(state_dict["torch"])
+        if "cuda" in state_dict and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state_dict["cuda"])
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        for logger in trainer.loggers:
+            logger.save()
+
+
 def peak_memory_bytes(device: torch.device) -> int:
     """CUDA's peak allocation on GPU; the process's peak resident set on CPU."""
     if device.type == "cuda":

@@ -7,6 +7,8 @@ Single runs and Hydra multirun jobs both come through `run`; there is no second 
 """
 
 import logging
+import signal
+import threading
 import time
 import uuid
 from datetime import datetime
@@ -16,11 +18,13 @@ from typing import Any, Dict, Optional
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from raydra import resume
 from raydra import summary as run_summary
 from raydra.cluster import check_fits, connect, worker_resources
 from raydra.console import worker_output
 from raydra.errors import RaydraError
 from raydra.loggers import wandb_mode
+from raydra.redact import redact_hydra_records
 from raydra.schema import validate
 
 log = logging.getLogger("raydra")
@@ -46,10 +50,14 @@ def run(cfg: DictConfig) -> Optional[float]:
         "git_commit": run_summary.git_commit(Path(__file__).parent),
         "versions": run_summary.versions(),
     }
+    restore_sigterm = lambda: None  # noqa: E731
+    redact_hydra_records(run_dir)
     try:
         if (run_dir / run_summary.SUMMARY).exists():
             raise RaydraError(f"{run_dir} already holds a run; give this one its own hydra.run.dir.")
         validate(cfg)
+        if cfg.resume:
+            run_dir, run_id = _continue(cfg, summary, run_dir)
         config = _resolve(cfg, run_dir, run_id)
         summary["config_hash"] = run_summary.config_hash(config)
         summary["precision"] = config["trainer"]["precision"]
@@ -57,6 +65,9 @@ def run(cfg: DictConfig) -> Optional[float]:
         log.info(f"run {run_id}\n  dir  {run_dir}")
 
         connect(cfg.ray.address, cfg.ray.num_cpus, cfg.verbose)
+        # After connecting: ray.init installs its own SIGTERM handler, which would end the process
+        # without a summary.
+        restore_sigterm = _sigterm_interrupts()
         check_fits(cfg.scale)
         worker_output.start_run(run_dir)
         try:
@@ -68,16 +79,52 @@ def run(cfg: DictConfig) -> Optional[float]:
         _fail(summary, run_dir, started, str(error))
         raise SystemExit(1) from None
     except KeyboardInterrupt:
-        _fail(summary, run_dir, started, "interrupted by the user", status="interrupted")
+        summary["checkpoints"] = {"last": _last_checkpoint(run_dir, run_id)}
+        _fail(summary, run_dir, started, "interrupted (Ctrl-C or SIGTERM); continue it with resume=" + str(run_dir), status="interrupted")
         raise
     except Exception as error:
         _fail(summary, run_dir, started, _one_line(error))
         raise
+    finally:
+        restore_sigterm()
     summary["finished_at"] = run_summary.now()
     summary["wall_time_s"] = round(time.time() - started, 2)
     run_summary.write(run_dir, summary)
     _report(summary, config)
     return summary["metrics"]["best"].get(cfg.checkpoint.monitor)
+
+
+def _continue(cfg: DictConfig, summary: Dict[str, Any], fresh_dir: Path) -> Any:
+    """Switch this invocation over to the run it resumes: its directory, run id and start time."""
+    run_dir = resume.find(cfg)
+    previous = run_summary.read(run_dir)
+    summary.update(
+        run_id=previous["run_id"], run_dir=str(run_dir), started_at=previous["started_at"],
+        overrides=previous.get("overrides", []),
+        resumed=previous.get("resumed", []) + [{"at": run_summary.now(), "from_status": previous.get("status"),
+                                                 "log": str(fresh_dir / "driver.log")}],
+    )
+    log.info(f"resuming {run_dir} (this invocation's driver.log: {fresh_dir})")
+    return run_dir, previous["run_id"]
+
+
+def _sigterm_interrupts() -> Any:
+    """SIGTERM (a scheduler's or `kill`'s stop) ends the run the way Ctrl-C does: workers stopped,
+    summary.json marked interrupted. Returns the function that puts the old handler back."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def _last_checkpoint(run_dir: Path, run_id: str) -> Optional[str]:
+    """The newest checkpoint Ray wrote for this run: what resume= will continue from."""
+    found = sorted(Path(run_dir, "checkpoints", run_id).glob("checkpoint_*/checkpoint.ckpt"), key=lambda p: p.stat().st_mtime)
+    return str(found[-1]) if found else None
 
 
 def _resolve(cfg: DictConfig, run_dir: Path, run_id: str) -> Dict[str, Any]:
@@ -111,10 +158,10 @@ def _fit(config: Dict[str, Any], run_dir: Path, run_id: str) -> Any:
         ),
         run_config=ray.train.RunConfig(
             # A unique name under the run's own directory: Train V2 resumes any run whose
-            # name and storage path it has seen before.
+            # name and storage path it has seen before, which is what resume= relies on.
             name=run_id,
             storage_path=str(run_dir / "checkpoints"),
-            failure_config=ray.train.FailureConfig(max_failures=0),
+            failure_config=ray.train.FailureConfig(max_failures=config["failure"]["max_failures"]),
             checkpoint_config=ray.train.CheckpointConfig(
                 num_to_keep=ckpt["num_to_keep"],
                 checkpoint_score_attribute=ckpt["monitor"],

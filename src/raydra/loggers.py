@@ -3,11 +3,14 @@
 W&B is imported only when a run asks for it, so `logger=csv` runs need no wandb install.
 """
 
+import csv
 import netrc
 import os
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 from urllib.parse import urlparse
+
+from raydra.redact import redact
 
 
 
@@ -34,7 +37,8 @@ def _wandb_api_key_configured() -> bool:
     return any(host in entries for host in hosts)
 
 
-def build_loggers(config: Dict[str, Any], rank: int) -> List[Any]:
+def build_loggers(config: Dict[str, Any], rank: int, resumed_epoch: Optional[int] = None) -> List[Any]:
+    """`resumed_epoch`: the last epoch of the checkpoint this attempt restarts from, if any."""
     # Only rank 0 writes: other ranks' metrics are the same after sync_dist, and a second writer
     # would fight over metrics.csv and start a second W&B run.
     if rank != 0:
@@ -48,15 +52,35 @@ def build_loggers(config: Dict[str, Any], rank: int) -> List[Any]:
     loggers = []
     if "csv" in settings:
         # name="" and version="" put metrics.csv straight into the run directory.
-        loggers.append(
-            pl.loggers.CSVLogger(
-                save_dir=str(run_dir), name="", version="",
-                flush_logs_every_n_steps=settings["csv"].get("flush_logs_every_n_steps", 50),
-            )
+        csv_logger = pl.loggers.CSVLogger(
+            save_dir=str(run_dir), name="", version="",
+            flush_logs_every_n_steps=settings["csv"].get("flush_logs_every_n_steps", 50),
         )
+        _keep_rows_up_to(csv_logger, resumed_epoch)
+        loggers.append(csv_logger)
     if "wandb" in settings:
         loggers.append(_wandb_logger(config, settings["wandb"], run_dir))
     return loggers
+
+
+def _keep_rows_up_to(csv_logger: Any, epoch: Optional[int]) -> None:
+    """Lightning's CSV writer deletes an existing metrics.csv when it opens. A restarted or resumed
+    run keeps the rows up to its checkpoint's epoch instead; later rows are trained again."""
+    path = Path(csv_logger.log_dir) / "metrics.csv"
+    rows, fields = [], None
+    if epoch is not None and path.exists():
+        with path.open(newline="") as file:
+            reader = csv.DictReader(file)
+            fields = reader.fieldnames
+            rows = [r for r in reader if r.get("epoch") not in (None, "") and int(float(r["epoch"])) <= epoch]
+    writer = csv_logger.experiment  # opening the writer removes the old file
+    if rows:
+        # The writer appends to an existing file only with the header it knows about.
+        writer.metrics_keys = sorted(fields)
+        with path.open("w", newline="") as file:
+            kept = csv.DictWriter(file, fieldnames=writer.metrics_keys)
+            kept.writeheader()
+            kept.writerows(rows)
 
 
 def _wandb_logger(config: Dict[str, Any], settings: Dict[str, Any], run_dir: Path) -> Any:
@@ -73,10 +97,12 @@ def _wandb_logger(config: Dict[str, Any], settings: Dict[str, Any], run_dir: Pat
         tags=list(config.get("tags") or []),
         save_dir=str(run_dir),
         id=config["run"]["id"],
+        # A restarted worker group or resume= continues the same W&B run.
+        resume="allow",
         mode=settings["mode"],
         # No console capture (Ray already streams it). No system-stats sampler: it probes cloud
         # metadata addresses, which must never be contacted from a cluster without network.
         settings=wandb.Settings(console="off", silent=True, x_disable_stats=True, x_disable_machine_info=True),
     )
-    logger.log_hyperparams(config)
+    logger.log_hyperparams(redact(config))
     return logger

@@ -66,6 +66,13 @@ class CheckpointConfig:
 
 
 @dataclass
+class FailureConfig:
+    # How many times Ray restarts the worker group after a worker or node dies; each restart
+    # continues from the last reported checkpoint. -1: without limit.
+    max_failures: int = 0
+
+
+@dataclass
 class RayConfig:
     # null starts a local Ray inside this process; "auto" or "ray://host:10001" joins a cluster.
     address: Optional[str] = None
@@ -98,6 +105,11 @@ class RaydraConfig:
     logger: Any = field(default_factory=dict)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     ray: RayConfig = field(default_factory=RayConfig)
+    failure: FailureConfig = field(default_factory=FailureConfig)
+    # A run directory to continue, or "latest": the newest run of this name under paths.outputs.
+    resume: Optional[str] = None
+    # Continue a run even though its config changed since it started.
+    resume_force: bool = False
 
 
 def register_schemas() -> None:
@@ -148,6 +160,8 @@ def validate(cfg: Any) -> None:
         raise RaydraError(f"checkpoint.num_to_keep={ckpt.num_to_keep} must be at least 1, or null to keep all.")
     if ckpt.mode not in {"min", "max"}:
         raise RaydraError(f"checkpoint.mode={ckpt.mode} must be min or max.")
+    if cfg.failure.max_failures < -1:
+        raise RaydraError(f"failure.max_failures={cfg.failure.max_failures} must be -1 (no limit) or a count from 0.")
     batch_size = cfg.data.get("batch_size")
     if batch_size is not None:
         _positive("data.batch_size", batch_size)

@@ -19,6 +19,10 @@ PACKAGES = ("raydra", "ray", "torch", "pytorch-lightning", "lightning", "transfo
 
 
 def write(run_dir: Path, summary: Dict[str, Any]) -> None:
+    from raydra.redact import redact
+
+    # Overrides and errors can carry a key typed on the command line.
+    summary = redact(summary)
     path = Path(run_dir) / SUMMARY
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(summary, indent=2, sort_keys=False, default=str) + "\n")

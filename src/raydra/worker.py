@@ -17,7 +17,7 @@ import torch
 from hydra.utils import instantiate
 from ray.train.lightning import RayLightningEnvironment, RayTrainReportCallback, prepare_trainer
 
-from raydra.callbacks import ConsoleProgress, Throughput, peak_flops, peak_memory_bytes
+from raydra.callbacks import ConsoleProgress, Resumable, Throughput, peak_flops, peak_memory_bytes
 from raydra.lightning import pl
 from raydra.loggers import build_loggers
 from raydra.strategies import build_strategy
@@ -39,14 +39,16 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
     datamodule = instantiate(config["data"])
     # The module keeps its optimizer/scheduler configs as plain data and builds them itself, so its
     # hyperparameters (and checkpoints) hold no Python objects.
-    model = instantiate(config["model"], _recursive_=False)
+    # _convert_="all": plain dicts, not DictConfigs, so checkpoints load with weights_only=True.
+    model = instantiate(config["model"], _recursive_=False, _convert_="all")
     if trainer_cfg["compile"]:
         model = torch.compile(model)
 
+    restored = _restored_checkpoint_path()
     device = ray.train.torch.get_device()
     throughput = Throughput(world_size=world_size, peak_flops=peak_flops(device, str(trainer_cfg["precision"])))
     # Throughput logs its epoch figures in on_train_epoch_end, so it must run before Ray's report.
-    callbacks = [throughput, RayTrainReportCallback()]
+    callbacks = [throughput, Resumable(), RayTrainReportCallback()]
     if rank == 0:
         callbacks.append(
             ConsoleProgress(max_epochs=trainer_cfg["max_epochs"], max_steps=trainer_cfg["max_steps"], world_size=world_size)
@@ -57,7 +59,7 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
         strategy=build_strategy(config["strategy"]),
         plugins=[RayLightningEnvironment()],
         callbacks=callbacks,
-        logger=build_loggers(config, rank) or False,
+        logger=build_loggers(config, rank, resumed_epoch=_epoch_of(restored)) or False,
         # Ray owns checkpointing: RayTrainReportCallback saves and reports one per epoch.
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -76,7 +78,10 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
     )
     trainer = prepare_trainer(trainer)
 
-    trainer.fit(model, datamodule=datamodule, ckpt_path=_restored_checkpoint_path())
+    # After a worker death or resume=, Lightning restores weights, optimizer, scheduler, loop counters
+    # and callback state (Resumable: RNG) from the last reported checkpoint. weights_only: a
+    # checkpoint is plain tensors and containers, so loading it runs no pickled code.
+    trainer.fit(model, datamodule=datamodule, ckpt_path=restored, weights_only=True)
 
     test_metrics: Dict[str, float] = {}
     if trainer_cfg["test"] and _has_test_split(datamodule):
@@ -101,6 +106,13 @@ def _restored_checkpoint_path() -> Optional[str]:
         return None
     # Checkpoints live on storage every worker can read (the run directory), so no copy is needed.
     return os.path.join(checkpoint.path, RayTrainReportCallback.CHECKPOINT_NAME)
+
+
+def _epoch_of(checkpoint_path: Optional[str]) -> Optional[int]:
+    """The epoch a restored checkpoint ended; metrics.csv rows after it are about to be re-logged."""
+    if checkpoint_path is None:
+        return None
+    return int(torch.load(checkpoint_path, map_location="cpu", weights_only=True)["epoch"])
 
 
 def _has_test_split(datamodule: Any) -> bool:

@@ -1,0 +1,80 @@
+"""`resume=<run dir>` / `resume=latest`: continue an interrupted or crashed run in its own directory.
+
+The run keeps its run id, so Ray Train V2 (same RunConfig name + storage path) restores its
+checkpoint manager and hands the workers the last checkpoint, W&B continues the same run, and
+metrics.csv and summary.json are extended rather than replaced.
+
+Hydra has already made a fresh directory for this invocation by the time the driver runs; the
+driver trains in the old one and leaves the fresh one holding only this invocation's driver.log and
+Hydra record (rewriting hydra.run.dir would need the run dir known before Hydra composes, which
+`resume=latest` cannot know without composing `name` and `paths.outputs` first).
+"""
+
+from pathlib import Path
+from typing import Any, Dict, List
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from raydra import summary as run_summary
+from raydra.errors import RaydraError
+
+# Keys that say how or where to run, not what is trained: changing them does not change the run.
+NOT_THE_RUN = {"resume", "resume_force", "ray", "verbose", "paths", "failure"}
+
+
+def find(cfg: DictConfig) -> Path:
+    """The run directory `cfg.resume` names, checked to be a raydra run that can be continued."""
+    if cfg.resume == "latest":
+        # The newest run of this name that started training.
+        root = Path(cfg.paths.outputs, "runs")
+        # Runs that got as far as training: a config_hash is written once the config validated,
+        # so invocations refused before that (a mistyped resume=, say) are not candidates.
+        mine = [p.parent for p in root.glob("*/*/" + run_summary.SUMMARY) if _started(p.parent, cfg.name)]
+        if not mine:
+            raise RaydraError(f"resume=latest found no run named {cfg.name} under {root}; pass resume=<run dir>.")
+        run_dir = max(mine, key=lambda p: run_summary.read(p).get("started_at", ""))
+    else:
+        run_dir = Path(cfg.resume).expanduser().resolve()
+    if not (run_dir / run_summary.SUMMARY).is_file() or not (run_dir / ".hydra" / "config.yaml").is_file():
+        raise RaydraError(
+            f"resume={cfg.resume}: {run_dir} is not a raydra run directory (no summary.json and .hydra/config.yaml); "
+            "pass a directory a raydra run wrote."
+        )
+    previous = run_summary.read(run_dir)
+    if previous.get("status") == "completed":
+        raise RaydraError(f"resume={cfg.resume}: {run_dir} already completed; start a new run instead of resuming it.")
+    changes = changed_keys(yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text()), cfg)
+    if changes and not cfg.resume_force:
+        raise RaydraError(
+            f"resume={cfg.resume}: the config differs from the one {run_dir} started with ({'; '.join(changes)}); "
+            "resume with the original settings, or add resume_force=true to continue with the new ones."
+        )
+    return run_dir
+
+
+def changed_keys(old: Dict[str, Any], cfg: DictConfig) -> List[str]:
+    new = OmegaConf.to_container(cfg, resolve=False)
+    before, after = _flat(old), _flat(new)
+    return [
+        f"{key}: {before.get(key, '<unset>')} -> {after.get(key, '<unset>')}"
+        for key in sorted(set(before) | set(after))
+        if key.split(".")[0] not in NOT_THE_RUN and before.get(key) != after.get(key)
+    ]
+
+
+def _flat(tree: Any, prefix: str = "") -> Dict[str, Any]:
+    if isinstance(tree, dict) and tree:
+        flat: Dict[str, Any] = {}
+        for key, value in tree.items():
+            flat.update(_flat(value, f"{prefix}{key}."))
+        return flat
+    return {prefix[:-1]: tree}
+
+
+def _started(run_dir: Path, name: str) -> bool:
+    try:
+        summary = run_summary.read(run_dir)
+    except (OSError, ValueError):
+        return False
+    return summary.get("name") == name and "config_hash" in summary
