@@ -78,8 +78,6 @@ class RayConfig:
     address: Optional[str] = None
     # Only for a local start: cap the CPUs Ray may use (null = all of this machine's).
     num_cpus: Optional[int] = None
-    # How long to wait for an autoscaler before calling a request too large for the cluster.
-    resource_wait_s: float = 0.0
 
 
 @dataclass
