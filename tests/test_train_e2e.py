@@ -40,13 +40,21 @@ def test_default_run_trains_the_digits_vit_and_leaves_a_self_describing_run_dir(
     assert val_acc[-1] == pytest.approx(summary["metrics"]["final"]["val/acc"], abs=1e-6)
     assert any(r.get("train/samples_per_s") for r in rows)
 
-    # Ray kept the best num_to_keep=2 checkpoints, inside the run directory.
+    # Ray kept the best num_to_keep=2 checkpoints, plus the latest (to resume from) when it is not
+    # among them, inside the run directory.
     kept = sorted(run_dir.glob("checkpoints/*/checkpoint_*/checkpoint.ckpt"))
-    assert len(kept) == 2
+    assert 2 <= len(kept) <= 3
     assert summary["checkpoints"]["best"] in map(str, kept)
     assert summary["checkpoints"]["last"] in map(str, kept)
 
-    # W&B ran offline, kept its files in the run dir, and holds the metrics.
+    # The last checkpoint loads back into a plain module that scores what the run's test measured.
+    from test_strategies import _test_accuracy
+    import raydra
+
+    module = raydra.load(run_dir, "last")
+    assert _test_accuracy(module) == pytest.approx(summary["metrics"]["final"]["test/acc"], abs=1e-6)
+    assert summary["strategy"]["name"] == "ddp" and len(summary["memory_per_worker"]) == 2
+
     # W&B ran offline, kept its files in the run dir, and its run file holds the logged values
     # (wandb stores each history value as the JSON text of the number).
     (wandb_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")

@@ -1,3 +1,11 @@
 """raydra: Hydra-composed experiments trained on Ray Train workers with Lightning."""
 
 __version__ = "0.1.0"
+
+
+def load(run_or_checkpoint, which="best"):
+    """The trained module of a run, for evaluation or inference: see raydra.checkpoints.load."""
+    # Imported on use: `raydra compare` must start without torch.
+    from raydra.checkpoints import load as load_checkpoint
+
+    return load_checkpoint(run_or_checkpoint, which)

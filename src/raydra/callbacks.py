@@ -1,10 +1,11 @@
-"""Lightning callbacks raydra adds to every run: throughput measurement and rank-0 console lines."""
+"""Lightning callbacks raydra adds to every run: throughput, rank-0 console lines, timed checkpoint reports."""
 
 import resource
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
+from ray.train.lightning import RayTrainReportCallback
 from torch.utils.flop_counter import FlopCounterMode
 
 from raydra.console import PROGRESS_MARK
@@ -185,7 +186,13 @@ class Resumable(pl.Callback):
       from seed + epoch.
     - Logger rows are flushed at each epoch start: everything up to the last checkpoint is on disk
       before a worker can die in the next epoch.
+    - The module's class, so `raydra.load` can rebuild it from the checkpoint alone.
     """
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: Dict[str, Any]) -> None:
+        # FSDP2 swaps a sharded module's class for a generated FSDP<Name> subclass: name the user's.
+        cls = next(c for c in type(pl_module).__mro__ if not c.__module__.startswith("torch."))
+        checkpoint["module_class"] = f"{cls.__module__}.{cls.__qualname__}"
 
     def state_dict(self) -> Dict[str, Any]:
         state = {"torch": torch.get_rng_state()}
@@ -201,6 +208,29 @@ class Resumable(pl.Callback):
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         for logger in trainer.loggers:
             logger.save()
+
+
+class TimedReport(RayTrainReportCallback):
+    """Ray's per-epoch checkpoint and report, timed: training stands still while a checkpoint is
+    written and handed to Ray, so its cost is part of what a strategy costs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds: List[float] = []
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        start = time.perf_counter()
+        super().on_train_epoch_end(trainer, pl_module)
+        self.seconds.append(time.perf_counter() - start)
+
+
+def model_state_bytes(module: torch.nn.Module, optimizers: List[torch.optim.Optimizer]) -> int:
+    """Bytes of parameters and optimizer state this worker holds: its shard under FSDP, all of it under DDP."""
+    tensors = list(module.parameters())
+    tensors += [v for opt in optimizers for state in opt.state.values() for v in state.values() if torch.is_tensor(v)]
+    # A sharded (DTensor) parameter's own memory is its local shard.
+    local = [t.to_local() if hasattr(t, "to_local") else t for t in tensors]
+    return int(sum(t.numel() * t.element_size() for t in local))
 
 
 def peak_memory_bytes(device: torch.device) -> int:

@@ -617,7 +617,10 @@ def show_text(run: Run, notes: List[str]) -> str:
     if number(dig(s, "throughput", "samples_per_s")) is not None:
         lines.append(f"samples/s {dig(s, 'throughput', 'samples_per_s'):.1f}")
     if s.get("world_size") or s.get("strategy"):
-        lines.append(f"workers   {s.get('world_size', '?')} ({s.get('strategy', '?')})")
+        strategy = s.get("strategy")
+        # summary.json records the strategy's settings; older runs only its name.
+        name = strategy.get("name", "?") if isinstance(strategy, dict) else strategy or "?"
+        lines.append(f"workers   {s.get('world_size', '?')} ({name})")
     if s.get("git_commit"):
         lines.append(f"commit    {s['git_commit']}")
 

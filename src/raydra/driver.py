@@ -44,7 +44,7 @@ def run(cfg: DictConfig) -> Optional[float]:
         "started_at": run_summary.now(),
         "overrides": list(HydraConfig.get().overrides.task),
         "monitor": {"metric": cfg.checkpoint.monitor, "mode": cfg.checkpoint.mode},
-        "strategy": cfg.strategy.get("name"),
+        "strategy": OmegaConf.to_container(cfg.strategy, resolve=True),
         "world_size": cfg.scale.num_workers,
         "use_gpu": cfg.scale.use_gpu,
         "git_commit": run_summary.git_commit(Path(__file__).parent),
@@ -192,6 +192,8 @@ def _user_error(error: BaseException) -> Optional[RaydraError]:
 
 def _outcome(result: Any, cfg: DictConfig) -> Dict[str, Any]:
     worker = result.return_value or {}
+    memory = worker.get("memory_per_worker", [])
+    save_s = worker.get("checkpoint_save_s") or []
     monitor, mode = cfg.checkpoint.monitor, cfg.checkpoint.mode
     history = result.metrics_dataframe
     final = {k: _number(v) for k, v in (result.metrics or {}).items()}
@@ -208,13 +210,16 @@ def _outcome(result: Any, cfg: DictConfig) -> Dict[str, Any]:
         "status": "completed",
         "metrics": {"final": final, "best": best},
         "throughput": worker.get("throughput", {}),
-        "peak_memory_bytes": worker.get("peak_memory_bytes"),
+        "peak_memory_bytes": max((w["peak_bytes"] for w in memory), default=None),
+        "memory_per_worker": memory,
         "epochs_completed": worker.get("epochs_completed"),
         "global_step": worker.get("global_step"),
         "checkpoints": {
             "best": _ckpt_file(best_checkpoint),
             "last": _ckpt_file(result.checkpoint),
             "dir": result.path,
+            # Mean time training stood still per checkpoint (write + hand-over to Ray), rank 0's view.
+            "save_s_mean": round(sum(save_s) / len(save_s), 3) if save_s else None,
         },
     }
 

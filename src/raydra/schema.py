@@ -7,6 +7,7 @@ Ray starts.
 `model` and `data` stay open: they are `_target_` + constructor arguments of the user's classes.
 """
 
+import importlib.util
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -33,6 +34,40 @@ class DDPConfig:
     gradient_as_bucket_view: bool = True
     static_graph: bool = False
     # torch.distributed backend; null picks nccl on GPU and gloo on CPU.
+    backend: Optional[str] = None
+    timeout_s: int = 1800
+
+
+@dataclass
+class FSDPConfig:
+    name: str = "fsdp"
+    # full: parameters, gradients and optimizer state sharded, gathered per block (ZeRO-3).
+    # grad_op: parameters stay gathered from forward to backward (ZeRO-2). hybrid: full within a
+    # node, replicated across nodes.
+    sharding: str = "full"
+    # Recompute each block's activations in backward instead of storing them.
+    activation_checkpointing: bool = False
+    # Keep parameters and optimizer state in host memory between uses (GPU workers only).
+    cpu_offload: bool = False
+    # null: compute in the dtype trainer.precision gives. bf16/fp16: FSDP gathers and computes the
+    # parameters in that dtype and reduces gradients in fp32.
+    mixed_precision: Optional[str] = None
+    # sharded: each worker writes its shard (fast, no gather). full: rank 0 gathers one file.
+    checkpoint_layout: str = "sharded"
+    backend: Optional[str] = None
+    timeout_s: int = 1800
+
+
+@dataclass
+class DeepSpeedConfig:
+    name: str = "deepspeed"
+    # ZeRO stage: 1 shards optimizer state, 2 also gradients, 3 also parameters.
+    stage: int = 2
+    offload_optimizer: bool = False
+    # Needs stage 3.
+    offload_parameters: bool = False
+    # Anything else DeepSpeed's config JSON takes, merged over what the keys above set.
+    config: Dict[str, Any] = field(default_factory=dict)
     backend: Optional[str] = None
     timeout_s: int = 1800
 
@@ -114,6 +149,8 @@ def register_schemas() -> None:
     cs = ConfigStore.instance()
     cs.store(name="raydra_schema", node=RaydraConfig)
     cs.store(group="schema/strategy", name="ddp", node=DDPConfig)
+    cs.store(group="schema/strategy", name="fsdp", node=FSDPConfig)
+    cs.store(group="schema/strategy", name="deepspeed", node=DeepSpeedConfig)
 
 
 PRECISIONS = {"auto", "64", "64-true", "32", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "transformer-engine"}
@@ -154,6 +191,7 @@ def validate(cfg: Any) -> None:
             f"trainer.precision={precision} needs GPU workers; on CPU use trainer.precision=bf16-mixed or 32, "
             "or set scale.use_gpu=true."
         )
+    _validate_strategy(cfg.strategy, scale, precision)
     if ckpt.num_to_keep is not None and ckpt.num_to_keep < 1:
         raise RaydraError(f"checkpoint.num_to_keep={ckpt.num_to_keep} must be at least 1, or null to keep all.")
     if ckpt.mode not in {"min", "max"}:
@@ -168,6 +206,40 @@ def validate(cfg: Any) -> None:
                 f"data.batch_size={batch_size} (the global batch) does not split evenly over "
                 f"scale.num_workers={scale.num_workers}; pick a multiple of {scale.num_workers}."
             )
+
+
+def _validate_strategy(strategy: Any, scale: Any, precision: str) -> None:
+    if strategy.name == "fsdp":
+        if strategy.sharding not in {"full", "grad_op", "hybrid"}:
+            raise RaydraError(f"strategy.sharding={strategy.sharding} is not an FSDP sharding; use full, grad_op or hybrid.")
+        if strategy.checkpoint_layout not in {"sharded", "full"}:
+            raise RaydraError(f"strategy.checkpoint_layout={strategy.checkpoint_layout} must be sharded or full.")
+        if strategy.mixed_precision not in {None, "bf16", "fp16"}:
+            raise RaydraError(f"strategy.mixed_precision={strategy.mixed_precision} must be null, bf16 or fp16.")
+        if strategy.cpu_offload and not scale.use_gpu:
+            raise RaydraError(
+                "strategy.cpu_offload=true moves GPU memory to the host, but these workers are CPU workers; "
+                "drop it, or set scale.use_gpu=true."
+            )
+        if precision in {"16-mixed", "16-true"}:
+            # Lightning's fp16 loss scaler checks only this worker's gradient shard for overflow, so the
+            # workers would disagree on which steps to skip.
+            raise RaydraError(
+                f"trainer.precision={precision} is not supported with strategy=fsdp; use trainer.precision=bf16-mixed, "
+                "or strategy.mixed_precision=fp16 with trainer.precision=32."
+            )
+    if strategy.name == "deepspeed":
+        if strategy.stage not in {1, 2, 3}:
+            raise RaydraError(f"strategy.stage={strategy.stage} is not a ZeRO stage; use 1, 2 or 3.")
+        if strategy.offload_parameters and strategy.stage != 3:
+            raise RaydraError("strategy.offload_parameters=true needs strategy.stage=3 (only stage 3 shards parameters).")
+        if not scale.use_gpu:
+            raise RaydraError(
+                "strategy=deepspeed runs on CUDA GPUs only (Lightning's DeepSpeed integration refuses CPU devices); "
+                "use strategy=fsdp for sharded training on CPU workers, or scale=gpu."
+            )
+        if importlib.util.find_spec("deepspeed") is None:
+            raise RaydraError("strategy=deepspeed needs the deepspeed package; install it with `pip install raydra[deepspeed]`.")
 
 
 def _positive(key: str, value: float) -> None:

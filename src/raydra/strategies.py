@@ -1,15 +1,38 @@
 """The Lightning strategy a worker trains with, built from the `strategy` group.
 
-Only Ray's strategies: Lightning's own `ddp` would start its own processes and rendezvous, and
-Ray's `prepare_trainer` rejects it.
+- ddp: Ray's RayDDPStrategy.
+- fsdp: PyTorch's FSDP2 (`fully_shard`) through Lightning's ModelParallelStrategy, made Ray-aware
+  the way Ray's own strategies are (device and sampler ranks from Ray's context). Ray's
+  RayFSDPStrategy wraps FSDP1, which PyTorch has deprecated, refuses CPU devices and segfaults
+  saving a full state dict on CPU; FSDP2 runs on CPU and GPU alike.
+- deepspeed: Ray's RayDeepSpeedStrategy (CUDA only; `pip install raydra[deepspeed]`).
+
+Never Lightning's own `ddp`: it would start its own processes and rendezvous beside Ray's.
+
+Sharded checkpoints: every worker writes its own shards into its own directory and reports it to
+Ray, which merges the workers' directories in storage. Lightning broadcasts rank 0's path instead,
+which on a multi-node cluster would leave the other nodes' shards where Ray never looks.
 """
 
-from typing import Any, Dict
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
 
-from ray.train.lightning import RayDDPStrategy
+import ray.train
+import ray.train.torch
+import torch
+from ray.train.lightning import RayDDPStrategy, RayDeepSpeedStrategy, RayLightningEnvironment
+
+from raydra.errors import RaydraError
+from raydra.lightning import pl
+
+ModelParallelStrategy = pl.strategies.ModelParallelStrategy
+# Lightning's helpers behind ModelParallelStrategy, from whichever package Ray's strategies use.
+_lightning = sys.modules[ModelParallelStrategy.__module__]
 
 
-def build_strategy(settings: Dict[str, Any]) -> Any:
+def build_strategy(settings: Dict[str, Any], shard_blocks: Optional[List[str]] = None) -> Any:
+    """`shard_blocks`: the class names of the model's repeated blocks (its config's `shard_blocks`)."""
     name = settings["name"]
     if name == "ddp":
         return RayDDPStrategy(
@@ -17,7 +40,28 @@ def build_strategy(settings: Dict[str, Any]) -> Any:
             gradient_as_bucket_view=settings["gradient_as_bucket_view"],
             static_graph=settings["static_graph"],
         )
+    if name == "fsdp":
+        return RayFSDP2Strategy(settings, shard_blocks or [])
+    if name == "deepspeed":
+        return ShardedRayDeepSpeedStrategy(
+            stage=settings["stage"],
+            offload_optimizer=settings["offload_optimizer"],
+            offload_parameters=settings["offload_parameters"],
+            config=_deepspeed_config(settings),
+        )
     raise ValueError(f"strategy.name={name} has no builder")
+
+
+def check_ray_environment(trainer: Any) -> Any:
+    """Ray's `prepare_trainer` for every strategy: it accepts only Ray's three strategy classes,
+    so the FSDP2 strategy gets the same environment check here."""
+    from ray.train.lightning import prepare_trainer
+
+    if isinstance(trainer.strategy, RayFSDP2Strategy):
+        if not isinstance(trainer.strategy.cluster_environment, RayLightningEnvironment):
+            raise RuntimeError("the FSDP strategy needs plugins=[RayLightningEnvironment()]")
+        return trainer
+    return prepare_trainer(trainer)
 
 
 def torch_config(settings: Dict[str, Any]) -> Any:
@@ -25,3 +69,123 @@ def torch_config(settings: Dict[str, Any]) -> Any:
     from ray.train.torch import TorchConfig
 
     return TorchConfig(backend=settings.get("backend"), timeout_s=settings.get("timeout_s", 1800))
+
+
+class RayFSDP2Strategy(ModelParallelStrategy):
+    """FSDP2 over all of Ray's workers: each of the model's blocks, then the whole model, is
+    `fully_shard`ed, so a worker holds 1/N of the parameters, gradients and optimizer state.
+
+    Lightning's ModelParallelStrategy asks the LightningModule to shard itself in configure_model;
+    here the sharding comes from config, so research modules stay plain LightningModules.
+    """
+
+    def __init__(self, settings: Dict[str, Any], shard_blocks: List[str]) -> None:
+        world_size = ray.train.get_context().get_world_size()
+        super().__init__(
+            data_parallel_size=world_size,
+            tensor_parallel_size=1,
+            save_distributed_checkpoint=settings["checkpoint_layout"] == "sharded",
+        )
+        self.settings = settings
+        self.shard_blocks = shard_blocks
+
+    @property
+    def root_device(self) -> torch.device:
+        return ray.train.torch.get_device()
+
+    @property
+    def distributed_sampler_kwargs(self) -> Dict[str, Any]:
+        return dict(num_replicas=self.world_size, rank=self.global_rank)
+
+    def setup(self, trainer: Any) -> None:
+        # ModelParallelStrategy.setup, with the module sharded here instead of in configure_model.
+        self.accelerator.setup(trainer)
+        self._shard(self.lightning_module)
+        _lightning._materialize_distributed_module(self.model, self.root_device)
+        self.model = self.precision_plugin.convert_module(self.model)
+        self.model_to_device()
+        self.barrier()
+        if trainer.state.fn == _lightning.TrainerFn.FITTING:
+            self.setup_optimizers(trainer)
+        self.setup_precision_plugin()
+        if trainer.state.fn == _lightning.TrainerFn.FITTING:
+            _lightning._optimizers_to_device(self.optimizers, self.root_device)
+
+    def _shard(self, module: torch.nn.Module) -> None:
+        from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
+
+        if isinstance(module, FSDPModule):
+            return  # trainer.test after fit sets the strategy up again on the already-sharded module
+        blocks = [m for m in module.modules() if type(m).__name__ in set(self.shard_blocks)]
+        if self.shard_blocks and not blocks:
+            raise RaydraError(
+                f"model.shard_blocks={self.shard_blocks} names no module class of {type(module).__name__}; "
+                "name the class of its repeated blocks (e.g. ViTLayer), or [] to shard the model as one unit."
+            )
+        if self.settings["activation_checkpointing"]:
+            from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
+
+            # Recompute each block's activations in backward instead of keeping them.
+            apply_activation_checkpointing(module, check_fn=lambda m: type(m).__name__ in set(self.shard_blocks))
+        options: Dict[str, Any] = {"mesh": self._mesh()}
+        # grad_op keeps gathered parameters between forward and backward (ZeRO-2): less communication,
+        # more memory. full frees them after each block's forward (ZeRO-3).
+        options["reshard_after_forward"] = self.settings["sharding"] != "grad_op"
+        if self.settings["mixed_precision"]:
+            dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[self.settings["mixed_precision"]]
+            # Gather and compute in the low dtype; reduce gradients in fp32 so small updates survive.
+            options["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+        if self.settings["cpu_offload"]:
+            options["offload_policy"] = CPUOffloadPolicy()
+        for block in blocks:
+            fully_shard(block, **options)
+        fully_shard(module, **options)
+
+    def _mesh(self) -> Any:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        context = ray.train.get_context()
+        world, per_node = context.get_world_size(), context.get_local_world_size()
+        if self.settings["sharding"] == "hybrid" and world > per_node:
+            # Shard within a node (fast links), replicate across nodes (slow links).
+            return init_device_mesh(self.root_device.type, (world // per_node, per_node), mesh_dim_names=("replicate", "shard"))
+        return init_device_mesh(self.root_device.type, (world,), mesh_dim_names=("shard",))
+
+    def save_checkpoint(self, checkpoint: Dict[str, Any], filepath: Any, storage_options: Optional[Any] = None) -> None:
+        if not self._save_distributed_checkpoint:
+            return super().save_checkpoint(checkpoint, filepath, storage_options)
+        path = Path(filepath)  # this worker's own directory: see the module docstring
+        path.mkdir(parents=True, exist_ok=True)
+        shards = {"state_dict": checkpoint.pop("state_dict")}
+        shards.update({f"optimizer_{i}": state for i, state in enumerate(checkpoint.pop("optimizer_states", []))})
+        _lightning._distributed_checkpoint_save(shards, path)
+        if self.global_rank == 0:
+            torch.save(checkpoint, path / _lightning._METADATA_FILENAME)
+
+
+class ShardedRayDeepSpeedStrategy(RayDeepSpeedStrategy):
+    """RayDeepSpeedStrategy whose checkpoint shards go to each worker's own directory."""
+
+    def save_checkpoint(self, checkpoint: Dict[str, Any], filepath: Any, storage_options: Optional[Any] = None) -> None:
+        # DeepSpeedStrategy.save_checkpoint without its broadcast of rank 0's path: see the module docstring.
+        client_state = {k: v for k, v in checkpoint.items() if k not in ("state_dict", "optimizer_states")}
+        self.deepspeed_engine.save_checkpoint(
+            filepath, client_state=client_state, tag="checkpoint", exclude_frozen_parameters=self.exclude_frozen_parameters
+        )
+
+
+def _deepspeed_config(settings: Dict[str, Any]) -> Dict[str, Any]:
+    """ZeRO settings from the named knobs, with `strategy.config` merged over them for anything else."""
+    zero: Dict[str, Any] = {"stage": settings["stage"]}
+    if settings["offload_optimizer"]:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if settings["offload_parameters"]:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    return _merge({"zero_optimization": zero, "zero_allow_untested_optimizer": True}, settings.get("config") or {})
+
+
+def _merge(base: Dict[str, Any], extra: Dict[str, Any]) -> Dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+    return merged

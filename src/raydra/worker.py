@@ -9,18 +9,22 @@ import logging
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import ray.train
 import ray.train.torch
 import torch
 from hydra.utils import instantiate
-from ray.train.lightning import RayLightningEnvironment, RayTrainReportCallback, prepare_trainer
+from ray.train.lightning import RayLightningEnvironment, RayTrainReportCallback
 
-from raydra.callbacks import ConsoleProgress, Resumable, Throughput, peak_flops, peak_memory_bytes
+from raydra.callbacks import (
+    ConsoleProgress, Resumable, Throughput, TimedReport, model_state_bytes, peak_flops, peak_memory_bytes,
+)
+from raydra.checkpoints import checkpoint_meta
+from raydra.errors import RaydraError
 from raydra.lightning import pl
 from raydra.loggers import build_loggers
-from raydra.strategies import build_strategy
+from raydra.strategies import build_strategy, check_ray_environment
 
 
 def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -37,18 +41,23 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
     pl.seed_everything(config["seed"], workers=True, verbose=False)
 
     datamodule = instantiate(config["data"])
+    model_config = dict(config["model"])
+    # Read by strategy=fsdp; the module's constructor does not take it.
+    shard_blocks = model_config.pop("shard_blocks", None)
     # The module keeps its optimizer/scheduler configs as plain data and builds them itself, so its
     # hyperparameters (and checkpoints) hold no Python objects.
     # _convert_="all": plain dicts, not DictConfigs, so checkpoints load with weights_only=True.
-    model = instantiate(config["model"], _recursive_=False, _convert_="all")
+    model = instantiate(model_config, _recursive_=False, _convert_="all")
     if trainer_cfg["compile"]:
         model = torch.compile(model)
 
     restored = _restored_checkpoint_path()
     device = ray.train.torch.get_device()
+    _check_precision(device, str(trainer_cfg["precision"]))
     throughput = Throughput(world_size=world_size, peak_flops=peak_flops(device, str(trainer_cfg["precision"])))
     # Throughput logs its epoch figures in on_train_epoch_end, so it must run before Ray's report.
-    callbacks = [throughput, Resumable(), RayTrainReportCallback()]
+    report = TimedReport()
+    callbacks = [throughput, Resumable(), report]
     if rank == 0:
         callbacks.append(
             ConsoleProgress(max_epochs=trainer_cfg["max_epochs"], max_steps=trainer_cfg["max_steps"], world_size=world_size)
@@ -56,7 +65,7 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
     trainer = pl.Trainer(
         accelerator="gpu" if scale["use_gpu"] else "cpu",
         devices="auto",
-        strategy=build_strategy(config["strategy"]),
+        strategy=build_strategy(config["strategy"], shard_blocks),
         plugins=[RayLightningEnvironment()],
         callbacks=callbacks,
         logger=build_loggers(config, rank, resumed_epoch=_epoch_of(restored)) or False,
@@ -76,7 +85,7 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
         deterministic=trainer_cfg["deterministic"],
         default_root_dir=str(run_dir),
     )
-    trainer = prepare_trainer(trainer)
+    trainer = check_ray_environment(trainer)
 
     # After a worker death or resume=, Lightning restores weights, optimizer, scheduler, loop counters
     # and callback state (Resumable: RNG) from the last reported checkpoint. weights_only: a
@@ -92,7 +101,12 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
     return {
         "test_metrics": test_metrics,
         "throughput": throughput.summary(),
-        "peak_memory_bytes": peak_memory_bytes(trainer.strategy.root_device),
+        # Every worker's figure: sharding makes them differ, and the largest decides what fits.
+        "memory_per_worker": _gather(trainer, {
+            "peak_bytes": peak_memory_bytes(trainer.strategy.root_device),
+            "model_state_bytes": model_state_bytes(model, trainer.optimizers),
+        }),
+        "checkpoint_save_s": report.seconds,
         "global_step": trainer.global_step,
         "epochs_completed": trainer.current_epoch,
         "world_size": world_size,
@@ -112,7 +126,25 @@ def _epoch_of(checkpoint_path: Optional[str]) -> Optional[int]:
     """The epoch a restored checkpoint ended; metrics.csv rows after it are about to be re-logged."""
     if checkpoint_path is None:
         return None
-    return int(torch.load(checkpoint_path, map_location="cpu", weights_only=True)["epoch"])
+    return int(checkpoint_meta(checkpoint_path)["epoch"])
+
+
+def _check_precision(device: torch.device, precision: str) -> None:
+    """bf16 needs an Ampere-or-newer GPU; only the worker can see which GPU it got."""
+    if device.type == "cuda" and precision.startswith("bf16") and not torch.cuda.is_bf16_supported():
+        raise RaydraError(
+            f"trainer.precision={precision} needs a GPU with bf16 support (Ampere or newer), but this worker has a "
+            f"{torch.cuda.get_device_name(device)}; use trainer.precision=16-mixed."
+        )
+
+
+def _gather(trainer: Any, figures: Dict[str, int]) -> List[Dict[str, int]]:
+    """Every worker's `figures`, in rank order, on every worker."""
+    if not torch.distributed.is_initialized():
+        return [figures]
+    gathered: List[Any] = [None] * trainer.world_size
+    torch.distributed.all_gather_object(gathered, figures)
+    return gathered
 
 
 def _has_test_split(datamodule: Any) -> bool:

@@ -1,0 +1,108 @@
+"""strategy=ddp|fsdp|deepspeed: their configs and refusals (fast), and real sharded runs on 2 CPU
+workers that are stopped, resumed and loaded back into a plain module (e2e)."""
+
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+import raydra
+from conftest import run_dirs, run_train, summary_of
+from raydra.errors import RaydraError
+from raydra.schema import validate
+from test_config import composed
+from test_reliability import RUN, _epochs_with_val, _start, _wait_for_checkpoint
+
+
+def test_each_strategy_composes_with_its_own_schema():
+    assert composed("strategy=fsdp").strategy.sharding == "full"
+    assert composed("strategy=deepspeed").strategy.stage == 2
+    # The model names its repeated block, so the user does not.
+    assert list(composed().model.shard_blocks) == ["ViTLayer"]
+    validate(composed("strategy=fsdp", "strategy.sharding=grad_op", "strategy.activation_checkpointing=true",
+                      "strategy.mixed_precision=bf16", "strategy.checkpoint_layout=full"))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["strategy=fsdp", "strategy.sharding=zero3"], "strategy.sharding=zero3 is not an FSDP sharding; use full, grad_op or hybrid"),
+    (["strategy=fsdp", "strategy.checkpoint_layout=dcp"], "strategy.checkpoint_layout=dcp must be sharded or full"),
+    (["strategy=fsdp", "strategy.mixed_precision=fp8"], "strategy.mixed_precision=fp8 must be null, bf16 or fp16"),
+    (["strategy=fsdp", "strategy.cpu_offload=true"], "these workers are CPU workers"),
+    (["strategy=fsdp", "scale=gpu", "trainer.precision=16-mixed"], "use trainer.precision=bf16-mixed"),
+    (["strategy=deepspeed"], "strategy=deepspeed runs on CUDA GPUs only"),
+    (["strategy=deepspeed", "scale=gpu", "strategy.stage=4"], "strategy.stage=4 is not a ZeRO stage"),
+    (["strategy=deepspeed", "scale=gpu", "strategy.offload_parameters=true"], "needs strategy.stage=3"),
+    (["trainer.precision=16-mixed"], "needs GPU workers; on CPU use trainer.precision=bf16-mixed or 32"),
+])
+def test_unsupported_combinations_fail_at_validation_saying_what_to_use(overrides, message):
+    with pytest.raises(RaydraError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        validate(composed(*overrides))
+
+
+def test_a_typo_in_a_strategy_key_fails_at_compose_time():
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException, match="strategy.shardng"):
+        composed("strategy=fsdp", "strategy.shardng=full")
+
+
+def _test_accuracy(module) -> float:
+    from raydra.data.digits import DigitsDataModule
+
+    data = DigitsDataModule(batch_size=64, val_fraction=0.15, test_fraction=0.15, split_seed=0, num_workers=0)
+    data.setup("test")
+    correct = total = 0
+    with torch.no_grad():
+        for images, labels in data.test_dataloader():
+            correct += int((module(images).argmax(-1) == labels).sum())
+            total += len(labels)
+    return correct / total
+
+
+@pytest.mark.e2e
+def test_fsdp_shards_state_checkpoints_per_worker_resumes_and_loads_into_a_plain_module(ray_cluster, tmp_path):
+    run = (*RUN[:-2], "strategy=fsdp", "checkpoint.num_to_keep=1")  # with the test split
+    driver = _start(*run, outputs=tmp_path, address=ray_cluster)
+    run_dir = _wait_for_checkpoint(tmp_path, driver)
+    driver.send_signal(signal.SIGTERM)
+    out, _ = driver.communicate(timeout=120)
+    assert summary_of(run_dir)["status"] == "interrupted", out
+
+    resumed = run_train(*run, "resume=latest", outputs=tmp_path, address=ray_cluster)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    summary = summary_of(run_dir)
+    assert summary["status"] == "completed" and summary["strategy"]["name"] == "fsdp"
+    assert _epochs_with_val(run_dir) == list(range(4))  # no epoch lost or trained twice across the stop
+
+    # Each worker wrote its own shard of the checkpoint; Ray merged them into one folder.
+    checkpoint = Path(summary["checkpoints"]["last"])
+    assert {"__0_0.distcp", "__1_0.distcp", "meta.pt", ".metadata"} <= {p.name for p in checkpoint.iterdir()}
+
+    # Loaded back into one process, the weights give exactly the accuracy the run's own test measured.
+    module = raydra.load(run_dir, "last")
+    assert type(module).__name__ == "ViTClassifier" and not module.training
+    assert _test_accuracy(module) == pytest.approx(summary["metrics"]["final"]["test/acc"], abs=1e-6)
+
+    # Each worker holds about half of the parameters and AdamW's two moments, not all of them.
+    full_state = sum(p.numel() * p.element_size() for p in module.parameters()) * 3
+    per_worker = [w["model_state_bytes"] for w in summary["memory_per_worker"]]
+    assert len(per_worker) == 2 and max(per_worker) <= 0.6 * full_state
+    assert all(w["peak_bytes"] > 0 for w in summary["memory_per_worker"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "deepspeed"])
+def test_each_strategy_trains_with_bf16_on_gpu_and_loads_back(strategy, tmp_path):
+    if strategy == "deepspeed":
+        pytest.importorskip("deepspeed")
+    gpus = torch.cuda.device_count()
+    done = run_train("scale=gpu", f"scale.num_workers={min(gpus, 2)}", f"strategy={strategy}", "logger=csv",
+                     "trainer.max_epochs=3", "data.batch_size=64", "trainer.precision=bf16-mixed", outputs=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run_dir,) = run_dirs(tmp_path)
+    summary = summary_of(run_dir)
+    assert summary["status"] == "completed" and summary["precision"] == "bf16-mixed"
+    assert summary["metrics"]["final"]["val/acc"] > 0.5
+    assert _test_accuracy(raydra.load(run_dir, "last").float()) == pytest.approx(
+        summary["metrics"]["final"]["test/acc"], abs=0.02)
