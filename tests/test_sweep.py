@@ -25,7 +25,7 @@ register_schemas()
 SMALL_SWEEP = (
     "tune=asha",
     "tune.num_samples=4",
-    "'tune.space={model.optimizer.lr: {choice: [1e-5, 3e-3]}, data.batch_size: {choice: [32, 64]}}'",
+    "tune.space={model.optimizer.lr: {choice: [1e-5, 3e-3]}, data.batch_size: {choice: [32, 64]}}",
     "scale.num_workers=1",
     "trainer.max_epochs=3",
 )
@@ -112,20 +112,21 @@ def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_b
     """One sweep for the whole life cycle, to keep the suite short: run, SIGKILL the driver once
     a trial has finished, resume, then rerun the best trial from best_config.yaml."""
     args = [sys.executable, str(REPO / "train.py"), f"paths.outputs={tmp_path}", f"ray.address={ray_cluster}",
-            "logger=[csv,wandb]", *[a.strip("'") for a in SMALL_SWEEP]]
+            "logger=[csv,wandb]", *SMALL_SWEEP]
     log = (tmp_path / "first.log").open("w")
     first = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=base_env())
-    deadline = time.time() + 300
-    sweep_dir = None
+    # Kill once a trial has run to the end while at least two are still to finish, and after
+    # Tune's experiment-state period (5 s), so the finished trial is on record.
+    deadline = time.time() + 400
     while time.time() < deadline:
-        found = list(tmp_path.glob("sweeps/*/*/sweep.json"))
-        sweep_dir = found[0].parent if found else None
-        if sweep_dir and any(s["status"] == "completed" for s in _trials(sweep_dir).values()):
+        printed = (tmp_path / "first.log").read_text()
+        ended = printed.count(" done after ") + printed.count(" stopped early after ")
+        if " done after " in printed and ended <= 2:
             break
-        assert first.poll() is None, (tmp_path / "first.log").read_text()
-        time.sleep(1)
-    # Past Tune's experiment-state period (5 s), so the finished trial is on record.
-    time.sleep(7)
+        assert first.poll() is None and ended <= 2, printed
+        time.sleep(0.5)
+    time.sleep(6)
+    (sweep_dir,) = [p.parent for p in tmp_path.glob("sweeps/*/*/sweep.json")]
     first.send_signal(signal.SIGKILL)
     first.wait()
     before = _trials(sweep_dir)

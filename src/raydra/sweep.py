@@ -360,7 +360,7 @@ def _concurrency(cfg: DictConfig) -> int:
     asked = cfg.tune.max_concurrent
     if asked is not None and asked > fits:
         log.info(f"tune.max_concurrent={asked} but the cluster holds {fits} trial(s) side by side; running {fits} at a time")
-    return min(asked or fits, fits, cfg.tune.num_samples)
+    return min(asked or fits, fits)
 
 
 def _tuner(cfg: DictConfig, sweep_dir: Path, record: Dict[str, Any], concurrency: int, progress: "Progress") -> Any:
@@ -490,10 +490,12 @@ class Progress(ray.tune.Callback):
 
     def __init__(self, metric: str, max_epochs: int) -> None:
         self.metric, self.max_epochs = metric, max_epochs
-        self.trials: Dict[str, Any] = {}
+        # Trial id -> Tune status after Tune's last step: a snapshot, because stopping an
+        # interrupted sweep changes the trials' own status afterwards.
+        self.statuses: Dict[str, str] = {}
 
     def on_step_end(self, iteration: int, trials: List[Any], **info: Any) -> None:
-        self.trials = {trial.trial_id: trial for trial in trials}
+        self.statuses = {trial.trial_id: trial.status for trial in trials}
 
     def on_trial_start(self, iteration: int, trials: List[Any], trial: Any, **info: Any) -> None:
         log.info(f"trial {trial.trial_id} started: {_fmt_sampled(trial.config)}")
@@ -513,7 +515,7 @@ class Progress(ray.tune.Callback):
 
     def __getstate__(self) -> Dict[str, Any]:
         # Tune pickles its RunConfig, callbacks included, into the sweep's tune/ directory.
-        return {"metric": self.metric, "max_epochs": self.max_epochs, "trials": {}}
+        return {"metric": self.metric, "max_epochs": self.max_epochs, "statuses": {}}
 
 
 def _settle_trials(
@@ -528,7 +530,7 @@ def _settle_trials(
     for result in grid or []:
         if result.metrics and "trial_id" in result.metrics:
             results[result.metrics["trial_id"]] = result
-    statuses = {trial_id: trial.status for trial_id, trial in progress.trials.items()}
+    statuses = progress.statuses
     rows = []
     seen = set()
     for run_dir in sorted(Path(sweep_dir, "trials").glob("*/" + run_summary.SUMMARY)):
