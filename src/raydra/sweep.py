@@ -283,6 +283,7 @@ def run(cfg: DictConfig) -> Optional[float]:
             f"sweep {record['id']}: {tune_cfg.num_samples} trials of {cfg.name}, {concurrency} at a time, "
             f"{tune_cfg.search} search, {tune_cfg.scheduler} scheduler, {mode} {metric}\n  dir  {sweep_dir}"
         )
+        progress.scheduler_state = sweep_dir / "tune" / "scheduler_state.pkl"
         tuner = _tuner(cfg, sweep_dir, record, concurrency, progress)
         worker_output.start_run(sweep_dir)
         # Concurrent trials' epoch lines would interleave; _Progress prints one line per trial event.
@@ -384,9 +385,18 @@ def _tuner(cfg: DictConfig, sweep_dir: Path, record: Dict[str, Any], concurrency
         # The restored RunConfig holds the interrupted driver's callback, unpickled; this process
         # needs its own to see the trials. Tuner.restore takes no callbacks of its own.
         tuner._local_tuner.get_run_config().callbacks = [progress]
+        # Tuner.restore brings back the scheduler as it was created, with no rungs: trials run
+        # after a resume would be compared only with each other. Progress saved its rungs.
+        progress.scheduler = tuner._local_tuner._tune_config.scheduler
+        if progress.scheduler is not None and progress.scheduler_state.is_file():
+            # Only the rungs: Tune refuses a scheduler that already holds a metric and mode.
+            unset = {k: v for k, v in vars(progress.scheduler).items() if k in ("_metric", "_mode", "_metric_op")}
+            progress.scheduler.restore(str(progress.scheduler_state))
+            vars(progress.scheduler).update(unset)
         return tuner
     space = {key: domain(key, name, args) for key, (name, args) in parse_space(cfg).items()}
     metric, mode = record["metric"], record["mode"]
+    progress.scheduler = _scheduler(cfg)
     return tune.Tuner(
         trainable,
         param_space=space,
@@ -395,7 +405,7 @@ def _tuner(cfg: DictConfig, sweep_dir: Path, record: Dict[str, Any], concurrency
             mode=mode,
             num_samples=cfg.tune.num_samples,
             search_alg=_search(cfg, concurrency),
-            scheduler=_scheduler(cfg),
+            scheduler=progress.scheduler,
             # Random search limits itself (above); Tune wraps Optuna in a ConcurrencyLimiter.
             max_concurrent_trials=concurrency if cfg.tune.search == "optuna" else None,
             # A stopped trial's process must end: reused, its training thread would run on.
@@ -493,6 +503,16 @@ class Progress(ray.tune.Callback):
         # Trial id -> Tune status after Tune's last step: a snapshot, because stopping an
         # interrupted sweep changes the trials' own status afterwards.
         self.statuses: Dict[str, str] = {}
+        self.scheduler: Any = None
+        self.scheduler_state: Optional[Path] = None
+
+    def _save_scheduler(self) -> None:
+        # Called after the scheduler has seen the result, so its rungs include it.
+        if self.scheduler is None or self.scheduler_state is None or not self.scheduler_state.parent.is_dir():
+            return
+        tmp = self.scheduler_state.with_suffix(".tmp")
+        self.scheduler.save(str(tmp))
+        os.replace(tmp, self.scheduler_state)
 
     def on_step_end(self, iteration: int, trials: List[Any], **info: Any) -> None:
         self.statuses = {trial.trial_id: trial.status for trial in trials}
@@ -504,6 +524,7 @@ class Progress(ray.tune.Callback):
         value = result.get(self.metric)
         if isinstance(value, (int, float)):
             log.info(f"trial {trial.trial_id} epoch {result.get('training_iteration')}: {self.metric} {value:.4f}")
+        self._save_scheduler()
 
     def on_trial_complete(self, iteration: int, trials: List[Any], trial: Any, **info: Any) -> None:
         epochs = (trial.last_result or {}).get("training_iteration", 0)
@@ -515,7 +536,7 @@ class Progress(ray.tune.Callback):
 
     def __getstate__(self) -> Dict[str, Any]:
         # Tune pickles its RunConfig, callbacks included, into the sweep's tune/ directory.
-        return {"metric": self.metric, "max_epochs": self.max_epochs, "statuses": {}}
+        return {"metric": self.metric, "max_epochs": self.max_epochs, "statuses": {}, "scheduler": None, "scheduler_state": None}
 
 
 def _settle_trials(
