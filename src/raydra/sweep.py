@@ -180,6 +180,7 @@ def _trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, Any])
     (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
     (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(conf))
     (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides, sort_keys=False))
+    redact_hydra_records(run_dir)
     summary = driver.new_summary(conf, run_dir, run_id, overrides)
     summary["trial"] = {"sweep": sweep["id"], "id": trial_id, "sampled": sampled}
     if previous:
