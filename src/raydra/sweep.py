@@ -207,7 +207,7 @@ def _trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, Any])
     # The last epoch reaches Tune only now, with the test metrics, once summary.json is complete
     # (see ReportToTune).
     final = dict(summary["metrics"]["final"])
-    final["epoch"] = summary.get("epochs_completed")
+    final["epochs_done"] = summary.get("epochs_completed")
     ray.tune.report(final)
 
 
@@ -228,8 +228,11 @@ class ReportToTune(TuneReportCallback):
         self.max_epochs = max_epochs
 
     def after_report(self, run_context: Any, metrics: List[Dict[str, Any]], checkpoint: Any) -> None:
-        if metrics and metrics[0].get("epoch", -1) + 1 >= self.max_epochs:
+        if not metrics or metrics[0].get("epoch", -1) + 1 >= self.max_epochs:
             return
+        # ASHA counts epochs_done, not Tune's training_iteration, which starts again at 1 when a
+        # resumed sweep restarts a trial that Train V2 continues from a later epoch.
+        metrics = [dict(metrics[0], epochs_done=metrics[0]["epoch"] + 1), *metrics[1:]]
         super().after_report(run_context, metrics, checkpoint)
 
 
@@ -298,7 +301,7 @@ def run(cfg: DictConfig) -> Optional[float]:
             worker_output.echo_progress = echo
         rows = _settle_trials(sweep_dir, grid, progress, metric, mode, tune_cfg.scheduler)
         _write_tables(sweep_dir, rows, metric)
-        unfinished = [row for row in rows if row["status"] in ("running", "pending")]
+        unfinished = [row for row in rows if row["status"] in ("running", "pending", "interrupted")]
         if unfinished:
             raise KeyboardInterrupt
         best = _best(rows, mode)
@@ -421,8 +424,11 @@ def _tuner(cfg: DictConfig, sweep_dir: Path, record: Dict[str, Any], concurrency
 def _search(cfg: DictConfig, concurrency: int) -> Any:
     # metric and mode go to TuneConfig only: Tune refuses them twice.
     if cfg.tune.search == "optuna":
+        import optuna
         from ray.tune.search.optuna import OptunaSearch
 
+        if not cfg.verbose:
+            optuna.logging.set_verbosity(optuna.logging.WARNING)
         return OptunaSearch(seed=cfg.tune.seed)
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
@@ -436,7 +442,7 @@ def _scheduler(cfg: DictConfig) -> Any:
 
     asha = cfg.tune.asha
     return ASHAScheduler(
-        time_attr="training_iteration",  # one report per epoch
+        time_attr="epochs_done",
         max_t=asha.max_t or cfg.trainer.max_epochs,
         grace_period=asha.grace_period,
         reduction_factor=asha.reduction_factor,
@@ -524,11 +530,11 @@ class Progress(ray.tune.Callback):
     def on_trial_result(self, iteration: int, trials: List[Any], trial: Any, result: Dict[str, Any], **info: Any) -> None:
         value = result.get(self.metric)
         if isinstance(value, (int, float)):
-            log.info(f"trial {trial.trial_id} epoch {result.get('training_iteration')}: {self.metric} {value:.4f}")
+            log.info(f"trial {trial.trial_id} epoch {result.get('epochs_done')}: {self.metric} {value:.4f}")
         self._save_scheduler()
 
     def on_trial_complete(self, iteration: int, trials: List[Any], trial: Any, **info: Any) -> None:
-        epochs = (trial.last_result or {}).get("training_iteration", 0)
+        epochs = (trial.last_result or {}).get("epochs_done", 0)
         how = "done" if epochs >= self.max_epochs else "stopped early"
         log.info(f"trial {trial.trial_id} {how} after {epochs} epoch(s)")
 
@@ -590,7 +596,7 @@ def _stopped(result: Any, metric: str, mode: str, run_dir: Path, run_id: str, sc
     if history is not None and metric in history:
         row = history.loc[history[metric].idxmax() if mode == "max" else history[metric].idxmin()]
         best = {k: driver._number(v) for k, v in row.items() if "/" in str(k) and driver._number(v) is not None}
-    epochs = last.get("training_iteration")
+    epochs = last.get("epochs_done")
     return {
         "status": "stopped",
         "error": None,
