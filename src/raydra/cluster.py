@@ -62,8 +62,18 @@ def _check_reachable(address: str) -> None:
         ) from None
 
 
-def worker_resources(scale: Any) -> Dict[str, float]:
-    resources = {"CPU": float(scale.cpus_per_worker)}
+# What a Tune trial's own process (the driver of its TorchTrainer) holds. Tune rejects a trial that
+# asks for no CPU; the workers of a trial ask for this much less between them, so N trials need
+# exactly N times what one run's workers need (measured: trial {CPU: 0.01} + one worker {CPU: 0.99}
+# run two trials side by side on 2 CPUs).
+TRIAL_CPU = 0.01
+
+
+def worker_resources(scale: Any, tune_trial: bool = False) -> Dict[str, float]:
+    cpus = float(scale.cpus_per_worker)
+    if tune_trial:
+        cpus = max(cpus - TRIAL_CPU / scale.num_workers, TRIAL_CPU)
+    resources = {"CPU": cpus}
     if scale.use_gpu:
         resources["GPU"] = float(scale.gpus_per_worker)
     resources.update({k: float(v) for k, v in scale.resources_per_worker.items()})
@@ -87,6 +97,24 @@ def check_fits(scale: Any) -> None:
         f"({scale.placement_strategy}) but the Ray cluster has {_fmt(totals, keys=per_worker)} "
         f"on {len(nodes)} node(s); lower scale.num_workers or scale.cpus_per_worker, or add nodes."
     )
+
+
+def trials_that_fit(scale: Any) -> int:
+    """How many trials' worker groups the live nodes can hold at once (at least 1: check_fits has
+    already refused a run that does not fit once)."""
+    per_worker = worker_resources(scale)
+    nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+    if scale.placement_strategy == "STRICT_PACK":
+        groups = sum(_count_fits(node, per_worker) // scale.num_workers for node in nodes)
+    elif scale.placement_strategy == "STRICT_SPREAD":
+        # g groups fit when the nodes, each giving at most one worker per group, hold g x num_workers.
+        fits = [min(_count_fits(node, per_worker), 1 << 16) for node in nodes]
+        groups = 0
+        while sum(min(f, groups + 1) for f in fits) >= (groups + 1) * scale.num_workers:
+            groups += 1
+    else:
+        groups = _workers_placeable(nodes, per_worker, scale.placement_strategy) // scale.num_workers
+    return max(1, groups)
 
 
 def _workers_placeable(nodes: List[Dict[str, float]], per_worker: Dict[str, float], strategy: str) -> int:

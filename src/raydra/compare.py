@@ -51,6 +51,10 @@ class Run:
 
 
 def is_run_dir(path: str) -> bool:
+    # A tune= sweep directory holds Hydra's record of the invocation too; its sweep.json says it
+    # is a sweep, whose runs are below it.
+    if os.path.isfile(os.path.join(path, "sweep.json")):
+        return False
     return os.path.isfile(os.path.join(path, "summary.json")) or os.path.isfile(
         os.path.join(path, ".hydra", "config.yaml")
     )

@@ -3,7 +3,8 @@
     validate -> resolve once into plain data -> connect to Ray -> check the cluster can hold it
     -> TorchTrainer(train_loop on every worker) -> summary.json
 
-Single runs and Hydra multirun jobs both come through `run`; there is no second training path.
+Single runs and Hydra multirun jobs both come through `run`, Tune trials (sweep.py) through
+`fit_and_record`, which `run` uses too; there is no second training path.
 """
 
 import logging
@@ -13,7 +14,7 @@ import time
 import uuid
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
@@ -32,24 +33,14 @@ log = logging.getLogger("raydra")
 
 def run(cfg: DictConfig) -> Optional[float]:
     """Train the run `cfg` describes; returns its best monitored metric (for Hydra sweepers)."""
+    if cfg.get("tune") is not None:
+        from raydra import sweep
+
+        return sweep.run(cfg)
     started = time.time()
     run_dir = Path(HydraConfig.get().runtime.output_dir).resolve()
     run_id = f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{cfg.name}_{uuid.uuid4().hex[:6]}"
-    summary: Dict[str, Any] = {
-        "name": cfg.name,
-        "run_id": run_id,
-        "run_dir": str(run_dir),
-        "status": "running",
-        "error": None,
-        "started_at": run_summary.now(),
-        "overrides": list(HydraConfig.get().overrides.task),
-        "monitor": {"metric": cfg.checkpoint.monitor, "mode": cfg.checkpoint.mode},
-        "strategy": OmegaConf.to_container(cfg.strategy, resolve=True),
-        "world_size": cfg.scale.num_workers,
-        "use_gpu": cfg.scale.use_gpu,
-        "git_commit": run_summary.git_commit(Path(__file__).parent),
-        "versions": run_summary.versions(),
-    }
+    summary = new_summary(cfg, run_dir, run_id, list(HydraConfig.get().overrides.task))
     restore_sigterm = lambda: None  # noqa: E731
     redact_hydra_records(run_dir)
     try:
@@ -59,9 +50,7 @@ def run(cfg: DictConfig) -> Optional[float]:
         if cfg.resume:
             run_dir, run_id = _continue(cfg, summary, run_dir)
         config = _resolve(cfg, run_dir, run_id)
-        summary["config_hash"] = run_summary.config_hash(config)
-        summary["precision"] = config["trainer"]["precision"]
-        run_summary.write(run_dir, summary)
+        _record_start(config, summary)
         log.info(f"run {run_id}\n  dir  {run_dir}")
 
         connect(cfg.ray.address, cfg.ray.num_cpus, cfg.verbose)
@@ -71,10 +60,9 @@ def run(cfg: DictConfig) -> Optional[float]:
         check_fits(cfg.scale)
         worker_output.start_run(run_dir)
         try:
-            result = _fit(config, run_dir, run_id)
+            fit_and_record(config, summary, started)
         finally:
             worker_output.end_run()
-        summary.update(_outcome(result, cfg))
     except RaydraError as error:
         _fail(summary, run_dir, started, str(error))
         raise SystemExit(1) from None
@@ -87,11 +75,47 @@ def run(cfg: DictConfig) -> Optional[float]:
         raise
     finally:
         restore_sigterm()
-    summary["finished_at"] = run_summary.now()
-    summary["wall_time_s"] = round(time.time() - started, 2)
-    run_summary.write(run_dir, summary)
     _report(summary, config)
     return summary["metrics"]["best"].get(cfg.checkpoint.monitor)
+
+
+def new_summary(cfg: Any, run_dir: Path, run_id: str, overrides: List[str]) -> Dict[str, Any]:
+    """summary.json's opening content, from a composed config or its resolved plain form."""
+    return {
+        "name": cfg["name"],
+        "run_id": run_id,
+        "run_dir": str(run_dir),
+        "status": "running",
+        "error": None,
+        "started_at": run_summary.now(),
+        "overrides": overrides,
+        "monitor": {"metric": cfg["checkpoint"]["monitor"], "mode": cfg["checkpoint"]["mode"]},
+        # The strategy's settings, not only its name: sharding and layout decide memory and checkpoints.
+        "strategy": OmegaConf.to_container(cfg["strategy"], resolve=True) if OmegaConf.is_config(cfg) else dict(cfg["strategy"]),
+        "world_size": cfg["scale"]["num_workers"],
+        "use_gpu": cfg["scale"]["use_gpu"],
+        "git_commit": run_summary.git_commit(Path(__file__).parent),
+        "versions": run_summary.versions(),
+    }
+
+
+def fit_and_record(config: Dict[str, Any], summary: Dict[str, Any], started: float, tune_trial: bool = False) -> Dict[str, Any]:
+    """Fit a resolved plain-dict config into config["run"]["dir"] and record the outcome in its
+    summary.json. The one fit behind a single run, a Hydra multirun job and a Tune trial; errors
+    propagate for the caller to record as it sees fit."""
+    _record_start(config, summary)
+    result = _fit(config, Path(config["run"]["dir"]), config["run"]["id"], tune_trial)
+    summary.update(_outcome(result, config))
+    summary["finished_at"] = run_summary.now()
+    summary["wall_time_s"] = round(time.time() - started, 2)
+    run_summary.write(Path(config["run"]["dir"]), summary)
+    return summary
+
+
+def _record_start(config: Dict[str, Any], summary: Dict[str, Any]) -> None:
+    summary["config_hash"] = run_summary.config_hash(config)
+    summary["precision"] = config["trainer"]["precision"]
+    run_summary.write(Path(config["run"]["dir"]), summary)
 
 
 def _continue(cfg: DictConfig, summary: Dict[str, Any], fresh_dir: Path) -> Any:
@@ -138,7 +162,7 @@ def _resolve(cfg: DictConfig, run_dir: Path, run_id: str) -> Dict[str, Any]:
     return config
 
 
-def _fit(config: Dict[str, Any], run_dir: Path, run_id: str) -> Any:
+def _fit(config: Dict[str, Any], run_dir: Path, run_id: str, tune_trial: bool = False) -> Any:
     import ray.train
     from ray.train.torch import TorchTrainer
 
@@ -146,6 +170,14 @@ def _fit(config: Dict[str, Any], run_dir: Path, run_id: str) -> Any:
     from raydra.worker import train_loop
 
     scale, ckpt = config["scale"], config["checkpoint"]
+    callbacks, failure = [], {"max_failures": config["failure"]["max_failures"]}
+    if tune_trial:
+        from raydra.sweep import ReportToTune
+
+        callbacks.append(ReportToTune(config["trainer"]["max_epochs"]))
+        # A trial whose workers cannot be placed must fail, not wait: by default Ray restarts
+        # the controller of a worker group that timed out starting, without end.
+        failure["controller_failure_limit"] = 0
     trainer = TorchTrainer(
         train_loop,
         train_loop_config=config,
@@ -153,7 +185,7 @@ def _fit(config: Dict[str, Any], run_dir: Path, run_id: str) -> Any:
         scaling_config=ray.train.ScalingConfig(
             num_workers=scale["num_workers"],
             use_gpu=scale["use_gpu"],
-            resources_per_worker=worker_resources(OmegaConf.create(scale)),
+            resources_per_worker=worker_resources(OmegaConf.create(scale), tune_trial=tune_trial),
             placement_strategy=scale["placement_strategy"],
         ),
         run_config=ray.train.RunConfig(
@@ -161,7 +193,8 @@ def _fit(config: Dict[str, Any], run_dir: Path, run_id: str) -> Any:
             # name and storage path it has seen before, which is what resume= relies on.
             name=run_id,
             storage_path=str(run_dir / "checkpoints"),
-            failure_config=ray.train.FailureConfig(max_failures=config["failure"]["max_failures"]),
+            failure_config=ray.train.FailureConfig(**failure),
+            callbacks=callbacks,
             checkpoint_config=ray.train.CheckpointConfig(
                 num_to_keep=ckpt["num_to_keep"],
                 checkpoint_score_attribute=ckpt["monitor"],
@@ -190,11 +223,11 @@ def _user_error(error: BaseException) -> Optional[RaydraError]:
     return None
 
 
-def _outcome(result: Any, cfg: DictConfig) -> Dict[str, Any]:
+def _outcome(result: Any, config: Dict[str, Any]) -> Dict[str, Any]:
     worker = result.return_value or {}
     memory = worker.get("memory_per_worker", [])
     save_s = worker.get("checkpoint_save_s") or []
-    monitor, mode = cfg.checkpoint.monitor, cfg.checkpoint.mode
+    monitor, mode = config["checkpoint"]["monitor"], config["checkpoint"]["mode"]
     history = result.metrics_dataframe
     final = {k: _number(v) for k, v in (result.metrics or {}).items()}
     final.update(worker.get("test_metrics", {}))

@@ -2,7 +2,7 @@
 
 The root config is a dataclass stored in Hydra's ConfigStore (`raydra_schema`), typed for the groups
 whose shape raydra owns (scale, trainer, checkpoint, ray); each strategy option extends its own
-schema from `schema/strategy/`. A misspelt key or a wrong type fails while Hydra composes, before
+schema from `schema/strategy/`, each tune option `schema/tune`. A misspelt key or a wrong type fails while Hydra composes, before
 Ray starts.
 `model` and `data` stay open: they are `_target_` + constructor arguments of the user's classes.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
 from raydra.errors import RaydraError
 
 
@@ -116,6 +116,40 @@ class RayConfig:
 
 
 @dataclass
+class AshaConfig:
+    # Epochs every trial trains before it can be stopped, and the fraction (1/reduction_factor)
+    # kept at each rung. max_t null: trainer.max_epochs.
+    grace_period: int = 1
+    reduction_factor: float = 2.0
+    max_t: Optional[int] = None
+    brackets: int = 1
+
+
+@dataclass
+class TuneConfig:
+    """A Ray Tune search over runs (src/raydra/sweep.py); null in the root config means no sweep."""
+
+    # random: Tune's random/grid sampling. optuna: Optuna's TPE as Tune's search algorithm.
+    search: str = "random"
+    # asha: stop poor trials early. fifo: every trial runs to the end.
+    scheduler: str = "asha"
+    # {dotted config key: {distribution: [arguments]}}, e.g. {model.optimizer.lr: {loguniform: [1e-4, 1e-1]}}.
+    # Open (struct off): Hydra would otherwise refuse a command-line distribution the YAML lacks.
+    space: Dict[str, Any] = field(default_factory=lambda: DictConfig({}, flags={"struct": False}))
+    num_samples: int = 4
+    # null: checkpoint.monitor and checkpoint.mode.
+    metric: Optional[str] = None
+    mode: Optional[str] = None
+    # Trials at once; null: as many as the cluster can place side by side.
+    max_concurrent: Optional[int] = None
+    # Seed of the search algorithm (the trials themselves use `seed`).
+    seed: Optional[int] = 0
+    asha: AshaConfig = field(default_factory=AshaConfig)
+    # A sweep directory to continue: finished trials are kept, unfinished ones run again.
+    resume: Optional[str] = None
+
+
+@dataclass
 class PathsConfig:
     outputs: str = "outputs"
 
@@ -143,6 +177,9 @@ class RaydraConfig:
     resume: Optional[str] = None
     # Continue a run even though its config changed since it started.
     resume_force: bool = False
+    # A Ray Tune sweep over this run (tune=asha, tune=random, tune=optuna); null: one run. Each
+    # tune option extends schema/tune from its YAML file.
+    tune: Any = None
 
 
 def register_schemas() -> None:
@@ -151,6 +188,9 @@ def register_schemas() -> None:
     cs.store(group="schema/strategy", name="ddp", node=DDPConfig)
     cs.store(group="schema/strategy", name="fsdp", node=FSDPConfig)
     cs.store(group="schema/strategy", name="deepspeed", node=DeepSpeedConfig)
+    cs.store(group="schema", name="tune", node=TuneConfig)
+    # conf/hydra/default.yaml puts a tune= sweep under sweeps/, next to -m multiruns.
+    OmegaConf.register_new_resolver("raydra.runs_or_sweeps", lambda tune: "runs" if tune is None else "sweeps", replace=True)
 
 
 PRECISIONS = {"auto", "64", "64-true", "32", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "transformer-engine"}
@@ -198,6 +238,8 @@ def validate(cfg: Any) -> None:
         raise RaydraError(f"checkpoint.mode={ckpt.mode} must be min or max.")
     if cfg.failure.max_failures < -1:
         raise RaydraError(f"failure.max_failures={cfg.failure.max_failures} must be -1 (no limit) or a count from 0.")
+    if cfg.get("tune") is not None:
+        _validate_tune(cfg.tune)
     batch_size = cfg.data.get("batch_size")
     if batch_size is not None:
         _positive("data.batch_size", batch_size)
@@ -240,6 +282,40 @@ def _validate_strategy(strategy: Any, scale: Any, precision: str) -> None:
             )
         if importlib.util.find_spec("deepspeed") is None:
             raise RaydraError("strategy=deepspeed needs the deepspeed package; install it with `pip install raydra[deepspeed]`.")
+
+
+SEARCHES = ("random", "optuna")
+SCHEDULERS = ("asha", "fifo")
+
+
+def _validate_tune(tune: Any) -> None:
+    if tune.num_samples < 1:
+        raise RaydraError(f"tune.num_samples={tune.num_samples} must be at least 1.")
+    if tune.search not in SEARCHES:
+        raise RaydraError(f"tune.search={tune.search} is not a search raydra knows; use one of {', '.join(SEARCHES)}.")
+    if tune.scheduler == "pbt":
+        # Measured on Ray 2.60: TuneReportCallback hands Tune metrics and a checkpoint *path*, never
+        # a Tune checkpoint, so PBT's exploit step would restart a trial from scratch.
+        raise RaydraError(
+            "tune.scheduler=pbt is not supported: under Ray Train V2 a trial reports no Tune checkpoint for PBT "
+            "to clone; use tune.scheduler=asha or fifo."
+        )
+    if tune.scheduler not in SCHEDULERS:
+        raise RaydraError(f"tune.scheduler={tune.scheduler} is not a scheduler raydra knows; use one of {', '.join(SCHEDULERS)}.")
+    if tune.mode is not None and tune.mode not in {"min", "max"}:
+        raise RaydraError(f"tune.mode={tune.mode} must be min or max (or null for checkpoint.mode).")
+    if tune.max_concurrent is not None:
+        _positive("tune.max_concurrent", tune.max_concurrent)
+    _positive("tune.asha.grace_period", tune.asha.grace_period)
+    if tune.asha.reduction_factor <= 1:
+        raise RaydraError(f"tune.asha.reduction_factor={tune.asha.reduction_factor} must be above 1.")
+    if tune.asha.max_t is not None and tune.asha.max_t < tune.asha.grace_period:
+        raise RaydraError(f"tune.asha.max_t={tune.asha.max_t} is below tune.asha.grace_period={tune.asha.grace_period}.")
+    if not tune.space and not tune.resume:
+        raise RaydraError(
+            "tune.space is empty, so there is nothing to search; add keys, e.g. "
+            "'tune.space={model.optimizer.lr: {loguniform: [1e-4, 1e-1]}}'."
+        )
 
 
 def _positive(key: str, value: float) -> None:

@@ -18,19 +18,19 @@ SUMMARY = "summary.json"
 PACKAGES = ("raydra", "ray", "torch", "pytorch-lightning", "lightning", "transformers", "hydra-core", "wandb", "diffusers")
 
 
-def write(run_dir: Path, summary: Dict[str, Any]) -> None:
+def write(run_dir: Path, summary: Dict[str, Any], name: str = SUMMARY) -> None:
     from raydra.redact import redact
 
     # Overrides and errors can carry a key typed on the command line.
     summary = redact(summary)
-    path = Path(run_dir) / SUMMARY
+    path = Path(run_dir) / name
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(summary, indent=2, sort_keys=False, default=str) + "\n")
     os.replace(tmp, path)
 
 
-def read(run_dir: Path) -> Dict[str, Any]:
-    return json.loads((Path(run_dir) / SUMMARY).read_text())
+def read(run_dir: Path, name: str = SUMMARY) -> Dict[str, Any]:
+    return json.loads((Path(run_dir) / name).read_text())
 
 
 def now() -> str:

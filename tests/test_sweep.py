@@ -1,0 +1,192 @@
+"""tune=: Ray Tune sweeps over runs. Fast checks of the space and its errors, then real sweeps on
+the session's 2-CPU Ray cluster, judged by the sweep directory they leave."""
+
+import csv
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+
+from conftest import REPO, base_env, run_train, summary_of
+from raydra.errors import RaydraError
+from raydra.schema import register_schemas, validate
+
+register_schemas()
+
+# Two clearly different learning rates, so ASHA has a trial to stop at its first rung; one worker
+# per trial, so two trials fit side by side on 2 CPUs.
+SMALL_SWEEP = (
+    "tune=asha",
+    "tune.num_samples=4",
+    "tune.space={model.optimizer.lr: {choice: [1e-5, 3e-3]}, data.batch_size: {choice: [32, 64]}}",
+    "scale.num_workers=1",
+    "trainer.max_epochs=3",
+)
+
+
+def composed(*overrides: str):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose(config_name="train", overrides=list(overrides))
+
+
+def space_of(*overrides: str):
+    from raydra.sweep import check_samples, parse_space
+
+    cfg = composed("tune=asha", *overrides)
+    validate(cfg)
+    space = parse_space(cfg)
+    check_samples(cfg, space)
+    return space
+
+
+# ---------------------------------------------------------------------------------------------
+# The space and the sweep's settings, checked before Ray starts
+
+
+def test_tune_options_compose_with_their_typed_schema():
+    for option, search, scheduler in [("asha", "random", "asha"), ("random", "random", "fifo"), ("optuna", "optuna", "asha")]:
+        cfg = composed(f"tune={option}")
+        assert (cfg.tune.search, cfg.tune.scheduler) == (search, scheduler)
+        validate(cfg)
+    assert composed().tune is None
+    with pytest.raises(ConfigCompositionException, match="num_samplez"):
+        composed("tune=asha", "tune.num_samplez=3")
+    with pytest.raises(ConfigCompositionException, match="tune.num_samples=many"):
+        composed("tune=asha", "tune.num_samples=many")
+
+
+def test_space_keys_are_dotted_or_nested_and_the_command_line_distribution_wins():
+    space = space_of(
+        "tune.space={model.optimizer.lr: {choice: [1e-3, 1e-2]}, data.batch_size: null}",
+        "+tune.space.model.dropout={uniform: [0.0, 0.3]}",
+    )
+    assert space == {"model.optimizer.lr": ("choice", [1e-3, 1e-2]), "model.dropout": ("uniform", [0.0, 0.3])}
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["+tune.space.model.optimizer.lrr={loguniform: [1e-4, 1e-1]}"], "tune.space: model.optimizer.lrr is not a key of the composed config"),
+        (["tune.space={model.optimizer.lr: {logunifrom: [1e-4, 1e-1]}}"], "tune.space.model.optimizer.lr: logunifrom is not a distribution"),
+        (["tune.space={data.batch_size: {choice: [32, 33]}}"], "tune.space.data.batch_size: the value 33 makes an invalid run"),
+        (["+tune.space.scale.num_workers={uniform: [1, 2]}"], "tune.space.scale.num_workers: the value 1.0 makes an invalid run"),
+        (["tune.num_samples=0"], "tune.num_samples=0 must be at least 1"),
+        (["tune.scheduler=pbt"], "tune.scheduler=pbt is not supported"),
+        (["tune.space={model.optimizer.lr: null, data.batch_size: null}"], "tune.space leaves no key to search"),
+    ],
+)
+def test_bad_sweep_input_names_the_key(overrides, message):
+    with pytest.raises(RaydraError, match=message.replace(".", r"\.")):
+        space_of(*overrides)
+
+
+def test_a_bad_space_key_fails_before_ray_starts_and_leaves_a_failed_sweep(tmp_path):
+    started = time.time()
+    done = run_train("tune=asha", "+tune.space.model.hidden_sise={choice: [32, 64]}", outputs=tmp_path, timeout=120)
+    assert done.returncode == 1
+    assert "tune.space: model.hidden_sise is not a key of the composed config" in done.stdout
+    assert time.time() - started < 30
+    (sweep_dir,) = [p.parent for p in tmp_path.glob("sweeps/*/*/sweep.json")]
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    assert record["status"] == "failed" and "hidden_sise" in record["error"]
+    assert not (sweep_dir / "trials").exists() and not (sweep_dir / "tune").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Real sweeps
+
+
+def _trials(sweep_dir: Path) -> dict:
+    return {p.parent.name: summary_of(p.parent) for p in sweep_dir.glob("trials/*/summary.json")}
+
+
+@pytest.mark.e2e
+def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_best_config_reruns(ray_cluster, tmp_path):
+    """One sweep for the whole life cycle, to keep the suite short: run, SIGKILL the driver once
+    a trial has finished, resume, then rerun the best trial from best_config.yaml."""
+    args = [sys.executable, str(REPO / "train.py"), f"paths.outputs={tmp_path}", f"ray.address={ray_cluster}",
+            "logger=[csv,wandb]", *SMALL_SWEEP]
+    log = (tmp_path / "first.log").open("w")
+    first = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=base_env())
+    # Kill once a trial has run to the end while at least two are still to finish, and after
+    # Tune's experiment-state period (5 s), so the finished trial is on record.
+    deadline = time.time() + 400
+    while time.time() < deadline:
+        printed = (tmp_path / "first.log").read_text()
+        ended = printed.count(" done after ") + printed.count(" stopped early after ")
+        if " done after " in printed and ended <= 2:
+            break
+        assert first.poll() is None and ended <= 2, printed
+        time.sleep(0.5)
+    time.sleep(6)
+    (sweep_dir,) = [p.parent for p in tmp_path.glob("sweeps/*/*/sweep.json")]
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    before = _trials(sweep_dir)
+    finished_before = {t: s["finished_at"] for t, s in before.items() if s["status"] == "completed"}
+    assert finished_before, before
+    assert json.loads((sweep_dir / "sweep.json").read_text())["status"] == "running"
+    assert not (sweep_dir / "best_config.yaml").exists()
+
+    done = run_train(*SMALL_SWEEP, "logger=[csv,wandb]", f"tune.resume={sweep_dir}", outputs=tmp_path, address=ray_cluster)
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    assert record["status"] == "completed" and len(record["resumed"]) == 1
+
+    trials = _trials(sweep_dir)
+    assert len(trials) == 4
+    for trial, finished_at in finished_before.items():
+        assert trials[trial]["finished_at"] == finished_at and "resumed" not in trials[trial]
+    statuses = sorted(s["status"] for s in trials.values())
+    assert "stopped" in statuses and "completed" in statuses and "failed" not in statuses
+    for summary in trials.values():
+        if summary["status"] == "stopped":
+            assert summary["epochs_completed"] < 3 and "val/acc" in summary["metrics"]["final"]
+    # Trials ran side by side: two trials' lifetimes overlap.
+    spans = sorted((s["started_at"], s["finished_at"]) for s in trials.values())
+    assert any(b[0] < a[1] for a, b in zip(spans, spans[1:]))
+    # One W&B group, named after the sweep, for all trials; each trial its own run.
+    groups = {yaml.safe_load((sweep_dir / "trials" / t / ".hydra" / "config.yaml").read_text())["logger"]["wandb"]["group"] for t in trials}
+    assert groups == {record["id"]}
+    assert len(list(sweep_dir.glob("trials/*/wandb/offline-run-*"))) == 4
+
+    rows = list(csv.DictReader((sweep_dir / "trials.csv").open()))
+    assert len(rows) == 4 and {"model.optimizer.lr", "data.batch_size", "val/acc", "status", "wall_s"} <= set(rows[0])
+    best = record["best"]
+    assert trials[best["trial"]]["status"] == "completed"
+    assert best["metric"] == max(s["metrics"]["final"]["val/acc"] for s in trials.values() if s["status"] == "completed")
+    assert (sweep_dir / "best_checkpoint.ckpt").resolve() == Path(best["checkpoint"]).resolve()
+
+    # raydra compare reads the sweep as its trials, the sampled keys as what differs.
+    table = subprocess.run([sys.executable, "-m", "raydra", "compare", str(sweep_dir), "--format", "json"],
+                           capture_output=True, text=True, check=True).stdout
+    assert len(json.loads(table)) == 4 and "model.optimizer.lr" in json.loads(table)[0]
+
+    rerun = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "--config-path", str(sweep_dir), "--config-name", "best_config",
+         f"paths.outputs={tmp_path / 'rerun'}"],
+        cwd=REPO, capture_output=True, text=True, timeout=600, env=base_env(),
+    )
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    (rerun_dir,) = [p.parent for p in (tmp_path / "rerun").glob("runs/*/*/summary.json")]
+    again = summary_of(rerun_dir)
+    assert again["status"] == "completed"
+    assert again["metrics"]["final"]["val/acc"] == pytest.approx(best["metric"], abs=0.02)
+
+
+@pytest.mark.e2e
+def test_a_metric_no_trial_reports_fails_after_the_first_report(ray_cluster, tmp_path):
+    done = run_train(*SMALL_SWEEP, "tune.num_samples=2", "tune.metric=val/accuracy", "logger=csv",
+                     outputs=tmp_path, address=ray_cluster, timeout=300)
+    assert done.returncode == 1
+    assert "tune.metric=val/accuracy is not among the metrics the trials report" in done.stdout
+    (sweep_dir,) = [p.parent for p in tmp_path.glob("sweeps/*/*/sweep.json")]
+    assert json.loads((sweep_dir / "sweep.json").read_text())["status"] == "failed"
+    assert not (sweep_dir / "best_config.yaml").exists()
