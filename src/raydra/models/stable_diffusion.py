@@ -71,17 +71,17 @@ class StableDiffusion(pl.LightningModule):
             return
         bpe = None
         if self.hparams.parts:
+            if self._trainer is None:
+                return  # load_from_checkpoint: on_load_checkpoint builds with the checkpoint's tokenizer
             # Every worker must hold the identical tokenizer (BPE training breaks ties differently from
             # one process to the next), so rank 0 trains it and the others receive it.
-            if self._trainer is None or self.trainer.global_rank == 0:
+            if self.trainer.global_rank == 0:
                 bpe = self._train_tokenizer()
-            if self._trainer is not None:
-                bpe = self.trainer.strategy.broadcast(bpe, src=0)
+            bpe = self.trainer.strategy.broadcast(bpe, src=0)
         self._build(bpe)
 
     def _train_tokenizer(self) -> Dict[str, Any]:
-        datamodule = self.trainer.datamodule if self._trainer is not None else None
-        captions = getattr(datamodule, "train_captions", None)
+        captions = getattr(self.trainer.datamodule, "train_captions", None)
         if not captions:
             raise RaydraError(
                 "model.parts trains the tokenizer on the data's captions, but the data module has no train_captions; "
