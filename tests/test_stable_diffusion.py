@@ -144,6 +144,19 @@ def test_pretrained_folder_trains_and_exports_a_loadable_pipeline(shapes, tmp_pa
     assert image.size == (32, 32)
 
 
+def test_cache_latents_runs_the_vae_once_per_image(shapes):
+    model = tiny_model(shapes, cache_latents=True)
+    calls = []
+    encode = model.vae.encode
+    model.vae.encode = lambda x: (calls.append(len(x)), encode(x))[1]
+    batches = list(shapes.train_dataloader())
+    for _ in range(2):  # two epochs
+        for batch in batches:
+            model._loss(batch)
+    assert sum(calls) == len(shapes.train_captions)  # every image encoded in the first epoch only
+    assert len(model._latent_cache) == len(shapes.train_captions)
+
+
 @pytest.mark.parametrize("breakage, message", [
     ("missing_part", "lacks the subfolder"),
     ("resolution", "model.resolution=34 is not divisible by 4"),
