@@ -35,7 +35,10 @@ FULL_SIZE = [
     "model.parts.vae.down_block_types=[DownEncoderBlock2D,DownEncoderBlock2D,DownEncoderBlock2D,DownEncoderBlock2D]",
     "model.parts.vae.up_block_types=[UpDecoderBlock2D,UpDecoderBlock2D,UpDecoderBlock2D,UpDecoderBlock2D]",
     "model.parts.vae.layers_per_block=2",
+    "model.parts.vae.norm_num_groups=32",
     "model.parts.vae.scaling_factor=0.18215",
+    # Speed of UNet training is the question; fitting a full-size VAE first would only add start-up.
+    "model.parts.vae_fit.steps=0",
     "model.parts.text_encoder.hidden_size=1024",
     "model.parts.text_encoder.intermediate_size=4096",
     "model.parts.text_encoder.num_hidden_layers=23",

@@ -111,6 +111,7 @@ class ImageCaptionsDataModule(pl.LightningDataModule):
         self.save_hyperparameters()
         self.loaders: dict = {}
         self.train_captions: List[str] = []
+        self.train_images: Optional[torch.Tensor] = None  # uint8 (n, 3, H, W), for fitting a VAE built from configs
 
     def setup(self, stage: Optional[str] = None) -> None:
         if self.loaders:
@@ -125,6 +126,8 @@ class ImageCaptionsDataModule(pl.LightningDataModule):
         device, rank, world_size = worker_placement(self.trainer)
         for name, index in (("train", train), ("val", val)):
             images = torch.from_numpy(decode_square([files[i] for i in index], hp.resolution)).to(device)
+            if name == "train":
+                self.train_images = images
             self.loaders[name] = CaptionedBatches(images, [captions[i] for i in index], hp.batch_size // world_size,
                                                   rank, world_size, train=name == "train", seed=hp.split_seed)
 

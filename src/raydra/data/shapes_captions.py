@@ -63,6 +63,7 @@ class ShapesCaptionsDataModule(pl.LightningDataModule):
         self.save_hyperparameters()
         self.loaders: dict = {}
         self.train_captions: List[str] = []
+        self.train_images: Optional[torch.Tensor] = None  # uint8 (n, 3, H, W), for fitting a VAE built from configs
 
     def setup(self, stage: Optional[str] = None) -> None:
         if self.loaders:
@@ -71,9 +72,10 @@ class ShapesCaptionsDataModule(pl.LightningDataModule):
         device, rank, world_size = worker_placement(self.trainer)
         for name, count, seed in (("train", hp.num_samples, hp.seed), ("val", hp.val_samples, hp.seed + 1)):
             images, captions = make(count, hp.resolution, seed)
+            images = torch.from_numpy(images).to(device)
             if name == "train":
-                self.train_captions = captions
-            self.loaders[name] = CaptionedBatches(torch.from_numpy(images).to(device), captions,
+                self.train_captions, self.train_images = captions, images
+            self.loaders[name] = CaptionedBatches(images, captions,
                                                   hp.batch_size // world_size, rank, world_size,
                                                   train=name == "train", seed=hp.seed)
 

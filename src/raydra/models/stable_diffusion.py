@@ -24,7 +24,7 @@ from hydra.utils import instantiate
 
 from raydra.errors import RaydraError
 from raydra.lightning import pl
-from raydra.models.stable_diffusion_parts import build_parts, clip_tokenizer, load_parts, train_caption_bpe
+from raydra.models.stable_diffusion_parts import build_parts, clip_tokenizer, fit_vae, load_parts, train_caption_bpe
 
 
 class StableDiffusion(pl.LightningModule):
@@ -79,6 +79,11 @@ class StableDiffusion(pl.LightningModule):
                 bpe = self._train_tokenizer()
             bpe = self.trainer.strategy.broadcast(bpe, src=0)
         self._build(bpe)
+        fit = (self.hparams.parts or {}).get("vae_fit")
+        if fit and fit["steps"] and self.trainer.global_rank == 0:
+            # Rank 0 alone: DDP copies every parameter, frozen ones included, from rank 0 when it wraps the module.
+            fit_vae(self.vae, self.trainer.datamodule.train_images, fit["steps"], fit["batch_size"], fit["lr"])
+            self.vae.requires_grad_(False)
 
     def _train_tokenizer(self) -> Dict[str, Any]:
         captions = getattr(self.trainer.datamodule, "train_captions", None)

@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
+import torch
+import torch.nn.functional as F
 from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 
@@ -70,6 +72,28 @@ def build_parts(configs: Dict[str, Any], tokenizer: CLIPTokenizer) -> Dict[str, 
     unet = UNet2DConditionModel(cross_attention_dim=text_encoder.config.hidden_size, **configs["unet"])
     scheduler = DDPMScheduler(**configs["scheduler"])
     return {"tokenizer": tokenizer, "text_encoder": text_encoder, "vae": vae, "unet": unet, "scheduler": scheduler}
+
+
+def fit_vae(vae: AutoencoderKL, images: torch.Tensor, steps: int, batch_size: int, lr: float, seed: int = 0) -> None:
+    """Fit a VAE built from configs as an autoencoder on uint8 `images` before it is frozen.
+
+    A random VAE is a fixed random code: the UNet's loss still falls, but decoded samples are noise.
+    A few hundred steps on the training images make samples pictures one can judge (reconstruction
+    MSE plus Stable Diffusion's tiny KL weight, 1e-6).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(vae.parameters(), lr=lr)
+    vae.train().requires_grad_(True)
+    with torch.enable_grad():
+        for _ in range(steps):
+            index = torch.randint(0, len(images), (batch_size,), generator=generator).to(images.device)
+            pixels = images[index].float() / 127.5 - 1
+            posterior = vae.encode(pixels).latent_dist
+            loss = F.mse_loss(vae.decode(posterior.sample()).sample, pixels) + 1e-6 * posterior.kl().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    vae.eval()
 
 
 def load_parts(pretrained: str, from_scratch: bool) -> Dict[str, Any]:
