@@ -201,6 +201,10 @@ def test_sd_tiny_trains_samples_and_exports_on_two_workers(ray_cluster, tmp_path
     image = pipe("a red circle on a blue background", num_inference_steps=3).images[0]
     assert image.size == (32, 32)
 
-    # The best checkpoint is plain data: it rebuilds the module, tokenizer included, with weights_only.
-    model = StableDiffusion.load_from_checkpoint(summary["checkpoints"]["best"], map_location="cpu", weights_only=True)
+    # A checkpoint is plain data: it rebuilds the module, tokenizer included, with weights_only.
+    model = StableDiffusion.load_from_checkpoint(summary["checkpoints"]["last"], map_location="cpu", weights_only=True)
     assert model.generate(["a red circle on a blue background"]).shape == (1, 32, 32, 3)
+    # With EMA on, the export carries the averaged weights, not the last step's.
+    exported = dict(pipe.unet.named_parameters())
+    assert all(torch.equal(p, exported[n]) for n, p in model.ema_unet.named_parameters())
+    assert not all(torch.equal(p, exported[n]) for n, p in model.unet.named_parameters())

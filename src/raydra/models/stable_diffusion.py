@@ -63,6 +63,7 @@ class StableDiffusion(pl.LightningModule):
         self.bpe: Optional[Dict[str, Any]] = None  # the trained tokenizer's vocab and merges, when built from parts
         self._latent_cache: Dict[int, torch.Tensor] = {}
         self.ema_unet: Optional[torch.nn.Module] = None
+        self._ema_step = 0
 
     # -- building -----------------------------------------------------------------------------
 
@@ -155,8 +156,12 @@ class StableDiffusion(pl.LightningModule):
             drop = torch.rand(n) < self.hparams.cond_dropout
             captions = ["" if d else c for c, d in zip(captions, drop.tolist())]
         steps = self.noise_scheduler.config.num_train_timesteps
-        noise = torch.randn(latents.shape, generator=generator).to(latents)
-        timesteps = torch.randint(0, steps, (n,), generator=generator).to(latents.device)
+        if training:
+            noise = torch.randn_like(latents)
+            timesteps = torch.randint(0, steps, (n,), device=latents.device)
+        else:  # validation draws from its own seeded CPU generator, the same every epoch
+            noise = torch.randn(latents.shape, generator=generator).to(latents)
+            timesteps = torch.randint(0, steps, (n,), generator=generator).to(latents.device)
         noisy = self.noise_scheduler.add_noise(latents, noise, timesteps)
         if self.noise_scheduler.config.prediction_type == "v_prediction":
             target = self.noise_scheduler.get_velocity(latents, noise, timesteps)
@@ -183,12 +188,13 @@ class StableDiffusion(pl.LightningModule):
         generator = torch.Generator().manual_seed(10_000 * self.global_rank + batch_idx)
         self.log("val/loss", self._loss(batch, generator), sync_dist=True)
 
-    def on_before_zero_grad(self, optimizer: Any) -> None:
-        # Called after every optimizer step (not every micro-batch under gradient accumulation).
-        if self.ema_unet is None or not self.training:
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        # global_step counts optimizer steps: under gradient accumulation most batches take none.
+        if self.ema_unet is None or self.trainer.global_step == self._ema_step:
             return
-        step = self.trainer.global_step
+        self._ema_step = self.trainer.global_step
         # diffusers' EMAModel schedule: the average forgets its random start quickly, then settles.
+        step = self.trainer.global_step - 1
         decay = min(self.hparams.ema_decay, (1 + step) / (10 + step))
         with torch.no_grad():
             for ema, param in zip(self.ema_unet.parameters(), self.unet.parameters()):
@@ -255,7 +261,10 @@ class StableDiffusion(pl.LightningModule):
         from PIL import Image
 
         grid = Image.fromarray(_grid(self.generate(self.hparams.sample_prompts)))
-        path = Path(self.trainer.default_root_dir) / "samples" / f"epoch_{self.current_epoch:03d}.png"
+        name = f"epoch_{self.current_epoch:03d}"
+        if self.trainer.val_check_interval != 1.0:  # several validations per epoch: one file each
+            name += f"_step_{self.global_step:07d}"
+        path = Path(self.trainer.default_root_dir) / "samples" / f"{name}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{path.name}.partial")
         grid.save(partial, format="PNG")
