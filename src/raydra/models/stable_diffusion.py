@@ -59,7 +59,9 @@ class StableDiffusion(pl.LightningModule):
                 "(configs to build from, as model=sd_tiny does)."
             )
         if prediction_type not in (None, "epsilon", "v_prediction"):
-            raise RaydraError(f"model.prediction_type={prediction_type} must be epsilon, v_prediction or null (the scheduler's).")
+            raise RaydraError(
+                f"model.prediction_type={prediction_type} must be epsilon, v_prediction or null (the scheduler's)."
+            )
         self.bpe: Optional[Dict[str, Any]] = None  # the trained tokenizer's vocab and merges, when built from parts
         self._latent_cache: Dict[int, torch.Tensor] = {}
         self.ema_unet: Optional[torch.nn.Module] = None
@@ -224,7 +226,10 @@ class StableDiffusion(pl.LightningModule):
         elif bpe is not None and bpe != self.bpe:
             # A resumed run keeps the tokenizer its text encoder was trained with.
             if len(bpe["vocab"]) != len(self.bpe["vocab"]):
-                raise RaydraError("the checkpoint's tokenizer has a different vocabulary size than model.parts.tokenizer.vocab_size gives; resume with the original config.")
+                raise RaydraError(
+                    "the checkpoint's tokenizer has a different vocabulary size than model.parts.tokenizer.vocab_size "
+                    "gives; resume with the run's original config."
+                )
             self.bpe = bpe
             self.tokenizer = clip_tokenizer(bpe["vocab"], bpe["merges"], self.tokenizer.model_max_length)
 
@@ -271,7 +276,8 @@ class StableDiffusion(pl.LightningModule):
         os.replace(partial, path)
         for logger in self.trainer.loggers:
             if type(logger).__name__ == "WandbLogger":
-                logger.log_image("samples", [grid], step=self.global_step, caption=[" | ".join(self.hparams.sample_prompts)])
+                caption = " | ".join(self.hparams.sample_prompts)
+                logger.log_image("samples", [grid], step=self.global_step, caption=[caption])
 
     def on_fit_end(self) -> None:
         if self.global_rank == 0 and self.hparams.export_pipeline:

@@ -105,11 +105,14 @@ def load_parts(pretrained: str, from_scratch: bool) -> Dict[str, Any]:
         if missing:
             raise RaydraError(
                 f"model.pretrained={pretrained} lacks the subfolder(s) {', '.join(missing)}; point it at a diffusers "
-                "Stable Diffusion folder (unet/ vae/ text_encoder/ tokenizer/ scheduler/), e.g. one written by save_pretrained."
+                "Stable Diffusion folder (unet/ vae/ text_encoder/ tokenizer/ scheduler/), e.g. one written by "
+                "save_pretrained."
             )
         source = str(folder)
     elif pretrained.startswith((".", "/", "~")):
-        raise RaydraError(f"model.pretrained={pretrained} is not a folder; point it at a diffusers Stable Diffusion folder.")
+        raise RaydraError(
+            f"model.pretrained={pretrained} is not a folder; point it at a diffusers Stable Diffusion folder."
+        )
     else:
         source = pretrained
     try:
