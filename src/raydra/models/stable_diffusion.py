@@ -1,0 +1,310 @@
+"""Stable Diffusion: a text-to-image UNet trained on noise prediction, VAE and text encoder frozen.
+
+The parts come from a diffusers layout (`pretrained`, optionally with a fresh UNet: `from_scratch`)
+or from small configs (`parts`, what model=sd_tiny uses). They are built in `configure_model`, once
+the data module is set up, because a tokenizer built from configs is trained on the run's captions.
+Rank 0 writes a grid of fixed prompts to <run dir>/samples/ at every validation and exports the
+final weights (EMA weights when EMA is on) as a diffusers pipeline folder <run dir>/pipeline/.
+"""
+
+import copy
+import inspect
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from diffusers import DDIMScheduler, StableDiffusionPipeline
+from diffusers.models.autoencoders.vae import DiagonalGaussianDistribution
+from diffusers.training_utils import compute_snr
+from hydra.utils import instantiate
+
+from raydra.errors import RaydraError
+from raydra.lightning import pl
+from raydra.models.stable_diffusion_parts import build_parts, clip_tokenizer, fit_vae, load_parts, train_caption_bpe
+
+
+class StableDiffusion(pl.LightningModule):
+    """optimizer/scheduler are `_partial_` configs kept as plain data, as are `parts`, so checkpoints
+    hold only tensors and primitives and load with weights_only=True."""
+
+    def __init__(
+        self,
+        resolution: int,
+        optimizer: Dict[str, Any],
+        scheduler: Optional[Dict[str, Any]] = None,
+        pretrained: Optional[str] = None,
+        from_scratch: bool = False,
+        parts: Optional[Dict[str, Any]] = None,
+        prediction_type: Optional[str] = None,
+        snr_gamma: Optional[float] = None,
+        cond_dropout: float = 0.0,
+        ema_decay: Optional[float] = None,
+        gradient_checkpointing: bool = False,
+        cache_latents: bool = False,
+        sample_prompts: Sequence[str] = (),
+        sample_steps: int = 25,
+        guidance_scale: float = 7.5,
+        sample_seed: int = 0,
+        export_pipeline: bool = True,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        if bool(pretrained) == bool(parts):
+            raise RaydraError(
+                "set exactly one of model.pretrained (a diffusers folder or cached hub id) and model.parts "
+                "(configs to build from, as model=sd_tiny does)."
+            )
+        if prediction_type not in (None, "epsilon", "v_prediction"):
+            raise RaydraError(
+                f"model.prediction_type={prediction_type} must be epsilon, v_prediction or null (the scheduler's)."
+            )
+        self.bpe: Optional[Dict[str, Any]] = None  # the trained tokenizer's vocab and merges, when built from parts
+        self._latent_cache: Dict[int, torch.Tensor] = {}
+        self.ema_unet: Optional[torch.nn.Module] = None
+        self._ema_step = 0
+
+    # -- building -----------------------------------------------------------------------------
+
+    def configure_model(self) -> None:
+        if hasattr(self, "unet"):
+            return
+        bpe = None
+        if self.hparams.parts:
+            if self._trainer is None:
+                return  # load_from_checkpoint: on_load_checkpoint builds with the checkpoint's tokenizer
+            # Every worker must hold the identical tokenizer (BPE training breaks ties differently from
+            # one process to the next), so rank 0 trains it and the others receive it.
+            if self.trainer.global_rank == 0:
+                bpe = self._train_tokenizer()
+            bpe = self.trainer.strategy.broadcast(bpe, src=0)
+        self._build(bpe)
+        fit = (self.hparams.parts or {}).get("vae_fit")
+        if fit and fit["steps"] and self.trainer.global_rank == 0:
+            # Rank 0 alone: DDP copies every parameter, frozen ones included, from rank 0 when it wraps the module.
+            fit_vae(self.vae, self.trainer.datamodule.train_images, fit["steps"], fit["batch_size"], fit["lr"])
+            self.vae.requires_grad_(False)
+
+    def _train_tokenizer(self) -> Dict[str, Any]:
+        captions = getattr(self.trainer.datamodule, "train_captions", None)
+        if not captions:
+            raise RaydraError(
+                "model.parts trains the tokenizer on the data's captions, but the data module has no train_captions; "
+                "use data=shapes_captions or data=image_captions."
+            )
+        vocab, merges = train_caption_bpe(list(captions) + list(self.hparams.sample_prompts),
+                                          self.hparams.parts["tokenizer"]["vocab_size"])
+        return {"vocab": vocab, "merges": merges}
+
+    def _build(self, bpe: Optional[Dict[str, Any]]) -> None:
+        hp = self.hparams
+        if hp.parts:
+            tokenizer = clip_tokenizer(bpe["vocab"], bpe["merges"], hp.parts["tokenizer"]["max_length"])
+            parts = build_parts(hp.parts, tokenizer)
+            self.bpe = bpe
+        else:
+            parts = load_parts(hp.pretrained, hp.from_scratch)
+        self.tokenizer, self.noise_scheduler = parts["tokenizer"], parts["scheduler"]
+        self.text_encoder = parts["text_encoder"].requires_grad_(False).eval()
+        self.vae = parts["vae"].requires_grad_(False).eval()
+        self.unet = parts["unet"]
+        vae_factor = 2 ** (len(self.vae.config.block_out_channels) - 1)
+        unet_factor = 2 ** (len(self.unet.config.block_out_channels) - 1)
+        if hp.resolution % (vae_factor * unet_factor):
+            raise RaydraError(
+                f"model.resolution={hp.resolution} is not divisible by {vae_factor * unet_factor} (the VAE downsamples "
+                f"{vae_factor}x, the UNet {unet_factor}x more); pick a multiple of {vae_factor * unet_factor}."
+            )
+        if hp.prediction_type:
+            self.noise_scheduler.register_to_config(prediction_type=hp.prediction_type)
+        if hp.gradient_checkpointing:
+            self.unet.enable_gradient_checkpointing()
+        if hp.ema_decay:
+            self.ema_unet = copy.deepcopy(self.unet).requires_grad_(False)
+
+    # -- training -----------------------------------------------------------------------------
+
+    def _latents(self, batch: Dict[str, Any], sample: bool) -> torch.Tensor:
+        """VAE latents of the batch's images; with cache_latents the VAE runs once per image."""
+        indices = batch["index"].tolist()
+        cached = self.hparams.cache_latents and sample and all(i in self._latent_cache for i in indices)
+        if cached:
+            params = torch.stack([self._latent_cache[i] for i in indices])
+        else:
+            with torch.no_grad():
+                params = self.vae.encode(batch["pixel_values"].to(self.vae.dtype)).latent_dist.parameters
+            if self.hparams.cache_latents and sample:
+                self._latent_cache.update(zip(indices, params))
+        dist = DiagonalGaussianDistribution(params)
+        return (dist.sample() if sample else dist.mode()) * self.vae.config.scaling_factor
+
+    def _encode_text(self, captions: List[str]) -> torch.Tensor:
+        ids = self.tokenizer(captions, padding="max_length", max_length=self.tokenizer.model_max_length,
+                             truncation=True, return_tensors="pt").input_ids
+        with torch.no_grad():
+            return self.text_encoder(ids.to(self.device))[0]
+
+    def _loss(self, batch: Dict[str, Any], generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        training = generator is None
+        latents = self._latents(batch, sample=training)
+        captions = list(batch["captions"])
+        n = latents.shape[0]
+        if training and self.hparams.cond_dropout:
+            # Captions dropped to the empty prompt teach the unconditional prediction that
+            # classifier-free guidance contrasts against.
+            drop = torch.rand(n) < self.hparams.cond_dropout
+            captions = ["" if d else c for c, d in zip(captions, drop.tolist())]
+        steps = self.noise_scheduler.config.num_train_timesteps
+        if training:
+            noise = torch.randn_like(latents)
+            timesteps = torch.randint(0, steps, (n,), device=latents.device)
+        else:  # validation draws from its own seeded CPU generator, the same every epoch
+            noise = torch.randn(latents.shape, generator=generator).to(latents)
+            timesteps = torch.randint(0, steps, (n,), generator=generator).to(latents.device)
+        noisy = self.noise_scheduler.add_noise(latents, noise, timesteps)
+        if self.noise_scheduler.config.prediction_type == "v_prediction":
+            target = self.noise_scheduler.get_velocity(latents, noise, timesteps)
+        else:
+            target = noise
+        prediction = self.unet(noisy, timesteps, self._encode_text(captions)).sample
+        if not self.hparams.snr_gamma:
+            return F.mse_loss(prediction.float(), target.float())
+        # Min-SNR weighting (Hang et al. 2023): easy low-noise steps stop dominating the loss.
+        snr = compute_snr(self.noise_scheduler, timesteps)
+        weight = torch.clamp(snr, max=self.hparams.snr_gamma)
+        weight = weight / snr if self.noise_scheduler.config.prediction_type == "epsilon" else weight / (snr + 1)
+        per_sample = F.mse_loss(prediction.float(), target.float(), reduction="none").mean(dim=(1, 2, 3))
+        return (per_sample * weight).mean()
+
+    def training_step(self, batch: Dict[str, Any], batch_idx: int) -> torch.Tensor:
+        loss = self._loss(batch)
+        # Rank 0's own loss: syncing it would add an all-reduce to every training step.
+        self.log("train/loss", loss, on_step=True, on_epoch=True)
+        return loss
+
+    def validation_step(self, batch: Dict[str, Any], batch_idx: int) -> None:
+        # The same noise and timesteps every epoch, so val/loss moves only with the weights.
+        generator = torch.Generator().manual_seed(10_000 * self.global_rank + batch_idx)
+        self.log("val/loss", self._loss(batch, generator), sync_dist=True)
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        # global_step counts optimizer steps: under gradient accumulation most batches take none.
+        if self.ema_unet is None or self.trainer.global_step == self._ema_step:
+            return
+        self._ema_step = self.trainer.global_step
+        # diffusers' EMAModel schedule: the average forgets its random start quickly, then settles.
+        step = self.trainer.global_step - 1
+        decay = min(self.hparams.ema_decay, (1 + step) / (10 + step))
+        with torch.no_grad():
+            for ema, param in zip(self.ema_unet.parameters(), self.unet.parameters()):
+                ema.lerp_(param.detach(), 1 - decay)
+
+    def configure_optimizers(self) -> Any:
+        optimizer = instantiate(self.hparams.optimizer)(params=[p for p in self.unet.parameters() if p.requires_grad])
+        if not self.hparams.scheduler:
+            return optimizer
+        build = instantiate(self.hparams.scheduler)
+        # Constant-after-warm-up schedules take no run length; decaying ones need it.
+        accepts_length = "num_training_steps" in inspect.signature(build.func).parameters
+        kwargs = {"num_training_steps": self.trainer.estimated_stepping_batches} if accepts_length else {}
+        scheduler = build(optimizer=optimizer, **kwargs)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
+        if self.bpe is not None:
+            checkpoint["caption_bpe"] = self.bpe  # plain dict/list/str: still loads with weights_only=True
+
+    def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
+        bpe = checkpoint.get("caption_bpe")
+        if not hasattr(self, "unet"):  # load_from_checkpoint: nothing built yet
+            self._build(bpe)
+        elif bpe is not None and bpe != self.bpe:
+            # A resumed run keeps the tokenizer its text encoder was trained with.
+            if len(bpe["vocab"]) != len(self.bpe["vocab"]):
+                raise RaydraError(
+                    "the checkpoint's tokenizer has a different vocabulary size than model.parts.tokenizer.vocab_size "
+                    "gives; resume with the run's original config."
+                )
+            self.bpe = bpe
+            self.tokenizer = clip_tokenizer(bpe["vocab"], bpe["merges"], self.tokenizer.model_max_length)
+
+    # -- samples and export -------------------------------------------------------------------
+
+    def pipeline(self) -> StableDiffusionPipeline:
+        """A diffusers pipeline around the current weights (the EMA UNet when EMA is on)."""
+        pipe = StableDiffusionPipeline(
+            vae=self.vae, text_encoder=self.text_encoder, tokenizer=self.tokenizer,
+            unet=self.ema_unet if self.ema_unet is not None else self.unet,
+            # DDIM samples well in a few dozen steps and reads the training schedule's prediction type.
+            scheduler=DDIMScheduler.from_config(self.noise_scheduler.config),
+            safety_checker=None, feature_extractor=None, requires_safety_checker=False,
+        )
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
+
+    def generate(self, prompts: Sequence[str]) -> np.ndarray:
+        """Images for `prompts` from the fixed sample seed, as uint8 (n, H, W, 3)."""
+        hp = self.hparams
+        generator = torch.Generator().manual_seed(hp.sample_seed)
+        context = self.trainer.precision_plugin.forward_context() if self._trainer is not None else torch.no_grad()
+        with context:
+            images = self.pipeline()(
+                list(prompts), height=hp.resolution, width=hp.resolution, num_inference_steps=hp.sample_steps,
+                guidance_scale=hp.guidance_scale, generator=generator, output_type="np",
+            ).images
+        return (np.clip(images, 0, 1) * 255).round().astype(np.uint8)
+
+    def on_validation_epoch_end(self) -> None:
+        # Rank 0 alone, with no collectives inside, so the other ranks never wait on it.
+        if self.trainer.sanity_checking or self.global_rank != 0 or not self.hparams.sample_prompts:
+            return
+        from PIL import Image
+
+        grid = Image.fromarray(_grid(self.generate(self.hparams.sample_prompts)))
+        name = f"epoch_{self.current_epoch:03d}"
+        if self.trainer.val_check_interval != 1.0:  # several validations per epoch: one file each
+            name += f"_step_{self.global_step:07d}"
+        path = Path(self.trainer.default_root_dir) / "samples" / f"{name}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.partial")
+        grid.save(partial, format="PNG")
+        os.replace(partial, path)
+        for logger in self.trainer.loggers:
+            if type(logger).__name__ == "WandbLogger":
+                caption = " | ".join(self.hparams.sample_prompts)
+                logger.log_image("samples", [grid], step=self.global_step, caption=[caption])
+
+    def on_fit_end(self) -> None:
+        if self.global_rank == 0 and self.hparams.export_pipeline:
+            export(self.pipeline(), Path(self.trainer.default_root_dir) / "pipeline")
+
+
+def export(pipe: StableDiffusionPipeline, target: Path) -> None:
+    """save_pretrained into a hidden sibling, then rename: a crashed export never looks complete."""
+    partial = target.with_name(f".{target.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    pipe.save_pretrained(partial)
+    if target.exists():  # a resumed run replaces its earlier export
+        old = target.with_name(f".{target.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+        os.replace(partial, target)
+        shutil.rmtree(old)
+    else:
+        os.replace(partial, target)
+
+
+def _grid(images: np.ndarray, columns: int = 4) -> np.ndarray:
+    n, h, w, c = images.shape
+    columns = min(columns, n)
+    rows = -(-n // columns)
+    grid = np.full((rows * h, columns * w, c), 255, dtype=np.uint8)
+    for i, image in enumerate(images):
+        r, col = divmod(i, columns)
+        grid[r * h:(r + 1) * h, col * w:(col + 1) * w] = image
+    return grid

@@ -1,0 +1,210 @@
+"""Stable Diffusion: captioned data, the tokenizer trained on captions, the pretrained-folder path,
+the exported pipeline, and one real sd_tiny run on 2 Ray workers. Nothing downloads."""
+
+import csv
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from conftest import REPO, run_dirs, run_train, summary_of
+from raydra.data.image_captions import ImageCaptionsDataModule
+from raydra.data.shapes_captions import ShapesCaptionsDataModule
+from raydra.errors import RaydraError
+from raydra.models.stable_diffusion import StableDiffusion, export
+from raydra.models.stable_diffusion_parts import clip_tokenizer, train_caption_bpe
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+def tiny_model_config():
+    from omegaconf import OmegaConf
+
+    model = OmegaConf.load(REPO / "conf" / "model" / "sd_tiny.yaml")
+    base = OmegaConf.load(REPO / "conf" / "model" / "stable_diffusion.yaml")
+    merged = OmegaConf.merge(base, model)
+    merged.pop("defaults")
+    merged.parts.vae.sample_size = merged.resolution
+    merged.optimizer.fused = False
+    kwargs = OmegaConf.to_container(merged)
+    kwargs.pop("_target_")
+    return kwargs
+
+
+def tiny_model(datamodule, **overrides):
+    """An sd_tiny module built in-process, its tokenizer trained on the datamodule's captions."""
+    kwargs = {**tiny_model_config(), **overrides}
+    model = StableDiffusion(**kwargs)
+    vocab, merges = train_caption_bpe(datamodule.train_captions, kwargs["parts"]["tokenizer"]["vocab_size"])
+    model._build({"vocab": vocab, "merges": merges})
+    return model
+
+
+@pytest.fixture(scope="module")
+def shapes():
+    data = ShapesCaptionsDataModule(num_samples=32, val_samples=8, resolution=32, batch_size=4)
+    data.setup()
+    return data
+
+
+def test_shapes_captions_batches_match_their_captions(shapes):
+    batch = next(iter(shapes.train_dataloader()))
+    assert batch["pixel_values"].shape == (4, 3, 32, 32)
+    assert batch["pixel_values"].min() >= -1 and batch["pixel_values"].max() <= 1
+    for caption, pixels in zip(batch["captions"], batch["pixel_values"]):
+        words = caption.split()
+        assert words[0] == "a" and words[3:] == ["on", "a", words[5], "background"]
+        # The corner is background: its colour is the captioned background's.
+        from raydra.data.shapes_captions import COLOURS
+        corner = ((pixels[:, 0, 0] + 1) * 127.5).round().tolist()
+        assert corner == list(COLOURS[words[5]])
+
+
+def test_caption_tokenizer_encodes_any_text_without_unknowns(shapes):
+    vocab, merges = train_caption_bpe(shapes.train_captions, 1000)
+    tokenizer = clip_tokenizer(vocab, merges, max_length=16)
+    ids = tokenizer("a red circle on a blue background").input_ids
+    assert ids[0] == tokenizer.bos_token_id and ids[-1] == tokenizer.eos_token_id
+    assert len(ids) <= 9  # caption words are whole tokens after training on them
+    unseen = tokenizer("zebra 42!").input_ids[1:-1]
+    assert tokenizer.unk_token_id not in unseen
+    assert tokenizer.decode(tokenizer("a zebra").input_ids, skip_special_tokens=True) == "a zebra"
+
+
+def write_captioned(root, count=6, size=(40, 24)):
+    root.mkdir(parents=True)
+    rows = []
+    for i in range(count):
+        Image.fromarray(np.full((size[1], size[0], 3), i * 40, dtype=np.uint8)).save(root / f"{i}.png")
+        rows.append({"file_name": f"{i}.png", "text": f"grey level {i}"})
+    (root / "metadata.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return root
+
+
+def test_image_captions_reads_metadata_and_crops_square(tmp_path):
+    data = ImageCaptionsDataModule(root=str(write_captioned(tmp_path / "imgs")), resolution=16, batch_size=2,
+                                   val_fraction=0.34)
+    data.setup()
+    assert len(data.train_captions) == 4 and all(c.startswith("grey level") for c in data.train_captions)
+    batch = next(iter(data.train_dataloader()))
+    assert batch["pixel_values"].shape == (2, 3, 16, 16)
+    # Each image is one grey level, so its pixels identify its caption.
+    for caption, pixels in zip(batch["captions"], batch["pixel_values"]):
+        level = int(caption.split()[-1]) * 40
+        assert torch.allclose((pixels + 1) * 127.5, torch.full_like(pixels, level), atol=1)
+
+
+@pytest.mark.parametrize("breakage, message", [
+    ("no_metadata", "metadata.jsonl does not exist"),
+    ("no_text", "has no `text`"),
+    ("missing_image", "which does not exist"),
+])
+def test_bad_caption_folders_are_named(tmp_path, breakage, message):
+    root = write_captioned(tmp_path / "imgs")
+    if breakage == "no_metadata":
+        (root / "metadata.jsonl").unlink()
+    elif breakage == "no_text":
+        (root / "metadata.jsonl").write_text('{"file_name": "0.png", "caption": "x"}\n')
+    else:
+        (root / "3.png").unlink()
+    with pytest.raises(RaydraError, match=message):
+        ImageCaptionsDataModule(root=str(root), resolution=16).setup()
+
+
+def test_pretrained_folder_trains_and_exports_a_loadable_pipeline(shapes, tmp_path):
+    """A diffusers layout written with save_pretrained loads through model.pretrained=<folder>; the
+    module trains on it, and its export reloads with StableDiffusionPipeline.from_pretrained."""
+    from diffusers import StableDiffusionPipeline
+
+    layout = tmp_path / "layout"
+    export(tiny_model(shapes).pipeline(), layout)
+    config = {**tiny_model_config(), "parts": None, "pretrained": str(layout), "ema_decay": 0.99,
+              "prediction_type": "v_prediction", "snr_gamma": 5.0, "cond_dropout": 0.5}
+    model = StableDiffusion(**config)
+    model.configure_model()
+    assert model.noise_scheduler.config.prediction_type == "v_prediction"
+    before = [p.clone() for p in model.unet.parameters()]
+    optimizer = torch.optim.AdamW(model.unet.parameters(), lr=1e-3)
+    loss = model._loss(next(iter(shapes.train_dataloader())))
+    loss.backward()
+    optimizer.step()
+    assert torch.isfinite(loss)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.unet.parameters()))
+    assert all(p.grad is None for p in model.vae.parameters()) and all(
+        p.grad is None for p in model.text_encoder.parameters())
+
+    exported = tmp_path / "exported"
+    export(model.pipeline(), exported)
+    assert not list(tmp_path.glob(".exported*"))  # nothing half-written left beside it
+    pipe = StableDiffusionPipeline.from_pretrained(exported)
+    image = pipe("a red circle on a blue background", num_inference_steps=2, output_type="pil").images[0]
+    assert image.size == (32, 32)
+
+
+def test_cache_latents_runs_the_vae_once_per_image(shapes):
+    model = tiny_model(shapes, cache_latents=True)
+    calls = []
+    encode = model.vae.encode
+    model.vae.encode = lambda x: (calls.append(len(x)), encode(x))[1]
+    batches = list(shapes.train_dataloader())
+    for _ in range(2):  # two epochs
+        for batch in batches:
+            model._loss(batch)
+    assert sum(calls) == len(shapes.train_captions)  # every image encoded in the first epoch only
+    assert len(model._latent_cache) == len(shapes.train_captions)
+
+
+@pytest.mark.parametrize("breakage, message", [
+    ("missing_part", "lacks the subfolder"),
+    ("resolution", "model.resolution=34 is not divisible by 4"),
+])
+def test_bad_pretrained_config_is_named(shapes, tmp_path, breakage, message):
+    layout = tmp_path / "layout"
+    export(tiny_model(shapes).pipeline(), layout)
+    resolution = 32
+    if breakage == "missing_part":
+        import shutil
+        shutil.rmtree(layout / "vae")
+    else:
+        resolution = 34
+    model = StableDiffusion(**{**tiny_model_config(), "parts": None, "pretrained": str(layout), "resolution": resolution})
+    with pytest.raises(RaydraError, match=message):
+        model.configure_model()
+
+
+@pytest.mark.e2e
+def test_sd_tiny_trains_samples_and_exports_on_two_workers(ray_cluster, tmp_path):
+    from diffusers import StableDiffusionPipeline
+
+    done = run_train(
+        "experiment=sd_tiny", "data.num_samples=256", "data.batch_size=4", "trainer.max_epochs=4",
+        "model.ema_decay=0.99", "logger=csv", outputs=tmp_path / "out", address=ray_cluster,
+        env={"HF_HUB_OFFLINE": "1"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_dir = run_dirs(tmp_path / "out")[0]
+    summary = summary_of(run_dir)
+    assert summary["status"] == "completed" and summary["world_size"] == 2
+    assert summary["global_step"] == 4 * 64  # 256 images, 2 per worker per step
+    epoch_losses = [float(r["train/loss_epoch"]) for r in csv.DictReader(open(run_dir / "metrics.csv"))
+                    if r.get("train/loss_epoch")]
+    assert len(epoch_losses) == 4 and epoch_losses[-1] < 0.85 * epoch_losses[0], epoch_losses
+
+    samples = sorted((run_dir / "samples").glob("epoch_*.png"))
+    assert [p.name for p in samples] == [f"epoch_{e:03d}.png" for e in range(4)]
+    assert Image.open(samples[-1]).size == (4 * 32, 32)  # the four sd_tiny prompts side by side
+
+    pipe = StableDiffusionPipeline.from_pretrained(run_dir / "pipeline")
+    image = pipe("a red circle on a blue background", num_inference_steps=3).images[0]
+    assert image.size == (32, 32)
+
+    # A checkpoint is plain data: it rebuilds the module, tokenizer included, with weights_only.
+    model = StableDiffusion.load_from_checkpoint(summary["checkpoints"]["last"], map_location="cpu", weights_only=True)
+    assert model.generate(["a red circle on a blue background"]).shape == (1, 32, 32, 3)
+    # With EMA on, the export carries the averaged weights, not the last step's.
+    exported = dict(pipe.unet.named_parameters())
+    assert all(torch.equal(p, exported[n]) for n, p in model.ema_unet.named_parameters())
+    assert not all(torch.equal(p, exported[n]) for n, p in model.unet.named_parameters())
