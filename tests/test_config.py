@@ -102,3 +102,19 @@ def test_help_lists_groups_and_cfg_job_prints_the_config():
         cwd=REPO, capture_output=True, text=True, check=True,
     ).stdout
     assert OmegaConf.create(job).scale.num_workers == 4
+
+
+def test_launches_in_the_same_second_each_get_their_own_run_directory(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from conftest import run_dirs, run_train, summary_of
+
+    # Refused before Ray starts, so three launches land within the same second.
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda _: run_train(f"resume={tmp_path}", outputs=tmp_path / "out"), range(3)))
+    assert all(r.returncode == 1 and "is not a raydra run" in r.stdout for r in results)
+    dirs = run_dirs(tmp_path / "out")
+    assert len(dirs) == 3
+    for run_dir in dirs:
+        assert summary_of(run_dir)["status"] == "failed"
+        assert (run_dir / ".hydra" / "config.yaml").is_file()

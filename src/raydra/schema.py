@@ -9,6 +9,7 @@ Ray starts.
 
 import importlib.util
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -191,6 +192,23 @@ def register_schemas() -> None:
     cs.store(group="schema", name="tune", node=TuneConfig)
     # conf/hydra/default.yaml puts a tune= sweep under sweeps/, next to -m multiruns.
     OmegaConf.register_new_resolver("raydra.runs_or_sweeps", lambda tune: "runs" if tune is None else "sweeps", replace=True)
+    # Cached so the run directory resolves once per invocation, as Hydra's own ${now:} does.
+    OmegaConf.register_new_resolver("raydra.unclaimed", claim_directory, use_cache=True, replace=True)
+
+
+def claim_directory(path: str) -> str:
+    """`path`, or `path_2`, `path_3`, ... when an earlier invocation already has it: two launches
+    in the same second (a script, a job array, a refused command and its retry) must not share a
+    run directory, where the second would overwrite the first's Hydra record. Creating the
+    directory claims it, so concurrent launches cannot both take the same one."""
+    candidate, n = Path(path), 1
+    while True:
+        try:
+            candidate.mkdir(parents=True)
+            return str(candidate)
+        except FileExistsError:
+            n += 1
+            candidate = Path(f"{path}_{n}")
 
 
 PRECISIONS = {"auto", "64", "64-true", "32", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "transformer-engine"}
