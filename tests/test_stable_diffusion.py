@@ -31,6 +31,7 @@ def tiny_model_config():
     merged.optimizer.fused = False
     kwargs = OmegaConf.to_container(merged)
     kwargs.pop("_target_")
+    kwargs.pop("shard_blocks")  # the strategy's, not the module's: the worker pops it the same way
     return kwargs
 
 
