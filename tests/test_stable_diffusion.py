@@ -29,6 +29,7 @@ def tiny_model_config():
     merged.pop("defaults")
     merged.parts.vae.sample_size = merged.resolution
     merged.optimizer.fused = False
+    merged.channels_last = False
     kwargs = OmegaConf.to_container(merged)
     kwargs.pop("_target_")
     kwargs.pop("shard_blocks")  # the strategy's, not the module's: the worker pops it the same way
@@ -156,6 +157,23 @@ def test_cache_latents_runs_the_vae_once_per_image(shapes):
             model._loss(batch)
     assert sum(calls) == len(shapes.train_captions)  # every image encoded in the first epoch only
     assert len(model._latent_cache) == len(shapes.train_captions)
+
+
+def test_channels_last_changes_the_layout_not_the_loss(shapes, tmp_path):
+    layout = tmp_path / "layout"
+    export(tiny_model(shapes).pipeline(), layout)
+    batch = next(iter(shapes.val_dataloader()))
+    losses = {}
+    for channels_last in (False, True):
+        model = StableDiffusion(**{**tiny_model_config(), "parts": None, "pretrained": str(layout),
+                                   "channels_last": channels_last})
+        model.configure_model()
+        conv = model.unet.conv_in.weight
+        assert conv.is_contiguous(memory_format=torch.channels_last) == channels_last
+        losses[channels_last] = model._loss(batch, torch.Generator().manual_seed(0))
+        losses[channels_last].backward()
+        assert torch.isfinite(conv.grad).all()
+    assert torch.allclose(losses[False], losses[True], rtol=1e-4)
 
 
 @pytest.mark.parametrize("breakage, message", [

@@ -137,6 +137,11 @@ class RayFSDP2Strategy(ModelParallelStrategy):
             options["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
         if self.settings["cpu_offload"]:
             options["offload_policy"] = CPUOffloadPolicy()
+        for param in module.parameters():
+            # FSDP2 refuses non-contiguous parameters (a channels_last UNet's conv weights); back in
+            # NCHW they shard, and convolutions still run NHWC on channels_last activations.
+            if not param.is_contiguous():
+                param.data = param.data.contiguous()
         for block in blocks:
             fully_shard(block, **options)
         fully_shard(module, **options)

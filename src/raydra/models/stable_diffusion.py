@@ -44,6 +44,7 @@ class StableDiffusion(pl.LightningModule):
         cond_dropout: float = 0.0,
         ema_decay: Optional[float] = None,
         gradient_checkpointing: bool = False,
+        channels_last: bool = False,
         cache_latents: bool = False,
         sample_prompts: Sequence[str] = (),
         sample_steps: int = 25,
@@ -122,10 +123,19 @@ class StableDiffusion(pl.LightningModule):
             self.noise_scheduler.register_to_config(prediction_type=hp.prediction_type)
         if hp.gradient_checkpointing:
             self.unet.enable_gradient_checkpointing()
+        if hp.channels_last:
+            # cuDNN's convolutions run NHWC natively; NCHW weights and activations cost a transpose
+            # around every conv of the UNet and VAE.
+            self.unet.to(memory_format=torch.channels_last)
+            self.vae.to(memory_format=torch.channels_last)
         if hp.ema_decay:
             self.ema_unet = copy.deepcopy(self.unet).requires_grad_(False)
 
     # -- training -----------------------------------------------------------------------------
+
+    @property
+    def _memory_format(self) -> torch.memory_format:
+        return torch.channels_last if self.hparams.channels_last else torch.contiguous_format
 
     def _latents(self, batch: Dict[str, Any], sample: bool) -> torch.Tensor:
         """VAE latents of the batch's images; with cache_latents the VAE runs once per image."""
@@ -135,7 +145,8 @@ class StableDiffusion(pl.LightningModule):
             params = torch.stack([self._latent_cache[i] for i in indices])
         else:
             with torch.no_grad():
-                params = self.vae.encode(batch["pixel_values"].to(self.vae.dtype)).latent_dist.parameters
+                pixels = batch["pixel_values"].to(self.vae.dtype, memory_format=self._memory_format)
+                params = self.vae.encode(pixels).latent_dist.parameters
             if self.hparams.cache_latents and sample:
                 self._latent_cache.update(zip(indices, params))
         dist = DiagonalGaussianDistribution(params)
@@ -164,7 +175,7 @@ class StableDiffusion(pl.LightningModule):
         else:  # validation draws from its own seeded CPU generator, the same every epoch
             noise = torch.randn(latents.shape, generator=generator).to(latents)
             timesteps = torch.randint(0, steps, (n,), generator=generator).to(latents.device)
-        noisy = self.noise_scheduler.add_noise(latents, noise, timesteps)
+        noisy = self.noise_scheduler.add_noise(latents, noise, timesteps).contiguous(memory_format=self._memory_format)
         if self.noise_scheduler.config.prediction_type == "v_prediction":
             target = self.noise_scheduler.get_velocity(latents, noise, timesteps)
         else:
