@@ -11,6 +11,7 @@ image processor resizes the images and its mean/std normalise them; otherwise a 
 """
 
 import contextlib
+import io
 import os
 import socket
 from pathlib import Path
@@ -161,10 +162,13 @@ def splits(name: str, loaded: Any, image_column: str, label_column: str, split_n
         parts = {role: part.map(lambda row: {label_column: values.index(row[label_column])}).cast_column(label_column, feature)
                  for role, part in parts.items()}
     names = list(feature.names)
+    total = len(parts["train"])
     for role, fraction in (("test", test_fraction), ("val", val_fraction)):
         if role in parts or fraction <= 0:
             continue
-        cut = parts["train"].train_test_split(test_size=fraction, stratify_by_column=label_column, seed=split_seed)
+        # Fractions are of the whole train split, not of what the previous cut left.
+        share = min(1.0, fraction * total / len(parts["train"]))
+        cut = parts["train"].train_test_split(test_size=share, stratify_by_column=label_column, seed=split_seed)
         parts["train"], parts[role] = cut["train"], cut["test"]
     return parts, names
 
@@ -250,6 +254,22 @@ def normalisation(processor: Any, mean: Sequence[float], std: Sequence[float], c
     return list(mean)[:channels], list(std)[:channels]
 
 
+def as_image(item: Any) -> Any:
+    """A PIL image from what a dataset column holds: PIL already, encoded bytes, a {bytes, path}
+    struct (Hugging Face's Image feature as stored in parquet), a file path, or an array."""
+    from PIL import Image
+
+    if isinstance(item, Image.Image):
+        return item
+    if isinstance(item, dict):
+        item = item.get("bytes") or item.get("path")
+    if isinstance(item, (bytes, bytearray)):
+        return Image.open(io.BytesIO(item))
+    if isinstance(item, str):
+        return Image.open(item)
+    return Image.fromarray(np.asarray(item))
+
+
 def to_uint8(images: Sequence[Any], processor: Any, size: int, channels: int, where: str) -> np.ndarray:
     """(n, channels, H, W) uint8: the processor's resize (its rescale and normalisation are applied
     later as batched tensor ops), or a plain bilinear resize to size x size."""
@@ -257,8 +277,7 @@ def to_uint8(images: Sequence[Any], processor: Any, size: int, channels: int, wh
 
     mode = {1: "L", 3: "RGB"}[channels]
     try:
-        pil = [(image if isinstance(image, Image.Image) else Image.fromarray(np.asarray(image))).convert(mode)
-               for image in images]
+        pil = [as_image(image).convert(mode) for image in images]
     except Exception as error:
         raise RaydraError(f"{where} holds an image that does not decode ({_first_line(error)}); remove or replace it.") from None
     if processor is not None:

@@ -14,7 +14,6 @@ size schedulers, and Ray's iterators have none. Validation shards are split too,
 Ray's split coordinator waiting for the rest (schema.validate refuses it).
 """
 
-import io
 import math
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
@@ -72,8 +71,7 @@ class Preprocess:
                 return column
         from raydra.data.hf import to_uint8
 
-        images = [_decode(item) for item in column]
-        return to_uint8(images, self._processor(), self.size, self.channels, "a Ray Data batch")
+        return to_uint8(list(column), self._processor(), self.size, self.channels, "a Ray Data batch")
 
     def _processor(self) -> Any:
         if self.processor is None:
@@ -83,18 +81,6 @@ class Preprocess:
 
             _PROCESSORS[self.processor] = image_processor(self.processor)
         return _PROCESSORS[self.processor]
-
-
-def _decode(item: Any) -> Any:
-    from PIL import Image
-
-    if isinstance(item, dict):
-        item = item.get("bytes") or item.get("path")
-    if isinstance(item, (bytes, bytearray)):
-        return Image.open(io.BytesIO(item))
-    if isinstance(item, str):
-        return Image.open(item)
-    return np.asarray(item)
 
 
 def augment(images: np.ndarray, crop_padding: int, flip: bool, rng: np.random.Generator) -> np.ndarray:
