@@ -99,6 +99,20 @@ def check_fits(scale: Any) -> None:
     )
 
 
+def check_room_for_data(scale: Any) -> None:
+    """data.loader=ray_data runs its reading and preprocessing as Ray tasks beside the workers;
+    Ray Data only uses CPUs the workers have not reserved, so with none left it waits for ever
+    (measured: 2 workers x 1 CPU on 2 CPUs never produced a batch)."""
+    total = ray.cluster_resources().get("CPU", 0)
+    free = total - scale.num_workers * scale.cpus_per_worker
+    if free < 1:
+        raise RaydraError(
+            f"data.loader=ray_data needs at least 1 CPU beside the workers for its preprocessing tasks, but "
+            f"{scale.num_workers} workers x {scale.cpus_per_worker} CPU leave {free:g} of the cluster's {total:g}; "
+            "lower scale.cpus_per_worker (e.g. 0.5) or scale.num_workers, or add nodes."
+        )
+
+
 def trials_that_fit(scale: Any) -> int:
     """How many trials' worker groups the live nodes can hold at once (at least 1: check_fits has
     already refused a run that does not fit once)."""

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from raydra import resume
 from raydra import summary as run_summary
-from raydra.cluster import check_fits, connect, worker_resources
+from raydra.cluster import check_fits, check_room_for_data, connect, worker_resources
 from raydra.console import worker_output
 from raydra.errors import RaydraError
 from raydra.loggers import wandb_mode
@@ -58,6 +58,8 @@ def run(cfg: DictConfig) -> Optional[float]:
         # without a summary.
         restore_sigterm = _sigterm_interrupts()
         check_fits(cfg.scale)
+        if cfg.data.get("loader") == "ray_data":
+            check_room_for_data(cfg.scale)
         worker_output.start_run(run_dir)
         try:
             fit_and_record(config, summary, started)
@@ -104,12 +106,24 @@ def fit_and_record(config: Dict[str, Any], summary: Dict[str, Any], started: flo
     summary.json. The one fit behind a single run, a Hydra multirun job and a Tune trial; errors
     propagate for the caller to record as it sees fit."""
     _record_start(config, summary)
-    result = _fit(config, Path(config["run"]["dir"]), config["run"]["id"], tune_trial)
+    try:
+        result = _fit(config, Path(config["run"]["dir"]), config["run"]["id"], tune_trial)
+    finally:
+        summary["data"] = _data_record(config)
     summary.update(_outcome(result, config))
     summary["finished_at"] = run_summary.now()
     summary["wall_time_s"] = round(time.time() - started, 2)
     run_summary.write(Path(config["run"]["dir"]), summary)
     return summary
+
+
+def _data_record(config: Dict[str, Any]) -> Dict[str, Any]:
+    """What the data turned out to be: classes found in it and, under ray_data, rows per split."""
+    data = config["data"]
+    record = {key: data[key] for key in ("num_classes", "class_names", "loader") if data.get(key) is not None}
+    if "data_rows" in config["run"]:
+        record["rows"] = config["run"]["data_rows"]
+    return record
 
 
 def _record_start(config: Dict[str, Any], summary: Dict[str, Any]) -> None:
@@ -153,6 +167,7 @@ def _last_checkpoint(run_dir: Path, run_id: str) -> Optional[str]:
 
 def _resolve(cfg: DictConfig, run_dir: Path, run_id: str) -> Dict[str, Any]:
     """Plain data for the workers: they have no Hydra, so every interpolation is resolved here."""
+    _describe_data(cfg)
     config = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     config["run"] = {"dir": str(run_dir), "id": run_id}
     if config["trainer"]["precision"] == "auto":
@@ -160,6 +175,32 @@ def _resolve(cfg: DictConfig, run_dir: Path, run_id: str) -> Dict[str, Any]:
     if "wandb" in config["logger"]:
         config["logger"]["wandb"]["mode"] = wandb_mode(config["logger"]["wandb"].get("mode"))
     return config
+
+
+def _describe_data(cfg: DictConfig) -> None:
+    """Fill what the data can state about itself (a Hugging Face ClassLabel's names, an image
+    folder's class folders) into data.num_classes and data.class_names, before resolving, so the
+    model's `${data.num_classes}` follows and the user never repeats it. A stated count must agree."""
+    target = cfg.data.get("_target_")
+    if not target:
+        return
+    from hydra.utils import get_class
+
+    describe = getattr(get_class(target), "describe", None)
+    if describe is None:
+        return
+    facts = describe(**{k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if k != "_target_"})
+    stated = cfg.data.get("num_classes")
+    if stated is not None and stated != facts["num_classes"]:
+        where = cfg.data.get("name") or cfg.data.get("root")
+        raise RaydraError(
+            f"{where} has {facts['num_classes']} classes ({', '.join(facts['class_names'][:5])}"
+            f"{', ...' if facts['num_classes'] > 5 else ''}) but data.num_classes={stated}; "
+            f"set data.num_classes={facts['num_classes']} or leave it null."
+        )
+    with open_dict(cfg):
+        cfg.data.num_classes = facts["num_classes"]
+        cfg.data.class_names = facts["class_names"]
 
 
 def _fit(config: Dict[str, Any], run_dir: Path, run_id: str, tune_trial: bool = False) -> Any:
@@ -178,9 +219,17 @@ def _fit(config: Dict[str, Any], run_dir: Path, run_id: str, tune_trial: bool = 
         # A trial whose workers cannot be placed must fail, not wait: by default Ray restarts
         # the controller of a worker group that timed out starting, without end.
         failure["controller_failure_limit"] = 0
+    datasets = None
+    if config["data"].get("loader") == "ray_data":
+        from raydra.data.ray_data import build
+
+        # Built here, once, so preprocessing runs as Ray Data tasks beside the workers; each
+        # worker only learns the row counts, which size its batches.
+        datasets, config["run"]["data_rows"] = build(config)
     trainer = TorchTrainer(
         train_loop,
         train_loop_config=config,
+        datasets=datasets,
         torch_config=torch_config(config["strategy"]),
         scaling_config=ray.train.ScalingConfig(
             num_workers=scale["num_workers"],

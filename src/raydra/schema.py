@@ -211,6 +211,9 @@ def claim_directory(path: str) -> str:
             candidate = Path(f"{path}_{n}")
 
 
+# dataloader: each worker reads and holds its data itself. ray_data: the driver builds Ray Data
+# datasets, preprocessing runs as Ray Data tasks and workers stream their shards (data/ray_data.py).
+LOADERS = ("dataloader", "ray_data")
 PRECISIONS = {"auto", "64", "64-true", "32", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "transformer-engine"}
 GPU_ONLY_PRECISIONS = {"16-mixed", "16-true", "transformer-engine"}
 
@@ -258,6 +261,17 @@ def validate(cfg: Any) -> None:
         raise RaydraError(f"failure.max_failures={cfg.failure.max_failures} must be -1 (no limit) or a count from 0.")
     if cfg.get("tune") is not None:
         _validate_tune(cfg.tune)
+    loader = cfg.data.get("loader")
+    if loader is not None:
+        if loader not in LOADERS:
+            raise RaydraError(f"data.loader={loader} is not a loader raydra knows; use one of {', '.join(LOADERS)}.")
+        if loader == "ray_data" and trainer.num_sanity_val_steps != 0:
+            # A sanity pass reads part of a split validation shard; Ray's split coordinator then
+            # waits for the rest of that epoch, and the first real validation never starts.
+            raise RaydraError(
+                f"trainer.num_sanity_val_steps={trainer.num_sanity_val_steps} with data.loader=ray_data would stall on "
+                "the split validation shard; set trainer.num_sanity_val_steps=0."
+            )
     batch_size = cfg.data.get("batch_size")
     if batch_size is not None:
         _positive("data.batch_size", batch_size)

@@ -40,7 +40,12 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
         torch.set_float32_matmul_precision("high")
     pl.seed_everything(config["seed"], workers=True, verbose=False)
 
-    datamodule = instantiate(config["data"])
+    if config["data"].get("loader") == "ray_data":
+        from raydra.data.ray_data import RayDataModule
+
+        datamodule = RayDataModule(config["run"]["data_rows"], config["data"]["batch_size"], world_size, config["seed"])
+    else:
+        datamodule = instantiate(config["data"])
     model_config = dict(config["model"])
     # Read by strategy=fsdp; the module's constructor does not take it.
     shard_blocks = model_config.pop("shard_blocks", None)

@@ -68,6 +68,16 @@ def locate(root: str, download: bool) -> Path:
     return base / "cifar-10-batches-py"
 
 
+def stratified_mask(labels: np.ndarray, num_classes: int, fraction: float, seed: int) -> np.ndarray:
+    """True for the held-out `fraction` of every class, chosen with a seeded permutation."""
+    order = np.random.default_rng(seed).permutation(len(labels))
+    mask = np.zeros(len(labels), dtype=bool)
+    for label in range(num_classes):
+        members = order[labels[order] == label]
+        mask[members[: int(round(len(members) * fraction))]] = True
+    return mask
+
+
 class CIFAR10DataModule(pl.LightningDataModule):
     """Train split = data_batch_1..5 less a stratified `val_fraction`; test = test_batch.
 
@@ -89,6 +99,7 @@ class CIFAR10DataModule(pl.LightningDataModule):
         image_size: int = 32,
         num_channels: int = 3,
         num_classes: int = 10,
+        loader: str = "dataloader",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -101,11 +112,7 @@ class CIFAR10DataModule(pl.LightningDataModule):
         folder = locate(hp.root, hp.download)
         train_x, train_y = read_batches(folder, TRAIN_FILES)
         test_x, test_y = read_batches(folder, [TEST_FILE])
-        order = np.random.default_rng(hp.split_seed).permutation(len(train_y))
-        val_mask = np.zeros(len(train_y), dtype=bool)
-        for label in range(hp.num_classes):  # stratified: the same fraction of every class
-            members = order[train_y[order] == label]
-            val_mask[members[: int(round(len(members) * hp.val_fraction))]] = True
+        val_mask = stratified_mask(train_y, hp.num_classes, hp.val_fraction, hp.split_seed)
         device, rank, world_size = worker_placement(self.trainer)
         per_worker = hp.batch_size // world_size
         for split, x, y, train in (

@@ -48,6 +48,44 @@ def decode(paths: Sequence[Path], size: int, channels: int) -> np.ndarray:
     return out
 
 
+def find_splits(root: str, val_fraction: float, test_fraction: float, seed: int) -> Tuple[List[str], Dict[str, Tuple[List[Path], np.ndarray]]]:
+    """Class names and {split: (image paths, labels)}: from train/val/test subfolders, or a
+    stratified seeded split of one folder of class subfolders."""
+    folder = Path(root).expanduser()
+    if not folder.is_dir():
+        raise RaydraError(f"data.root={root} is not a folder; point it at <root>/<class>/<image> files.")
+    if (folder / "train").is_dir():
+        per_split = {name: scan(folder / name) for name in SPLITS if (folder / name).is_dir()}
+        classes = sorted(per_split["train"])
+        index = {name: i for i, name in enumerate(classes)}
+        return classes, {
+            split: ([p for c in sorted(found) for p in found[c]],
+                    np.array([index[c] for c in sorted(found) for _ in found[c]]))
+            for split, found in per_split.items()
+        }
+    found = scan(folder)
+    classes = sorted(found)
+    rng = np.random.default_rng(seed)
+    splits: Dict[str, Tuple[List[Path], List[int]]] = {name: ([], []) for name in SPLITS}
+    for label, name in enumerate(classes):  # stratified: the same fractions of every class
+        files = [found[name][i] for i in rng.permutation(len(found[name]))]
+        n_val, n_test = int(round(len(files) * val_fraction)), int(round(len(files) * test_fraction))
+        for split, part in (("val", files[:n_val]), ("test", files[n_val:n_val + n_test]),
+                            ("train", files[n_val + n_test:])):
+            splits[split][0].extend(part)
+            splits[split][1].extend([label] * len(part))
+    return classes, {split: (paths, np.array(labels)) for split, (paths, labels) in splits.items() if paths}
+
+
+def describe(root: str, **_: object) -> Dict[str, object]:
+    """The class folders, for the driver to fill data.num_classes (and the model's) before resolving."""
+    folder = Path(root).expanduser()
+    classes = sorted(scan(folder / "train" if (folder / "train").is_dir() else folder)) if folder.is_dir() else []
+    if not classes:
+        raise RaydraError(f"data.root={root} is not a folder; point it at <root>/<class>/<image> files.")
+    return {"num_classes": len(classes), "class_names": classes}
+
+
 class ImageFolderDataModule(pl.LightningDataModule):
     def __init__(
         self,
@@ -64,44 +102,21 @@ class ImageFolderDataModule(pl.LightningDataModule):
         crop_padding: int = 0,
         mean: Sequence[float] = (0.5, 0.5, 0.5),
         std: Sequence[float] = (0.5, 0.5, 0.5),
+        class_names: Optional[List[str]] = None,
+        loader: str = "dataloader",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.loaders: dict = {}
         self.classes: List[str] = []
 
-    def _splits(self) -> Dict[str, Tuple[List[Path], np.ndarray]]:
-        hp = self.hparams
-        root = Path(hp.root).expanduser()
-        if not root.is_dir():
-            raise RaydraError(f"data.root={hp.root} is not a folder; point it at <root>/<class>/<image> files.")
-        if (root / "train").is_dir():
-            per_split = {name: scan(root / name) for name in SPLITS if (root / name).is_dir()}
-            self.classes = sorted(per_split["train"])
-            index = {name: i for i, name in enumerate(self.classes)}
-            return {
-                split: ([p for c in sorted(found) for p in found[c]],
-                        np.array([index[c] for c in sorted(found) for _ in found[c]]))
-                for split, found in per_split.items()
-            }
-        found = scan(root)
-        self.classes = sorted(found)
-        rng = np.random.default_rng(hp.split_seed)
-        splits: Dict[str, Tuple[List[Path], List[int]]] = {name: ([], []) for name in SPLITS}
-        for label, name in enumerate(self.classes):  # stratified: the same fractions of every class
-            files = [found[name][i] for i in rng.permutation(len(found[name]))]
-            n_val, n_test = int(round(len(files) * hp.val_fraction)), int(round(len(files) * hp.test_fraction))
-            for split, part in (("val", files[:n_val]), ("test", files[n_val:n_val + n_test]),
-                                ("train", files[n_val + n_test:])):
-                splits[split][0].extend(part)
-                splits[split][1].extend([label] * len(part))
-        return {split: (paths, np.array(labels)) for split, (paths, labels) in splits.items() if paths}
+    describe = staticmethod(describe)
 
     def setup(self, stage: Optional[str] = None) -> None:
         if self.loaders:
             return
         hp = self.hparams
-        splits = self._splits()
+        self.classes, splits = find_splits(hp.root, hp.val_fraction, hp.test_fraction, hp.split_seed)
         if len(self.classes) != hp.num_classes:
             raise RaydraError(
                 f"data.root={hp.root} has {len(self.classes)} classes ({', '.join(self.classes[:5])}"

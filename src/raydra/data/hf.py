@@ -1,0 +1,367 @@
+"""A Hugging Face image-classification dataset: a hub id (`beans`), a `save_to_disk` folder, a
+parquet file or folder, or any local folder `datasets.load_dataset` reads.
+
+Splits are taken from the dataset (train / validation / test by their usual names, or as
+`splits` maps them); missing ones are made from train with a seeded stratified split. The label
+column's ClassLabel names are the classes (a plain int or string column is encoded into one), so
+num_classes and class names come from the data, not from the user. With a pretrained model its
+image processor resizes the images and its mean/std normalise them; otherwise a plain resize to
+`image_size` and `mean`/`std`. Decoded images are held as uint8 on each worker's device
+(raydra.data.device_batches); `loader=ray_data` streams them through Ray Data instead.
+"""
+
+import contextlib
+import io
+import os
+import socket
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from urllib.parse import urlparse
+
+import numpy as np
+import torch
+
+from raydra.data.device_batches import DeviceBatches, worker_placement
+from raydra.errors import RaydraError
+from raydra.lightning import pl
+
+ROLES = ("train", "val", "test")
+# The names datasets on the hub use for each role, first match wins.
+SPLIT_NAMES = {"train": ("train",), "val": ("validation", "valid", "val", "dev"), "test": ("test",)}
+
+
+def is_parquet(name: str) -> bool:
+    path = Path(name).expanduser()
+    return path.suffix == ".parquet" or (path.is_dir() and any(path.rglob("*.parquet"))
+                                         and not (path / "dataset_dict.json").exists())
+
+
+def parquet_files(name: str) -> List[str]:
+    path = Path(name).expanduser()
+    files = [str(path)] if path.is_file() else sorted(str(p) for p in path.rglob("*.parquet"))
+    if not files:
+        raise RaydraError(f"data.name={name} holds no parquet files; point it at a .parquet file or a folder of them.")
+    return files
+
+
+def _is_local(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or Path(name).expanduser().exists()
+
+
+def _offline_env() -> Optional[str]:
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(var, "").strip().upper() in {"1", "ON", "YES", "TRUE"}:
+            return var
+    return None
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _hub_offline() -> Iterator[None]:
+    """Cache-only loading without HF_HUB_OFFLINE in the environment: `datasets` reads that variable
+    once at import, and otherwise spends ~25 s retrying an unreachable hub."""
+    import datasets.config
+    import huggingface_hub.constants
+
+    saved = datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = huggingface_hub.constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE = saved
+
+
+def load(name: str, subset: Optional[str] = None, revision: Optional[str] = None) -> Any:
+    """A DatasetDict from a save_to_disk folder, parquet, a local folder or a hub id (cache only
+    when offline). Errors name data.name and what to do."""
+    import datasets
+
+    datasets.logging.set_verbosity_error()
+    datasets.disable_progress_bars()
+    if _is_local(name):
+        path = Path(name).expanduser()
+        if not path.exists():
+            raise RaydraError(f"data.name={name} does not exist; point it at a save_to_disk folder, parquet or a hub id.")
+        try:
+            if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
+                loaded = datasets.load_from_disk(str(path))
+            elif is_parquet(name):
+                loaded = datasets.load_dataset("parquet", data_files=parquet_files(name))
+            else:
+                loaded = datasets.load_dataset(str(path), subset)
+        except RaydraError:
+            raise
+        except Exception as error:
+            raise RaydraError(f"data.name={name} could not be read as a dataset ({_first_line(error)}); "
+                              "check the files are complete (a save_to_disk folder, parquet or an image folder).") from None
+        return loaded if isinstance(loaded, datasets.DatasetDict) else datasets.DatasetDict({"train": loaded})
+    offline = _offline_env() or (None if _hub_reachable() else "no route to the Hugging Face Hub")
+    try:
+        with _hub_offline() if offline else contextlib.nullcontext():
+            return datasets.load_dataset(name, subset, revision=revision)
+    except (ConnectionError, FileNotFoundError) as error:
+        if offline:
+            raise RaydraError(
+                f"data.name={name} is not in the local Hugging Face cache and this machine is offline ({offline}); "
+                "load it once where there is network, or point data.name at a save_to_disk folder or parquet copy."
+            ) from None
+        raise RaydraError(f"data.name={name} could not be loaded from the Hugging Face Hub ({_first_line(error)}); "
+                          "check the id (and data.subset), or point data.name at a local copy.") from None
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
+
+
+def _check_columns(name: str, dataset: Any, image_column: str, label_column: str) -> None:
+    columns = list(dataset.column_names)
+    for key, column in (("data.image_column", image_column), ("data.label_column", label_column)):
+        if column not in columns:
+            raise RaydraError(f"{key}={column} is not a column of {name} (columns: {', '.join(columns)}); "
+                              f"set {key} to one of them.")
+
+
+def splits(name: str, loaded: Any, image_column: str, label_column: str, split_names: Optional[Dict[str, str]],
+           val_fraction: float, test_fraction: float, split_seed: int) -> Tuple[Dict[str, Any], List[str]]:
+    """{role: Dataset} for train/val(/test) with a ClassLabel label column, and the class names.
+
+    A role the dataset lacks is cut from train, stratified by class, with `split_seed`."""
+    from datasets import ClassLabel
+
+    chosen: Dict[str, str] = {}
+    for role in ROLES:
+        wanted = (split_names or {}).get(role)
+        if wanted is not None:
+            if wanted not in loaded:
+                raise RaydraError(f"data.splits.{role}={wanted} is not a split of {name} "
+                                  f"(splits: {', '.join(loaded)}); set it to one of them.")
+            chosen[role] = wanted
+        else:
+            found = [s for s in SPLIT_NAMES[role] if s in loaded]
+            if found:
+                chosen[role] = found[0]
+    if "train" not in chosen:
+        raise RaydraError(f"{name} has no train split (splits: {', '.join(loaded)}); set data.splits.train to one of them.")
+    parts = {role: loaded[split] for role, split in chosen.items()}
+    for part in parts.values():
+        _check_columns(name, part, image_column, label_column)
+    feature = parts["train"].features[label_column]
+    if not isinstance(feature, ClassLabel):
+        # Plain ints or strings: one ClassLabel over every split's values, so ids agree across splits.
+        values = sorted({v for part in parts.values() for v in part.unique(label_column)}, key=lambda v: (str(type(v)), v))
+        feature = ClassLabel(names=[str(v) for v in values])
+        parts = {role: part.map(lambda row: {label_column: values.index(row[label_column])}).cast_column(label_column, feature)
+                 for role, part in parts.items()}
+    names = list(feature.names)
+    total = len(parts["train"])
+    for role, fraction in (("test", test_fraction), ("val", val_fraction)):
+        if role in parts or fraction <= 0:
+            continue
+        # Fractions are of the whole train split, not of what the previous cut left.
+        share = min(1.0, fraction * total / len(parts["train"]))
+        cut = parts["train"].train_test_split(test_size=share, stratify_by_column=label_column, seed=split_seed)
+        parts["train"], parts[role] = cut["train"], cut["test"]
+    return parts, names
+
+
+def parquet_classes(name: str, image_column: str, label_column: str) -> Tuple[List[str], Optional[list]]:
+    """Class names of a parquet source, and the raw label values they stand for (None when the
+    column is a ClassLabel, whose stored values already are class ids). Reads the schema and the
+    label column only, so a large image table costs next to nothing here."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    files, schema = parquet_files(name), None
+    try:
+        schema = pq.read_schema(files[0])
+        if label_column in schema.names:
+            labels = pq.ParquetDataset(files).read(columns=[label_column]).column(label_column)
+    except Exception as error:  # pyarrow raises ArrowInvalid, OSError or its own types for broken files
+        raise RaydraError(f"data.name={name} is not readable parquet ({_first_line(error)}); "
+                          "write it again (e.g. Dataset.to_parquet).") from None
+    for key, column in (("data.image_column", image_column), ("data.label_column", label_column)):
+        if column not in schema.names:
+            raise RaydraError(f"{key}={column} is not a column of {name} (columns: {', '.join(schema.names)}); "
+                              f"set {key} to one of them.")
+    features = json.loads((schema.metadata or {}).get(b"huggingface", b"{}")).get("info", {}).get("features", {})
+    label = features.get(label_column) or {}
+    if label.get("_type") == "ClassLabel" and label.get("names"):
+        return list(label["names"]), None
+    values = sorted(set(labels.to_pylist()), key=lambda v: (str(type(v)), v))
+    return [str(v) for v in values], values
+
+
+def describe(name: str, subset: Optional[str] = None, revision: Optional[str] = None, label_column: str = "label",
+             image_column: str = "image", **_: Any) -> Dict[str, Any]:
+    """What the driver fills in before resolving the config: the class count and names, from the
+    label column's ClassLabel feature (or the distinct values of a plain column)."""
+    if _is_local(name) and Path(name).expanduser().exists() and is_parquet(name):
+        names, _values = parquet_classes(name, image_column, label_column)
+        return {"num_classes": len(names), "class_names": names}
+    loaded = load(name, subset, revision)
+    train = loaded["train"] if "train" in loaded else next(iter(loaded.values()))
+    _check_columns(name, train, image_column, label_column)
+    from datasets import ClassLabel
+
+    feature = train.features[label_column]
+    if isinstance(feature, ClassLabel):
+        names = list(feature.names)
+    else:
+        names = [str(v) for v in sorted({v for part in loaded.values() for v in part.unique(label_column)},
+                                        key=lambda v: (str(type(v)), v))]
+    return {"num_classes": len(names), "class_names": names}
+
+
+def image_processor(pretrained: Optional[str]) -> Any:
+    """The pretrained model's image processor (PIL backend: torchvision is not a dependency), or None."""
+    if not pretrained:
+        return None
+    from transformers import AutoImageProcessor
+
+    try:
+        return AutoImageProcessor.from_pretrained(pretrained, backend="pil")
+    except TypeError:
+        return AutoImageProcessor.from_pretrained(pretrained)
+    except OSError as error:
+        raise RaydraError(f"model.pretrained={pretrained} has no image processor that loads here ({_first_line(error)}); "
+                          "point it at a local folder with preprocessor_config.json or a cached hub id.") from None
+
+
+def processor_shape(processor: Any, image_size: int) -> Tuple[int, int]:
+    size = getattr(processor, "size", None) if processor is not None else None
+    if size is not None:
+        get = size.get if isinstance(size, dict) else lambda k, d=None: getattr(size, k, d)
+        if get("height") and get("width"):
+            return int(get("height")), int(get("width"))
+        if get("shortest_edge"):
+            return int(get("shortest_edge")), int(get("shortest_edge"))
+    return image_size, image_size
+
+
+def normalisation(processor: Any, mean: Sequence[float], std: Sequence[float], channels: int) -> Tuple[list, list]:
+    if processor is not None and getattr(processor, "do_normalize", True) and getattr(processor, "image_mean", None):
+        return list(processor.image_mean)[:channels], list(processor.image_std)[:channels]
+    return list(mean)[:channels], list(std)[:channels]
+
+
+def as_image(item: Any) -> Any:
+    """A PIL image from what a dataset column holds: PIL already, encoded bytes, a {bytes, path}
+    struct (Hugging Face's Image feature as stored in parquet), a file path, or an array."""
+    from PIL import Image
+
+    if isinstance(item, Image.Image):
+        return item
+    if isinstance(item, dict):
+        item = item.get("bytes") or item.get("path")
+    if isinstance(item, (bytes, bytearray)):
+        return Image.open(io.BytesIO(item))
+    if isinstance(item, str):
+        return Image.open(item)
+    return Image.fromarray(np.asarray(item))
+
+
+def to_uint8(images: Sequence[Any], processor: Any, size: int, channels: int, where: str) -> np.ndarray:
+    """(n, channels, H, W) uint8: the processor's resize (its rescale and normalisation are applied
+    later as batched tensor ops), or a plain bilinear resize to size x size."""
+    from PIL import Image
+
+    mode = {1: "L", 3: "RGB"}[channels]
+    try:
+        pil = [as_image(image).convert(mode) for image in images]
+    except Exception as error:
+        raise RaydraError(f"{where} holds an image that does not decode ({_first_line(error)}); remove or replace it.") from None
+    if processor is not None:
+        pixels = processor(images=pil, do_rescale=False, do_normalize=False, return_tensors="np")["pixel_values"]
+        return np.clip(np.rint(np.asarray(pixels)), 0, 255).astype(np.uint8)
+    out = np.empty((len(pil), channels, size, size), dtype=np.uint8)
+    for i, image in enumerate(pil):
+        out[i] = np.asarray(image.resize((size, size), Image.BILINEAR)).reshape(size, size, channels).transpose(2, 0, 1)
+    return out
+
+
+def decode_split(part: Any, image_column: str, label_column: str, processor: Any, size: int, channels: int,
+                 where: str, chunk: int = 256) -> Tuple[np.ndarray, np.ndarray]:
+    images, labels = [], np.asarray(part[label_column], dtype=np.int64)
+    for start in range(0, len(part), chunk):
+        rows = part.select(range(start, min(start + chunk, len(part))))
+        try:
+            column = rows[image_column]
+        except Exception as error:
+            raise RaydraError(f"{where} holds an image that does not decode ({_first_line(error)}); "
+                              "remove or replace it.") from None
+        images.append(to_uint8(column, processor, size, channels, where))
+    return np.concatenate(images), labels
+
+
+class HFImageDataModule(pl.LightningDataModule):
+    def __init__(
+        self,
+        name: str,
+        num_classes: int,
+        subset: Optional[str] = None,
+        revision: Optional[str] = None,
+        image_column: str = "image",
+        label_column: str = "label",
+        splits: Optional[Dict[str, str]] = None,
+        class_names: Optional[List[str]] = None,
+        processor: Optional[str] = None,
+        image_size: int = 224,
+        num_channels: int = 3,
+        batch_size: int = 64,
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.1,
+        split_seed: int = 0,
+        augment: bool = True,
+        flip: bool = True,
+        crop_padding: int = 0,
+        mean: Sequence[float] = (0.5, 0.5, 0.5),
+        std: Sequence[float] = (0.5, 0.5, 0.5),
+        loader: str = "dataloader",
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.loaders: dict = {}
+        self.classes: List[str] = []
+
+    describe = staticmethod(describe)
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        if self.loaders:
+            return
+        hp = self.hparams
+        parts, self.classes = splits(hp.name, load(hp.name, hp.subset, hp.revision), hp.image_column, hp.label_column,
+                                     hp.splits, hp.val_fraction, hp.test_fraction, hp.split_seed)
+        if len(self.classes) != hp.num_classes:
+            raise RaydraError(f"data.name={hp.name} has {len(self.classes)} classes in {hp.label_column} but "
+                              f"data.num_classes={hp.num_classes}; set data.num_classes={len(self.classes)} or null.")
+        processor = image_processor(hp.processor)
+        mean, std = normalisation(processor, hp.mean, hp.std, hp.num_channels)
+        device, rank, world_size = worker_placement(self.trainer)
+        for role, part in parts.items():
+            images, labels = decode_split(part, hp.image_column, hp.label_column, processor, hp.image_size,
+                                          hp.num_channels, f"data.name={hp.name} ({role})")
+            train = role == "train"
+            self.loaders[role] = DeviceBatches(
+                torch.from_numpy(images).to(device), torch.from_numpy(labels).to(device), hp.batch_size // world_size,
+                rank, world_size, train=train, augment=train and hp.augment, seed=hp.split_seed, mean=mean, std=std,
+                crop_padding=hp.crop_padding, flip=hp.flip,
+            )
+
+    def train_dataloader(self) -> DeviceBatches:
+        return self.loaders["train"]
+
+    def val_dataloader(self) -> DeviceBatches:
+        return self.loaders.get("val") or self.loaders["test"]
+
+    def test_dataloader(self) -> DeviceBatches:
+        return self.loaders.get("test") or self.loaders["val"]
