@@ -73,6 +73,8 @@ def test_misspelt_key_in_a_typed_group_fails():
         ("trainer.precision=fp8", "not a Lightning precision"),
         ("trainer.precision=16-mixed", "needs GPU workers"),
         ("checkpoint.mode=up", "must be min or max"),
+        ("checkpoint.every_n_steps=0", "checkpoint.every_n_steps=0 must be positive"),
+        ("checkpoint.every_n_epochs=-2", "checkpoint.every_n_epochs=-2 must be positive"),
         ("data.batch_size=33", "does not split evenly"),
         ("scale.placement_strategy=RANDOM", "not a Ray placement strategy"),
     ],
@@ -80,6 +82,13 @@ def test_misspelt_key_in_a_typed_group_fails():
 def test_validation_names_the_key_and_the_fix(override, message):
     with pytest.raises(RaydraError, match=message):
         validate(composed(override))
+
+
+def test_checkpoint_frequency_is_said_one_way():
+    with pytest.raises(RaydraError, match=r"checkpoint.every_n_epochs=2 and checkpoint.every_n_steps=50 are both set; keep one"):
+        validate(composed("checkpoint.every_n_epochs=2", "checkpoint.every_n_steps=50"))
+    validate(composed("checkpoint.every_n_steps=50"))
+    validate(composed("checkpoint.every_n_epochs=2"))
 
 
 def test_resolved_config_is_plain_data_for_workers():

@@ -3,6 +3,7 @@ resumed, and the refusals that keep resume= from retraining or mixing runs. No m
 `python train.py` on the session Ray cluster with 2 CPU workers."""
 
 import csv
+import json
 import os
 import re
 import signal
@@ -15,8 +16,10 @@ import psutil
 import pytest
 
 from conftest import REPO, base_env, run_dirs, run_train, summary_of
+from raydra.checkpoints import checkpoint_meta
 
 EPOCHS = 4
+EVERY_N_STEPS = 25
 RUN = ("experiment=vit_digits_smoke", f"trainer.max_epochs={EPOCHS}", "trainer.test=false", "checkpoint.num_to_keep=1")
 SECRET = "s3cr3t-value-9f2c"
 WORKER_LINE = re.compile(r"\(RayTrainWorker pid=(\d+)\)")
@@ -34,8 +37,9 @@ def reference(ray_cluster, tmp_path_factory):
 
 @pytest.mark.e2e
 def test_a_killed_worker_restarts_from_the_last_checkpoint_and_loses_no_epoch(ray_cluster, reference, tmp_path):
-    driver = _start(*RUN, "failure.max_failures=1", f"tags=[{SECRET}]", outputs=tmp_path, address=ray_cluster,
-                    env={"RAYDRA_TEST_TOKEN": SECRET})
+    # W&B too, offline, so its files are among those scanned for the secret below.
+    driver = _start(*RUN, "failure.max_failures=1", f"tags=[{SECRET}]", "logger=[csv,wandb]",
+                    outputs=tmp_path, address=ray_cluster, env={"MY_API_KEY": SECRET, "RAYDRA_TEST_TOKEN": SECRET[::-1]})
     run_dir = _wait_for_checkpoint(tmp_path, driver)
     victim = _worker_pids(run_dir)[0]
     _kill_worker(victim)
@@ -45,16 +49,53 @@ def test_a_killed_worker_restarts_from_the_last_checkpoint_and_loses_no_epoch(ra
     summary = summary_of(run_dir)
     assert summary["status"] == "completed"
     assert summary["epochs_completed"] == EPOCHS and summary["global_step"] == reference["global_step"]
-    # A new worker group trained on: other pids than the one killed.
+    # A new worker group trained on (other pids than the one killed), from an epoch's end.
     assert set(_worker_pids(run_dir)) - {victim}
+    epoch, batch, _, step = _resumed_at(run_dir)
+    assert epoch >= 1 and batch == 0 and step == epoch * reference["global_step"] // EPOCHS
     assert _epochs_with_val(run_dir) == list(range(EPOCHS))  # each epoch once: none lost, none repeated
     assert summary["metrics"]["final"]["val/acc"] == pytest.approx(reference["metrics"]["final"]["val/acc"], abs=0.03)
 
-    # The secret from the environment reached no file the run wrote, nor the console.
-    assert SECRET not in out
-    for path in tmp_path.rglob("*"):
-        if path.is_file():
-            assert SECRET.encode() not in path.read_bytes(), f"{path} holds the secret"
+    # The secrets from the environment reached no file the run wrote, nor the console: every file,
+    # and among them each kind the run writes.
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    kinds = {"summary.json", "metrics.csv", "driver.log", "config.yaml", "overrides.yaml", "hydra.yaml", "ray.log",
+             "worker_0.log", "worker_1.log", "checkpoint.ckpt"}
+    assert kinds <= {p.name for p in written}
+    assert any(p.suffix == ".wandb" for p in written) and any(p.name == "debug-internal.log" for p in written)
+    for secret in (SECRET, SECRET[::-1]):
+        assert secret not in out
+        for path in written:
+            assert secret.encode() not in path.read_bytes(), f"{path} holds the secret"
+
+
+@pytest.mark.e2e
+def test_a_worker_killed_after_a_mid_epoch_checkpoint_resumes_inside_the_epoch_on_the_same_batches(
+        ray_cluster, reference, tmp_path):
+    # 40 steps an epoch: every checkpoint but the last falls inside an epoch.
+    driver = _start(*RUN, "failure.max_failures=1", f"checkpoint.every_n_steps={EVERY_N_STEPS}",
+                    outputs=tmp_path, address=ray_cluster)
+    run_dir = _wait_for_checkpoint(tmp_path, driver)
+    _kill_worker(_worker_pids(run_dir)[0])
+    out, _ = driver.communicate(timeout=300)
+    assert driver.returncode == 0, out
+
+    summary = summary_of(run_dir)
+    assert summary["status"] == "completed"
+    assert summary["epochs_completed"] == EPOCHS and summary["global_step"] == reference["global_step"]
+    steps_per_epoch = reference["global_step"] // EPOCHS
+    epoch, batch, of, step = _resumed_at(run_dir)
+    assert of == steps_per_epoch and step % EVERY_N_STEPS == 0 and 0 < batch < of
+    assert step == epoch * steps_per_epoch + batch
+    # Each epoch validated once, and every logged step once, in order: none trained twice or skipped.
+    assert _epochs_with_val(run_dir) == list(range(EPOCHS))
+    assert _logged_steps(run_dir) == _logged_steps(Path(reference["run_dir"]))
+    # The rest of the interrupted epoch trained on the batches an uninterrupted run trains on, in
+    # the same order, with the same RNG: the same weights, so the same validation loss.
+    assert summary["metrics"]["final"]["val/loss"] == pytest.approx(reference["metrics"]["final"]["val/loss"], rel=1e-4)
+    assert summary["metrics"]["final"]["val/acc"] == pytest.approx(reference["metrics"]["final"]["val/acc"], abs=1e-6)
+    # Mid-epoch checkpoints hold unvalidated weights: never the best one.
+    assert checkpoint_meta(summary["checkpoints"]["best"])["global_step"] % steps_per_epoch == 0
 
 
 @pytest.mark.e2e
@@ -99,17 +140,31 @@ def _start(*overrides, outputs, address, env=None):
 
 
 def _wait_for_checkpoint(outputs: Path, driver: subprocess.Popen, timeout: float = 240) -> Path:
-    """The run dir once its first checkpoint is reported and a worker pid is in its logs."""
+    """The run dir once Ray has registered its first checkpoint and a worker pid is in its logs.
+    A checkpoint directory on disk is not enough: until the controller has recorded the report, a
+    restarted worker group would start from scratch (and still end with the right step count)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         assert driver.poll() is None, driver.communicate()[0]
-        for ckpt in outputs.glob("runs/*/*/checkpoints/*/checkpoint_*/checkpoint.ckpt"):
-            run_dir = ckpt.parents[3]
-            if _worker_pids(run_dir):
+        for snapshot in outputs.glob("runs/*/*/checkpoints/*/checkpoint_manager_snapshot.json"):
+            run_dir = snapshot.parents[2]
+            try:
+                registered = json.loads(snapshot.read_text())["checkpoint_results"]
+            except (ValueError, KeyError):
+                continue  # being written
+            if registered and _worker_pids(run_dir):
                 return run_dir
         time.sleep(0.2)
     driver.kill()
     pytest.fail("the run reported no checkpoint in time")
+
+
+def _resumed_at(run_dir: Path) -> tuple:
+    """(epoch, batch, batches per epoch, global step) where the restarted rank 0 picked up."""
+    found = re.search(r"resumed from .* at epoch (\d+), batch (\d+) of (\d+) \(global step (\d+)\)",
+                      (run_dir / "logs" / "worker_0.log").read_text())
+    assert found, "the restarted worker group did not resume from a checkpoint"
+    return tuple(map(int, found.groups()))
 
 
 def _worker_pids(run_dir: Path) -> list:
@@ -129,6 +184,11 @@ def _kill_worker(pid: int) -> None:
     process = _process(pid)
     assert process and "RayTrainWorker" in " ".join(process.cmdline()), f"pid {pid} is not a Ray Train worker"
     os.kill(pid, signal.SIGKILL)
+
+
+def _logged_steps(run_dir: Path) -> list:
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    return [int(r["step"]) for r in rows if r.get("train/loss_step")]
 
 
 def _epochs_with_val(run_dir: Path) -> list:

@@ -25,7 +25,7 @@ from raydra.cluster import check_fits, check_room_for_data, connect, worker_reso
 from raydra.console import worker_output
 from raydra.errors import RaydraError
 from raydra.loggers import wandb_mode
-from raydra.redact import redact_hydra_records
+from raydra.redact import redact, redact_hydra_records
 from raydra.schema import validate
 
 log = logging.getLogger("raydra")
@@ -169,7 +169,9 @@ def _resolve(cfg: DictConfig, run_dir: Path, run_id: str) -> Dict[str, Any]:
     """Plain data for the workers: they have no Hydra, so every interpolation is resolved here."""
     _describe_data(cfg)
     config = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-    config["run"] = {"dir": str(run_dir), "id": run_id}
+    # What loggers may record: masked here, where the secrets are known. A worker's environment
+    # is its Ray node's, which need not hold the variables this process was started with.
+    config["run"] = {"dir": str(run_dir), "id": run_id, "logged_config": redact(dict(config))}
     if config["trainer"]["precision"] == "auto":
         config["trainer"]["precision"] = "bf16-mixed" if config["scale"]["use_gpu"] else "32-true"
     if "wandb" in config["logger"]:
@@ -286,8 +288,12 @@ def _outcome(result: Any, config: Dict[str, Any]) -> Dict[str, Any]:
         best = {k: _number(v) for k, v in row.items() if _number(v) is not None}
     best_checkpoint = None
     if result.best_checkpoints:
+        # Mid-epoch checkpoints report the monitor as NaN (unvalidated weights): never the best.
+        worst = float("-inf") if mode == "max" else float("inf")
+        scored = [(c, m.get(monitor)) for c, m in result.best_checkpoints]
+        scored = [(c, v if isinstance(v, (int, float)) and v == v else worst) for c, v in scored]
         pick = max if mode == "max" else min
-        best_checkpoint = pick(result.best_checkpoints, key=lambda pair: pair[1].get(monitor, float("nan")))[0]
+        best_checkpoint = pick(scored, key=lambda pair: pair[1])[0]
     return {
         "status": "completed",
         "metrics": {"final": final, "best": best},

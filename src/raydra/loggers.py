@@ -37,8 +37,8 @@ def _wandb_api_key_configured() -> bool:
     return any(host in entries for host in hosts)
 
 
-def build_loggers(config: Dict[str, Any], rank: int, resumed_epoch: Optional[int] = None) -> List[Any]:
-    """`resumed_epoch`: the last epoch of the checkpoint this attempt restarts from, if any."""
+def build_loggers(config: Dict[str, Any], rank: int, resumed_from: Optional[Dict[str, Any]] = None) -> List[Any]:
+    """`resumed_from`: where the checkpoint this attempt restarts from stands (worker._position_of), if anywhere."""
     # Only rank 0 writes: other ranks' metrics are the same after sync_dist, and a second writer
     # would fight over metrics.csv and start a second W&B run.
     if rank != 0:
@@ -56,23 +56,24 @@ def build_loggers(config: Dict[str, Any], rank: int, resumed_epoch: Optional[int
             save_dir=str(run_dir), name="", version="",
             flush_logs_every_n_steps=settings["csv"].get("flush_logs_every_n_steps", 50),
         )
-        _keep_rows_up_to(csv_logger, resumed_epoch)
+        _keep_rows_up_to(csv_logger, resumed_from)
         loggers.append(csv_logger)
     if "wandb" in settings:
         loggers.append(_wandb_logger(config, settings["wandb"], run_dir))
     return loggers
 
 
-def _keep_rows_up_to(csv_logger: Any, epoch: Optional[int]) -> None:
+def _keep_rows_up_to(csv_logger: Any, position: Optional[Dict[str, Any]]) -> None:
     """Lightning's CSV writer deletes an existing metrics.csv when it opens. A restarted or resumed
-    run keeps the rows up to its checkpoint's epoch instead; later rows are trained again."""
+    run keeps the rows up to its checkpoint instead (through its epoch, or before its step for a
+    mid-epoch checkpoint); later rows are trained again."""
     path = Path(csv_logger.log_dir) / "metrics.csv"
     rows, fields = [], None
-    if epoch is not None and path.exists():
+    if position is not None and path.exists():
         with path.open(newline="") as file:
             reader = csv.DictReader(file)
             fields = reader.fieldnames
-            rows = [r for r in reader if r.get("epoch") not in (None, "") and int(float(r["epoch"])) <= epoch]
+            rows = [r for r in reader if _before(r, position)]
     writer = csv_logger.experiment  # opening the writer removes the old file
     if rows:
         # The writer appends to an existing file only with the header it knows about.
@@ -81,6 +82,17 @@ def _keep_rows_up_to(csv_logger: Any, epoch: Optional[int]) -> None:
             kept = csv.DictWriter(file, fieldnames=writer.metrics_keys)
             kept.writeheader()
             kept.writerows(rows)
+
+
+def _before(row: Dict[str, str], position: Dict[str, Any]) -> bool:
+    if row.get("epoch") in (None, ""):
+        return False
+    epoch = int(float(row["epoch"]))
+    if epoch != position["epoch"] or not position["mid_epoch"]:
+        return epoch <= position["epoch"]
+    # Lightning labels a step's row with the step count before it: a checkpoint taken after
+    # global step s holds the rows labelled up to s - 1.
+    return row.get("step") not in (None, "") and int(float(row["step"])) < position["global_step"]
 
 
 def _wandb_logger(config: Dict[str, Any], settings: Dict[str, Any], run_dir: Path) -> Any:
@@ -94,7 +106,7 @@ def _wandb_logger(config: Dict[str, Any], settings: Dict[str, Any], run_dir: Pat
         entity=settings.get("entity"),
         name=settings.get("name") or config["run"]["id"],
         group=settings.get("group"),
-        tags=list(config.get("tags") or []),
+        tags=list(_logged(config).get("tags") or []),
         save_dir=str(run_dir),
         id=config["run"]["id"],
         # A restarted worker group or resume= continues the same W&B run.
@@ -104,5 +116,10 @@ def _wandb_logger(config: Dict[str, Any], settings: Dict[str, Any], run_dir: Pat
         # metadata addresses, which must never be contacted from a cluster without network.
         settings=wandb.Settings(console="off", silent=True, x_disable_stats=True, x_disable_machine_info=True),
     )
-    logger.log_hyperparams(redact(config))
+    logger.log_hyperparams(_logged(config))
     return logger
+
+
+def _logged(config: Dict[str, Any]) -> Dict[str, Any]:
+    """The config as the driver masked it (driver._resolve), with this process's own secrets masked too."""
+    return redact(config["run"].get("logged_config") or {k: v for k, v in config.items() if k != "run"})

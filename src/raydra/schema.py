@@ -99,6 +99,10 @@ class CheckpointConfig:
     num_to_keep: Optional[int] = 2
     monitor: str = "val/acc"
     mode: str = "max"
+    # How often Ray gets a checkpoint: every N epochs, or every N optimizer steps (inside an epoch,
+    # for long epochs). Set at most one; neither means every epoch. The end of training always gets one.
+    every_n_epochs: Optional[int] = None
+    every_n_steps: Optional[int] = None
 
 
 @dataclass
@@ -257,6 +261,14 @@ def validate(cfg: Any) -> None:
         raise RaydraError(f"checkpoint.num_to_keep={ckpt.num_to_keep} must be at least 1, or null to keep all.")
     if ckpt.mode not in {"min", "max"}:
         raise RaydraError(f"checkpoint.mode={ckpt.mode} must be min or max.")
+    if ckpt.every_n_epochs is not None and ckpt.every_n_steps is not None:
+        raise RaydraError(
+            f"checkpoint.every_n_epochs={ckpt.every_n_epochs} and checkpoint.every_n_steps={ckpt.every_n_steps} are both set; "
+            "keep one and set the other to null."
+        )
+    for key in ("every_n_epochs", "every_n_steps"):
+        if ckpt[key] is not None:
+            _positive(f"checkpoint.{key}", ckpt[key])
     if cfg.failure.max_failures < -1:
         raise RaydraError(f"failure.max_failures={cfg.failure.max_failures} must be -1 (no limit) or a count from 0.")
     if cfg.get("tune") is not None:

@@ -228,7 +228,8 @@ class ReportToTune(TuneReportCallback):
         self.max_epochs = max_epochs
 
     def after_report(self, run_context: Any, metrics: List[Dict[str, Any]], checkpoint: Any) -> None:
-        if not metrics or metrics[0].get("epoch", -1) + 1 >= self.max_epochs:
+        # Mid-epoch checkpoints (checkpoint.every_n_steps) are no epoch for ASHA to count.
+        if not metrics or metrics[0].get("mid_epoch") or metrics[0].get("epoch", -1) + 1 >= self.max_epochs:
             return
         # ASHA counts epochs_done, not Tune's training_iteration, which starts again at 1 when a
         # resumed sweep restarts a trial that Train V2 continues from a later epoch.

@@ -61,8 +61,10 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
     _check_precision(device, str(trainer_cfg["precision"]))
     throughput = Throughput(world_size=world_size, peak_flops=peak_flops(device, str(trainer_cfg["precision"])))
     # Throughput logs its epoch figures in on_train_epoch_end, so it must run before Ray's report.
-    report = TimedReport()
-    callbacks = [throughput, Resumable(), report]
+    ckpt = config["checkpoint"]
+    report = TimedReport(every_n_epochs=ckpt["every_n_epochs"], every_n_steps=ckpt["every_n_steps"], monitor=ckpt["monitor"])
+    resumable = Resumable()
+    callbacks = [throughput, resumable, report]
     if rank == 0:
         callbacks.append(
             ConsoleProgress(max_epochs=trainer_cfg["max_epochs"], max_steps=trainer_cfg["max_steps"], world_size=world_size)
@@ -73,8 +75,8 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
         strategy=build_strategy(config["strategy"], shard_blocks),
         plugins=[RayLightningEnvironment()],
         callbacks=callbacks,
-        logger=build_loggers(config, rank, resumed_epoch=_epoch_of(restored)) or False,
-        # Ray owns checkpointing: RayTrainReportCallback saves and reports one per epoch.
+        logger=build_loggers(config, rank, resumed_from=_position_of(restored)) or False,
+        # Ray owns checkpointing: TimedReport saves and reports at checkpoint.every_n_epochs/every_n_steps.
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=config["verbose"],
@@ -96,6 +98,11 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
     # and callback state (Resumable: RNG) from the last reported checkpoint. weights_only: a
     # checkpoint is plain tensors and containers, so loading it runs no pickled code.
     trainer.fit(model, datamodule=datamodule, ckpt_path=restored, weights_only=True)
+    if resumable.resumed_at:
+        at = resumable.resumed_at
+        logging.getLogger("raydra").info(
+            f"resumed from {restored} at epoch {at['epoch']}, batch {at['batches']} of {at['of']} (global step {at['global_step']})"
+        )
 
     test_metrics: Dict[str, float] = {}
     if trainer_cfg["test"] and _has_test_split(datamodule):
@@ -127,11 +134,14 @@ def _restored_checkpoint_path() -> Optional[str]:
     return os.path.join(checkpoint.path, RayTrainReportCallback.CHECKPOINT_NAME)
 
 
-def _epoch_of(checkpoint_path: Optional[str]) -> Optional[int]:
-    """The epoch a restored checkpoint ended; metrics.csv rows after it are about to be re-logged."""
+def _position_of(checkpoint_path: Optional[str]) -> Optional[Dict[str, Any]]:
+    """Where a restored checkpoint stands (epoch, global step, whether mid-epoch); metrics.csv rows
+    after it are about to be logged again."""
     if checkpoint_path is None:
         return None
-    return int(checkpoint_meta(checkpoint_path)["epoch"])
+    meta = checkpoint_meta(checkpoint_path)
+    data = meta.get("callbacks", {}).get("Resumable", {}).get("data", {})
+    return {"epoch": int(meta["epoch"]), "global_step": int(meta["global_step"]), "mid_epoch": bool(data.get("mid_epoch"))}
 
 
 def _check_precision(device: torch.device, precision: str) -> None:
@@ -172,7 +182,7 @@ def _route_logs(path: Path, verbose: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
-    for name in ("lightning", "lightning.pytorch", "pytorch_lightning", "lightning_fabric", "torch", "wandb", "ray.train"):
+    for name in ("raydra", "lightning", "lightning.pytorch", "pytorch_lightning", "lightning_fabric", "torch", "wandb", "ray.train"):
         logger = logging.getLogger(name)
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)

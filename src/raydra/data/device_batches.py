@@ -22,6 +22,10 @@ class DeviceBatches:
 
     Lightning only re-shards DataLoaders, so the shard (every world_size-th sample of the
     shuffled order) is taken here; every worker gets the same number of batches.
+
+    The order depends only on seed + epoch, as DistributedSampler's does: raydra's Resumable
+    callback calls `set_epoch` at every epoch start, and `skip` when a run restarts from a
+    mid-epoch checkpoint, so a restarted run sees exactly the batches an uninterrupted one would.
     """
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int, rank: int, world_size: int,
@@ -35,6 +39,14 @@ class DeviceBatches:
         self.std = torch.tensor(std, device=images.device).view(1, -1, 1, 1) * 255
         self.per_worker = len(labels) // world_size
         self.epoch = 0
+        self._skip = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def skip(self, batches: int) -> None:
+        """The next iteration starts after its first `batches` batches."""
+        self._skip = batches
 
     def __len__(self) -> int:
         full, rest = divmod(self.per_worker, self.batch_size)
@@ -42,29 +54,43 @@ class DeviceBatches:
 
     def __iter__(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        # Without set_epoch (outside a Trainer) every iteration still gets a new order.
         self.epoch += 1
+        skip, self._skip = self._skip, 0
         order = torch.randperm(len(self.labels), generator=generator) if self.train else torch.arange(len(self.labels))
         shard = order[self.rank: self.per_worker * self.world_size: self.world_size].to(self.images.device)
-        for start in range(0, len(self) * self.batch_size, self.batch_size):
+        for number, start in enumerate(range(0, len(self) * self.batch_size, self.batch_size)):
             index = shard[start: start + self.batch_size]
+            if number < skip:
+                if self.augment:
+                    # A skipped batch still draws its augmentation, so later batches get the same draws.
+                    self._draw(len(index), generator)
+                continue
             images = self.images[index].float()
             if self.augment:
                 images = self._augment(images, generator)
             yield (images - self.mean) / self.std, self.labels[index]
 
+    def _draw(self, n: int, generator: torch.Generator) -> Tuple[Any, Any, Any]:
+        p = self.crop_padding
+        dy = torch.randint(0, 2 * p + 1, (n,), generator=generator) if p else None
+        dx = torch.randint(0, 2 * p + 1, (n,), generator=generator) if p else None
+        flip = torch.rand(n, generator=generator) < 0.5 if self.flip else None
+        return dy, dx, flip
+
     def _augment(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         n, _, h, w = images.shape
+        dy, dx, flip = self._draw(n, generator)
         if self.crop_padding:
             p = self.crop_padding
             padded = torch.nn.functional.pad(images, (p, p, p, p))
-            dy = torch.randint(0, 2 * p + 1, (n,), generator=generator).to(images.device)
-            dx = torch.randint(0, 2 * p + 1, (n,), generator=generator).to(images.device)
+            dy, dx = dy.to(images.device), dx.to(images.device)
             rows = (dy.view(n, 1) + torch.arange(h, device=images.device)).view(n, 1, h, 1)
             cols = (dx.view(n, 1) + torch.arange(w, device=images.device)).view(n, 1, 1, w)
             batch = torch.arange(n, device=images.device).view(n, 1, 1, 1)
             channel = torch.arange(images.shape[1], device=images.device).view(1, -1, 1, 1)
             images = padded[batch, channel, rows, cols]
         if self.flip:
-            flip = (torch.rand(n, generator=generator) < 0.5).to(images.device).view(n, 1, 1, 1)
+            flip = flip.to(images.device).view(n, 1, 1, 1)
             images = torch.where(flip, images.flip(-1), images)
         return images

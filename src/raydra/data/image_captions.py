@@ -34,6 +34,12 @@ class CaptionedBatches:
     def __len__(self) -> int:
         return len(self.batches)
 
+    def set_epoch(self, epoch: int) -> None:
+        self.batches.set_epoch(epoch)
+
+    def skip(self, batches: int) -> None:
+        self.batches.skip(batches)
+
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         for pixels, index in self.batches:
             yield {"pixel_values": pixels, "index": index, "captions": [self.captions[i] for i in index.tolist()]}

@@ -1,0 +1,221 @@
+"""What a fault costs a run: a worker killed early, midway and late, a killed driver resumed, a lost node.
+
+    python benchmarks/faults.py [--epochs 6] [--cpus 2]
+
+Every run is the digits ViT (experiment=vit_digits_smoke, seed 0, 2 CPU workers, no test split)
+for --epochs epochs, on one `ray start --head` cluster that all of them join (stopped by process
+id at the end), so none pays Ray's start. Each fault is injected half an epoch after the epoch
+line it waits for, so it lands mid-epoch, after that epoch's checkpoint:
+
+- worker kill (early, middle, late): SIGKILL of one RayTrainWorker, with failure.max_failures=1;
+  once more in the middle with checkpoint.every_n_steps=10 (checkpoints inside the epoch);
+- driver kill: SIGKILL of `python train.py`, then the same command with resume=latest;
+- node removal: on a ray.cluster_utils.Cluster of a 0-CPU head and three 1-CPU nodes, with
+  scale.placement_strategy=SPREAD, the node of one worker is removed; compared with an
+  uninterrupted run on the same kind of cluster.
+
+For each: whether the run completed, epochs lost or repeated (an epoch missing from metrics.csv's
+validation rows or there twice, or a final global step other than the uninterrupted run's), the
+final val/acc against the uninterrupted run's, and the extra wall time. Prints a markdown table.
+"""
+
+import argparse
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sweep import env, free_port, start_cluster, stop_cluster  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+WORKER = re.compile(r"\(RayTrainWorker pid=(\d+)")
+
+
+class Run:
+    """`python train.py` in the background, its console lines timestamped as they come."""
+
+    def __init__(self, out: Path, *overrides: str, extra_env: dict = None) -> None:
+        self.out = out
+        self.started = time.time()
+        self.proc = subprocess.Popen([sys.executable, str(REPO / "train.py"), *overrides], cwd=REPO,
+                                     env={**env(), **(extra_env or {})},
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append((time.time(), line.rstrip()))
+
+    def wait_for_epoch(self, epoch: int, epochs: int) -> float:
+        while True:
+            for at, line in self.lines:
+                if f"epoch {epoch}/{epochs} " in line:
+                    return at
+            if self.proc.poll() is not None:
+                sys.exit(f"the run ended before epoch {epoch}:\n" + "\n".join(l for _, l in self.lines[-40:]))
+            time.sleep(0.1)
+
+    def finish(self, timeout: float = 1200) -> float:
+        self.proc.wait(timeout=timeout)
+        time.sleep(0.5)  # the reader thread's last lines
+        return time.time() - self.started
+
+    def run_dir(self) -> Path:
+        (found,) = [p.parent for p in self.out.glob("runs/*/*/summary.json")]
+        return found
+
+    def worker_pids(self) -> list:
+        log = self.run_dir() / "logs" / "ray.log"
+        while True:
+            pids = list(dict.fromkeys(map(int, WORKER.findall(log.read_text() if log.exists() else ""))))
+            if pids:
+                return pids
+            time.sleep(0.2)
+
+
+def outcome(run_dir: Path) -> dict:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    val_epochs = [int(r["epoch"]) for r in rows if r.get("val/acc")]
+    return {"status": summary["status"], "global_step": summary.get("global_step"), "val_epochs": val_epochs,
+            "val_acc": summary.get("metrics", {}).get("final", {}).get("val/acc")}
+
+
+def row(name: str, fault: dict, baseline: dict, fault_s: float, baseline_s: float, epochs: int) -> str:
+    counts = {e: fault["val_epochs"].count(e) for e in range(epochs)}
+    lost = sum(1 for c in counts.values() if c == 0)
+    repeated = sum(c - 1 for c in counts.values() if c > 1) + sum(1 for e in fault["val_epochs"] if e not in counts)
+    step_ok = fault["global_step"] == baseline["global_step"]
+    completed = "yes" if fault["status"] == "completed" else f"no ({fault['status']})"
+    steps = f"{fault['global_step']}" + ("" if step_ok else f" (uninterrupted: {baseline['global_step']})")
+    acc = "-" if fault["val_acc"] is None else f"{fault['val_acc']:.4f} ({fault['val_acc'] - baseline['val_acc']:+.4f})"
+    return f"| {name} | {completed} | {lost} / {repeated} | {steps} | {acc} | {fault_s:.1f} | {fault_s - baseline_s:+.1f} |"
+
+
+def worker_kill(out: Path, common: list, epochs: int, after_epoch: int, epoch_s: float, *extra: str) -> tuple:
+    run = Run(out, *common, "failure.max_failures=1", *extra)
+    run.wait_for_epoch(after_epoch, epochs)
+    time.sleep(epoch_s / 2)
+    os.kill(run.worker_pids()[0], signal.SIGKILL)
+    wall = run.finish()
+    return outcome(run.run_dir()), wall
+
+
+def driver_kill(out: Path, common: list, epochs: int, after_epoch: int, epoch_s: float) -> tuple:
+    run = Run(out, *common)
+    run.wait_for_epoch(after_epoch, epochs)
+    time.sleep(epoch_s / 2)
+    run.proc.send_signal(signal.SIGKILL)
+    first = run.finish()
+    resumed = Run(out, *common, "resume=latest")
+    second = resumed.finish()
+    if resumed.proc.returncode:
+        print("\n".join(l for _, l in resumed.lines[-30:]), file=sys.stderr)
+    return outcome(run.run_dir()), first + second
+
+
+def node_of(cluster, pid: int):
+    import psutil
+
+    parents = {p.pid for p in psutil.Process(pid).parents()}
+    return next(n for n in [cluster.head_node, *cluster.worker_nodes] if n.all_processes["raylet"][0].process.pid in parents)
+
+
+def node_runs(out: Path, common: list, epochs: int, after_epoch: int, epoch_s: float) -> tuple:
+    """An uninterrupted SPREAD run and one that loses a worker's node, each on a fresh 3-node cluster."""
+    from ray.cluster_utils import Cluster
+
+    results = []
+    for remove in (False, True):
+        cluster = Cluster(initialize_head=True,
+                          head_node_args={"num_cpus": 0, "gcs_server_port": free_port(), "dashboard_port": free_port()})
+        try:
+            for _ in range(3):
+                cluster.add_node(num_cpus=1)
+            cluster.wait_for_nodes()
+            target = out / ("node_removed" if remove else "node_baseline")
+            run = Run(target, f"paths.outputs={target}", *common, f"ray.address={cluster.address}",
+                      "scale.placement_strategy=SPREAD", "failure.max_failures=1",
+                      # Cluster's nodes, started from this process, expect no auth token.
+                      extra_env={"RAY_AUTH_MODE": "disabled"})
+            if remove:
+                run.wait_for_epoch(after_epoch, epochs)
+                time.sleep(epoch_s / 2)
+                ray_log = (run.run_dir() / "logs" / "ray.log").read_text()
+                controller = re.search(r"\(TrainController pid=(\d+)", ray_log)
+                spared = node_of(cluster, int(controller.group(1))) if controller else None
+                victim = next(node_of(cluster, pid) for pid in run.worker_pids() if node_of(cluster, pid) is not spared)
+                cluster.remove_node(victim, allow_graceful=False)
+            wall = run.finish()
+            results.append((outcome(run.run_dir()), wall))
+        finally:
+            cluster.shutdown()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--cpus", type=int, default=2)
+    args = parser.parse_args()
+    epochs = args.epochs
+
+    root = Path(tempfile.mkdtemp(prefix="raydra-faults-bench-"))
+    common = ["experiment=vit_digits_smoke", f"trainer.max_epochs={epochs}", "trainer.test=false", "seed=0",
+              "checkpoint.num_to_keep=1"]
+    rows = []
+    proc, address = start_cluster(args.cpus, root / "ray_start.log")
+    try:
+        def on_cluster(name: str) -> tuple:
+            out = root / name
+            return out, [f"paths.outputs={out}", *common, f"ray.address={address}"]
+
+        out, overrides = on_cluster("baseline")
+        base_run = Run(out, *overrides)
+        base_s = base_run.finish()
+        base = outcome(base_run.run_dir())
+        lines = dict((l.split()[1], at) for at, l in base_run.lines if re.search(r"^epoch \d+/", l.strip()))
+        epoch_s = (lines[f"{epochs}/{epochs}"] - lines[f"1/{epochs}"]) / (epochs - 1)
+        rows.append(row("none (uninterrupted)", base, base, base_s, base_s, epochs))
+        print(f"uninterrupted: {base_s:.1f} s, {epoch_s:.1f} s an epoch", file=sys.stderr)
+
+        for name, after in (("early", 1), ("middle", epochs // 2), ("late", epochs - 1)):
+            out, overrides = on_cluster(f"worker_{name}")
+            result, wall = worker_kill(out, overrides, epochs, after, epoch_s)
+            rows.append(row(f"worker SIGKILL, {name} (epoch {after + 1})", result, base, wall, base_s, epochs))
+            print(rows[-1], file=sys.stderr)
+        out, overrides = on_cluster("worker_steps")
+        result, wall = worker_kill(out, overrides, epochs, epochs // 2, epoch_s, "checkpoint.every_n_steps=10")
+        rows.append(row(f"worker SIGKILL, middle (epoch {epochs // 2 + 1}), checkpoint.every_n_steps=10", result, base, wall,
+                        base_s, epochs))
+        print(rows[-1], file=sys.stderr)
+        out, overrides = on_cluster("driver")
+        result, wall = driver_kill(out, overrides, epochs, epochs // 2, epoch_s)
+        rows.append(row(f"driver SIGKILL (epoch {epochs // 2 + 1}), then resume=latest", result, base, wall, base_s, epochs))
+        print(rows[-1], file=sys.stderr)
+    finally:
+        stop_cluster(proc)
+
+    (node_base, node_base_s), (node_fault, node_s) = node_runs(root, common, epochs, epochs // 2, epoch_s)
+    rows.append(row("none, 3-node cluster, SPREAD (uninterrupted)", node_base, node_base, node_base_s, node_base_s, epochs))
+    rows.append(row(f"node removal (epoch {epochs // 2 + 1}), 3-node cluster, SPREAD", node_fault, node_base, node_s,
+                    node_base_s, epochs))
+
+    print(f"digits ViT, {epochs} epochs, 2 CPU workers, seed 0; faults half an epoch after the epoch shown began "
+          f"(one epoch: {epoch_s:.1f} s); run directories under {root}\n")
+    print("| fault | completed | epochs lost / repeated | global step | final val/acc (vs uninterrupted) | wall s | extra wall s |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()

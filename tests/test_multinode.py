@@ -1,0 +1,90 @@
+"""A run spread over several Ray nodes, and the loss of one of them mid-run.
+
+The nodes are ray.cluster_utils.Cluster's: separate raylets (and object stores) on this machine,
+which Ray schedules and fails exactly like separate hosts. The run directory is local, so it is
+the shared storage every node reaches, as `paths.outputs` must be on a real cluster.
+"""
+
+import math
+import re
+
+import psutil
+import pytest
+
+from conftest import _free_port, summary_of
+from test_reliability import EPOCHS, RUN, _epochs_with_val, _resumed_at, _start, _wait_for_checkpoint, _worker_pids
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def cluster():
+    """A head node with no CPU (nothing of the run lands there but the driver) and three 1-CPU nodes.
+    Its own ports and processes: the session's `ray start` cluster is untouched, and shutdown
+    stops only what this cluster started."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True,
+                      head_node_args={"num_cpus": 0, "gcs_server_port": _free_port(), "dashboard_port": _free_port()})
+    try:
+        for _ in range(3):
+            cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+def test_a_spread_run_survives_losing_a_node_that_holds_a_worker(cluster, tmp_path):
+    # Cluster's nodes are started from this process without an auth token, so the driver sends none
+    # (with RAY_AUTH_MODE=token, as for the session cluster, its controller actor never started).
+    driver = _start(*RUN, "scale.placement_strategy=SPREAD", "failure.max_failures=1",
+                    outputs=tmp_path, address=cluster.address, env={"RAY_AUTH_MODE": "disabled"})
+    try:
+        run_dir = _wait_for_checkpoint(tmp_path, driver)
+        first_workers = _worker_pids(run_dir)
+        nodes = {_node_of(cluster, pid) for pid in first_workers}
+        # SPREAD: the two workers run on two different nodes.
+        assert len(first_workers) == 2 and len(nodes) == 2 and cluster.head_node not in nodes
+
+        # Remove a node holding a worker, but not the one the run's controller lives on: losing the
+        # controller ends the run whatever max_failures says (Ray restarts workers, not its controller).
+        controller = re.search(r"\(TrainController pid=(\d+)", (run_dir / "logs" / "ray.log").read_text())
+        spared = _node_of(cluster, int(controller.group(1))) if controller else None
+        victim = next(node for node in nodes if node is not spared)
+        cluster.remove_node(victim, allow_graceful=False)
+
+        out, _ = driver.communicate(timeout=400)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 0, out
+
+    summary = summary_of(run_dir)
+    assert summary["status"] == "completed" and summary["world_size"] == 2
+    assert summary["epochs_completed"] == EPOCHS and summary["global_step"] == EPOCHS * _steps_per_epoch()
+    assert _epochs_with_val(run_dir) == list(range(EPOCHS))
+    # A new worker group, on the two nodes left, continuing from a checkpoint rather than from scratch.
+    restarted = [pid for pid in _worker_pids(run_dir) if pid not in first_workers]
+    assert len(restarted) == 2
+    epoch, batch, _, _ = _resumed_at(run_dir)
+    assert epoch >= 1 and batch == 0
+
+
+def _node_of(cluster, pid: int):
+    """The cluster node whose raylet started process `pid` (Ray workers are its children)."""
+    parents = {p.pid for p in psutil.Process(pid).parents()}
+    for node in [cluster.head_node, *cluster.worker_nodes]:
+        if node.all_processes["raylet"][0].process.pid in parents:
+            return node
+    raise AssertionError(f"process {pid} belongs to no node of the test cluster")
+
+
+def _steps_per_epoch() -> int:
+    """Optimizer steps per epoch of RUN's digits on 2 workers (DistributedSampler pads the shards)."""
+    from raydra.data.digits import DigitsDataModule
+
+    data = DigitsDataModule()
+    data.setup()
+    per_worker = math.ceil(len(data.splits["train"]) / 2)
+    return math.ceil(per_worker / (data.hparams.batch_size // 2))
