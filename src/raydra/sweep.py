@@ -167,6 +167,9 @@ def _plain(value: Any) -> Any:
 
 def _trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, Any]) -> None:
     started = time.time()
+    # Held from the start: when Tune stops a trial it sets the session's stop event and drops the
+    # session at once, often before this thread sees its fit end.
+    tune_session = _tune_session()
     trial_id = ray.tune.get_context().get_trial_id()
     run_dir = Path(sweep["dir"], "trials", trial_id)
     run_id = f"{sweep['id']}_{trial_id}"
@@ -197,7 +200,7 @@ def _trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, Any])
         config = driver._resolve(conf, run_dir, run_id)
         driver.fit_and_record(config, summary, started, tune_trial=True)
     except Exception as error:
-        if _stopped_by_tune():
+        if _stopped_by_tune(tune_session) or _settled(run_dir):
             # The scheduler ended this trial; the sweep driver records it from Tune's results.
             raise
         reason = str(error) if isinstance(error, RaydraError) else driver._one_line(error)
@@ -211,11 +214,20 @@ def _trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, Any])
     ray.tune.report(final)
 
 
-def _stopped_by_tune() -> bool:
+def _tune_session() -> Any:
     from ray.train._internal.session import get_session
 
-    session = get_session()
+    return get_session()
+
+
+def _stopped_by_tune(session: Any) -> bool:
     return session is not None and session.stop_event.is_set()
+
+
+def _settled(run_dir: Path) -> bool:
+    """Whether the sweep driver already recorded this trial as stopped: its record is final."""
+    path = run_dir / run_summary.SUMMARY
+    return path.is_file() and run_summary.read(run_dir).get("status") == "stopped"
 
 
 class ReportToTune(TuneReportCallback):
