@@ -88,7 +88,7 @@ class TrainerConfig:
     deterministic: bool = False
     # Run the test split after fit with the final weights.
     test: bool = True
-    # torch.compile the LightningModule on every worker (first steps pay for compilation).
+    # torch.compile the model's trainable networks on every worker (first steps pay for compilation).
     compile: bool = False
     # TensorFloat-32 matmuls on GPU for fp32 work: ~8x the fp32 peak on Ampere and newer.
     tf32: bool = True

@@ -54,7 +54,7 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
     # _convert_="all": plain dicts, not DictConfigs, so checkpoints load with weights_only=True.
     model = instantiate(model_config, _recursive_=False, _convert_="all")
     if trainer_cfg["compile"]:
-        model = torch.compile(model)
+        compile_networks(model)
 
     restored = _restored_checkpoint_path()
     device = ray.train.torch.get_device()
@@ -123,6 +123,28 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
         "epochs_completed": trainer.current_epoch,
         "world_size": world_size,
     }
+
+
+def compile_networks(model: torch.nn.Module) -> List[str]:
+    """torch.compile, in place, each child of the LightningModule that has trainable weights.
+
+    Compiling the LightningModule itself makes Lightning trace whole training steps, and dynamo
+    fails on `self.log` inside them (torch 2.13: "'method' object has no attribute '__dict__'").
+    In-place `Module.compile()` also keeps parameter names, so checkpoints load either way.
+    Frozen parts (an SD VAE and text encoder) stay eager: they would add compile time for
+    forward-only work.
+    """
+    import torchmetrics
+
+    compiled = []
+    for name, child in model.named_children():
+        if isinstance(child, torchmetrics.Metric) or not any(p.requires_grad for p in child.parameters()):
+            continue
+        child.compile()
+        compiled.append(name)
+    if not compiled:
+        raise RaydraError(f"trainer.compile=true found no trainable submodule in {type(model).__name__} to compile; set trainer.compile=false.")
+    return compiled
 
 
 def _restored_checkpoint_path() -> Optional[str]:
