@@ -127,3 +127,28 @@ def test_launches_in_the_same_second_each_get_their_own_run_directory(tmp_path):
     for run_dir in dirs:
         assert summary_of(run_dir)["status"] == "failed"
         assert (run_dir / ".hydra" / "config.yaml").is_file()
+
+
+def test_a_crashed_worker_group_is_reported_by_the_workers_own_exception():
+    """summary.json's error names what went wrong on a worker, not Ray's "workers failed" header."""
+    import traceback
+
+    from ray.train.v2._internal.exceptions import UserExceptionWithTraceback
+    from ray.train.v2.api.exceptions import WorkerGroupError
+
+    from raydra.driver import _one_line
+
+    def crashed(message):
+        try:
+            try:
+                raise AttributeError("'method' object has no attribute '__dict__'")
+            except AttributeError as inner:
+                raise RuntimeError(message) from inner
+        except RuntimeError as error:
+            # What Ray sends back: the exception with its traceback text, plus the hint lines
+            # libraries such as dynamo print after it.
+            return UserExceptionWithTraceback(error, traceback.format_exc() + "\nSet TORCHDYNAMO_VERBOSE=1 for more\n")
+
+    error = WorkerGroupError("[Rank 0,1 Error Snippet]: ...", {1: crashed("rank one"), 0: crashed("rank zero")})
+    assert _one_line(error) == "worker 0: RuntimeError: rank zero (the whole trace is in logs/worker_0.log)"
+    assert _one_line(ValueError("first line\nsecond")) == "ValueError: first line"

@@ -8,6 +8,7 @@ Single runs and Hydra multirun jobs both come through `run`, Tune trials (sweep.
 """
 
 import logging
+import re
 import signal
 import threading
 import time
@@ -327,8 +328,21 @@ def _number(value: Any) -> Any:
 
 
 def _one_line(error: BaseException) -> str:
+    """The error as one line; for a failed worker group, the lowest failed rank's own exception
+    (Ray's first line only says that workers failed)."""
+    failures = getattr(error, "worker_failures", None) or {}
+    if failures:
+        rank = min(failures)
+        # Ray hands the worker's exception back as its traceback text.
+        raised = [line for line in str(failures[rank]).splitlines() if EXCEPTION_LINE.match(line)]
+        if raised:
+            return f"worker {rank}: {raised[-1][:400]} (the whole trace is in logs/worker_{rank}.log)"
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}".strip()
+
+
+# "ValueError: ...", "torch._dynamo.exc.InternalTorchDynamoError: ...": a traceback's last word.
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
 
 
 def _fail(summary: Dict[str, Any], run_dir: Path, started: float, reason: str, status: str = "failed") -> None:
