@@ -59,6 +59,7 @@ class DigitsDataModule(pl.LightningDataModule):
             shuffle=shuffle,
             num_workers=self.hparams.num_workers,
             persistent_workers=self.hparams.num_workers > 0,
+            pin_memory=self.trainer is not None and self.trainer.strategy.root_device.type == "cuda",
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -278,11 +278,14 @@ class ShardBatches:
 
     def __iter__(self) -> Iterator[Tuple[Any, Any]]:
         import ray.train
+        import ray.train.torch
 
         shard = ray.train.get_dataset_shard(self.split)
         self.epoch += 1
         batches = shard.iter_torch_batches(
             batch_size=self.batch_size, drop_last=self.train,
+            # Page-locked host batches copy to a GPU asynchronously.
+            pin_memory=ray.train.torch.get_device().type == "cuda",
             local_shuffle_buffer_size=self.batch_size * SHUFFLE_BUFFER_BATCHES if self.train else None,
             local_shuffle_seed=self.seed + self.epoch if self.train else None,
         )
