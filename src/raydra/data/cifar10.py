@@ -12,11 +12,9 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
-import torch
 
-from raydra.data.device_batches import DeviceBatches, worker_placement
+from raydra.data.device_batches import DeviceSplitsDataModule, place_splits
 from raydra.errors import RaydraError
-from raydra.lightning import pl
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
@@ -78,7 +76,7 @@ def stratified_mask(labels: np.ndarray, num_classes: int, fraction: float, seed:
     return mask
 
 
-class CIFAR10DataModule(pl.LightningDataModule):
+class CIFAR10DataModule(DeviceSplitsDataModule):
     """Train split = data_batch_1..5 less a stratified `val_fraction`; test = test_batch.
 
     `batch_size` is the global batch; each worker draws batch_size / world_size from its shard.
@@ -103,7 +101,6 @@ class CIFAR10DataModule(pl.LightningDataModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.loaders: dict = {}
 
     def setup(self, stage: Optional[str] = None) -> None:
         if self.loaders:
@@ -113,26 +110,9 @@ class CIFAR10DataModule(pl.LightningDataModule):
         train_x, train_y = read_batches(folder, TRAIN_FILES)
         test_x, test_y = read_batches(folder, [TEST_FILE])
         val_mask = stratified_mask(train_y, hp.num_classes, hp.val_fraction, hp.split_seed)
-        device, rank, world_size = worker_placement(self.trainer)
-        per_worker = hp.batch_size // world_size
-        for split, x, y, train in (
-            ("train", train_x[~val_mask], train_y[~val_mask], True),
-            ("val", train_x[val_mask], train_y[val_mask], False),
-            ("test", test_x, test_y, False),
-        ):
-            if len(y) < world_size:
-                continue
-            self.loaders[split] = DeviceBatches(
-                torch.from_numpy(x).to(device), torch.from_numpy(y).to(device), per_worker, rank, world_size,
-                train=train, augment=train and hp.augment, seed=hp.split_seed, mean=hp.mean, std=hp.std,
-                crop_padding=hp.crop_padding, flip=hp.flip,
-            )
-
-    def train_dataloader(self) -> DeviceBatches:
-        return self.loaders["train"]
-
-    def val_dataloader(self) -> DeviceBatches:
-        return self.loaders.get("val") or self.loaders["test"]
-
-    def test_dataloader(self) -> DeviceBatches:
-        return self.loaders["test"]
+        self.loaders = place_splits(
+            self.trainer,
+            [("train", train_x[~val_mask], train_y[~val_mask]), ("val", train_x[val_mask], train_y[val_mask]),
+             ("test", test_x, test_y)],
+            hp.batch_size, hp.split_seed, hp.augment, hp.mean, hp.std, hp.crop_padding, hp.flip,
+        )

@@ -5,9 +5,11 @@ DataLoader's per-sample Python and host-to-device copies, which on a GPU can cos
 model's step.
 """
 
-from typing import Any, Iterator, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, Sequence, Tuple
 
 import torch
+
+from raydra.lightning import pl
 
 
 def worker_placement(trainer: Any) -> Tuple[torch.device, int, int]:
@@ -94,3 +96,43 @@ class DeviceBatches:
             flip = flip.to(images.device).view(n, 1, 1, 1)
             images = torch.where(flip, images.flip(-1), images)
         return images
+
+
+def place_splits(trainer: Any, splits: Iterable[Tuple[str, Any, Any]], batch_size: int, seed: int, augment: bool,
+                 mean: Sequence[float], std: Sequence[float], crop_padding: int, flip: bool) -> Dict[str, DeviceBatches]:
+    """Each (name, images, labels) split on this worker's device as DeviceBatches; `batch_size` is
+    the global batch, and only the "train" split is shuffled and augmented.
+
+    `splits` may be a generator, so a split is decoded only once the previous one is on the device.
+    A split smaller than the world is left out: some workers would have no batch of it.
+    """
+    device, rank, world_size = worker_placement(trainer)
+    loaders = {}
+    for name, images, labels in splits:
+        if len(labels) < world_size:
+            continue
+        train = name == "train"
+        loaders[name] = DeviceBatches(
+            torch.as_tensor(images).to(device), torch.as_tensor(labels).long().to(device), batch_size // world_size,
+            rank, world_size, train=train, augment=train and augment, seed=seed, mean=mean, std=std,
+            crop_padding=crop_padding, flip=flip,
+        )
+    return loaders
+
+
+class DeviceSplitsDataModule(pl.LightningDataModule):
+    """A data module whose `setup` fills `self.loaders` (see place_splits). A data set without a
+    validation or a test split uses the other for both."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loaders: Dict[str, DeviceBatches] = {}
+
+    def train_dataloader(self) -> DeviceBatches:
+        return self.loaders["train"]
+
+    def val_dataloader(self) -> DeviceBatches:
+        return self.loaders.get("val") or self.loaders["test"]
+
+    def test_dataloader(self) -> DeviceBatches:
+        return self.loaders.get("test") or self.loaders["val"]

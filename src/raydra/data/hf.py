@@ -19,11 +19,9 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 from urllib.parse import urlparse
 
 import numpy as np
-import torch
 
-from raydra.data.device_batches import DeviceBatches, worker_placement
+from raydra.data.device_batches import DeviceSplitsDataModule, place_splits
 from raydra.errors import RaydraError
-from raydra.lightning import pl
 
 ROLES = ("train", "val", "test")
 # The names datasets on the hub use for each role, first match wins.
@@ -303,7 +301,7 @@ def decode_split(part: Any, image_column: str, label_column: str, processor: Any
     return np.concatenate(images), labels
 
 
-class HFImageDataModule(pl.LightningDataModule):
+class HFImageDataModule(DeviceSplitsDataModule):
     def __init__(
         self,
         name: str,
@@ -330,7 +328,6 @@ class HFImageDataModule(pl.LightningDataModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.loaders: dict = {}
         self.classes: List[str] = []
 
     describe = staticmethod(describe)
@@ -346,22 +343,10 @@ class HFImageDataModule(pl.LightningDataModule):
                               f"data.num_classes={hp.num_classes}; set data.num_classes={len(self.classes)} or null.")
         processor = image_processor(hp.processor)
         mean, std = normalisation(processor, hp.mean, hp.std, hp.num_channels)
-        device, rank, world_size = worker_placement(self.trainer)
-        for role, part in parts.items():
-            images, labels = decode_split(part, hp.image_column, hp.label_column, processor, hp.image_size,
-                                          hp.num_channels, f"data.name={hp.name} ({role})")
-            train = role == "train"
-            self.loaders[role] = DeviceBatches(
-                torch.from_numpy(images).to(device), torch.from_numpy(labels).to(device), hp.batch_size // world_size,
-                rank, world_size, train=train, augment=train and hp.augment, seed=hp.split_seed, mean=mean, std=std,
-                crop_padding=hp.crop_padding, flip=hp.flip,
-            )
-
-    def train_dataloader(self) -> DeviceBatches:
-        return self.loaders["train"]
-
-    def val_dataloader(self) -> DeviceBatches:
-        return self.loaders.get("val") or self.loaders["test"]
-
-    def test_dataloader(self) -> DeviceBatches:
-        return self.loaders.get("test") or self.loaders["val"]
+        decoded = (
+            (role, *decode_split(part, hp.image_column, hp.label_column, processor, hp.image_size, hp.num_channels,
+                                 f"data.name={hp.name} ({role})"))
+            for role, part in parts.items()
+        )
+        self.loaders = place_splits(self.trainer, decoded, hp.batch_size, hp.split_seed, hp.augment, mean, std,
+                                    hp.crop_padding, hp.flip)

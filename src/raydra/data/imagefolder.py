@@ -9,11 +9,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-import torch
 
-from raydra.data.device_batches import DeviceBatches, worker_placement
+from raydra.data.device_batches import DeviceSplitsDataModule, place_splits
 from raydra.errors import RaydraError
-from raydra.lightning import pl
 
 EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 SPLITS = ("train", "val", "test")
@@ -86,7 +84,7 @@ def describe(root: str, **_: object) -> Dict[str, object]:
     return {"num_classes": len(classes), "class_names": classes}
 
 
-class ImageFolderDataModule(pl.LightningDataModule):
+class ImageFolderDataModule(DeviceSplitsDataModule):
     def __init__(
         self,
         root: str,
@@ -107,7 +105,6 @@ class ImageFolderDataModule(pl.LightningDataModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.loaders: dict = {}
         self.classes: List[str] = []
 
     describe = staticmethod(describe)
@@ -123,21 +120,9 @@ class ImageFolderDataModule(pl.LightningDataModule):
                 f"{', ...' if len(self.classes) > 5 else ''}) but data.num_classes={hp.num_classes}; "
                 f"set data.num_classes={len(self.classes)}."
             )
-        device, rank, world_size = worker_placement(self.trainer)
-        for split, (paths, labels) in splits.items():
-            train = split == "train"
-            self.loaders[split] = DeviceBatches(
-                torch.from_numpy(decode(paths, hp.image_size, hp.num_channels)).to(device),
-                torch.from_numpy(labels).long().to(device), hp.batch_size // world_size, rank, world_size,
-                train=train, augment=train and hp.augment, seed=hp.split_seed, mean=hp.mean[: hp.num_channels],
-                std=hp.std[: hp.num_channels], crop_padding=hp.crop_padding, flip=hp.flip,
-            )
-
-    def train_dataloader(self) -> DeviceBatches:
-        return self.loaders["train"]
-
-    def val_dataloader(self) -> DeviceBatches:
-        return self.loaders.get("val") or self.loaders["test"]
-
-    def test_dataloader(self) -> DeviceBatches:
-        return self.loaders.get("test") or self.loaders["val"]
+        self.loaders = place_splits(
+            self.trainer,
+            ((split, decode(paths, hp.image_size, hp.num_channels), labels) for split, (paths, labels) in splits.items()),
+            hp.batch_size, hp.split_seed, hp.augment, hp.mean[: hp.num_channels], hp.std[: hp.num_channels],
+            hp.crop_padding, hp.flip,
+        )

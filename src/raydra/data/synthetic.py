@@ -5,11 +5,11 @@ falling loss means the pipeline works end to end. Batches come from the worker's
 real in-memory dataset (raydra.data.device_batches).
 """
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 
-from raydra.data.device_batches import DeviceBatches, worker_placement
+from raydra.data.device_batches import DeviceBatches, place_splits
 from raydra.lightning import pl
 
 
@@ -32,19 +32,20 @@ class SyntheticImagesDataModule(pl.LightningDataModule):
         if self.loaders:
             return
         hp = self.hparams
-        device, rank, world_size = worker_placement(self.trainer)
         generator = torch.Generator().manual_seed(hp.seed)
         shape = (hp.num_channels, hp.image_size, hp.image_size)
         patterns = torch.randint(0, 256, (hp.num_classes, *shape), generator=generator)
-        for split, count in (("train", hp.num_samples), ("val", hp.val_samples)):
+
+        def made(count: int) -> Tuple[torch.Tensor, torch.Tensor]:
             labels = torch.randint(0, hp.num_classes, (count,), generator=generator)
             noise = torch.randint(0, 256, (count, *shape), generator=generator)
-            images = ((noise + patterns[labels]) // 2).to(torch.uint8)
-            self.loaders[split] = DeviceBatches(
-                images.to(device), labels.to(device), hp.batch_size // world_size, rank, world_size,
-                train=split == "train", augment=False, seed=hp.seed, mean=(0.5,) * hp.num_channels,
-                std=(0.25,) * hp.num_channels, crop_padding=0, flip=False,
-            )
+            return ((noise + patterns[labels]) // 2).to(torch.uint8), labels
+
+        self.loaders = place_splits(
+            self.trainer, [("train", *made(hp.num_samples)), ("val", *made(hp.val_samples))], hp.batch_size,
+            hp.seed, augment=False, mean=(0.5,) * hp.num_channels, std=(0.25,) * hp.num_channels, crop_padding=0,
+            flip=False,
+        )
 
     def train_dataloader(self) -> DeviceBatches:
         return self.loaders["train"]
