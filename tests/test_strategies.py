@@ -47,6 +47,33 @@ def test_a_typo_in_a_strategy_key_fails_at_compose_time():
         composed("strategy=fsdp", "strategy.shardng=full")
 
 
+def test_ddp_wraps_the_module_only_when_there_are_replicas_to_average(monkeypatch):
+    """One worker trains its module directly: DDP would only add per-step hooks and gradient copies."""
+    from lightning_fabric.plugins.environments import LightningEnvironment
+
+    from raydra.models.vit import ViTClassifier
+    from raydra.strategies import RayDDP
+
+    module = ViTClassifier(optimizer={"_target_": "torch.optim.AdamW", "_partial_": True}, image_size=8, num_channels=1,
+                           num_classes=10, patch_size=2, hidden_size=16, num_layers=1, num_heads=2, mlp_size=16)
+    alone = RayDDP()
+    alone.model = module
+    alone.configure_ddp()
+    assert alone.model is module
+
+    class TwoWorkers(LightningEnvironment):
+        def world_size(self) -> int:
+            return 2
+
+    together = RayDDP(cluster_environment=TwoWorkers())
+    together.model = module
+    wrapped = []
+    monkeypatch.setattr(together, "_setup_model", lambda m: wrapped.append(m) or torch.nn.Sequential(m))
+    monkeypatch.setattr("ray.train.torch.get_device", lambda: torch.device("cpu"))  # no Train worker here
+    together.configure_ddp()
+    assert wrapped == [module] and together.model is not module
+
+
 def _test_accuracy(module) -> float:
     from raydra.data.digits import DigitsDataModule
 
