@@ -1,15 +1,20 @@
 """What raydra costs: the same model on the same data trained four ways, in one table.
 
-    python benchmarks/overhead.py [--epochs 5]
+    python benchmarks/overhead.py [--epochs 10] [--repeats 3]
 
 Ways: a plain PyTorch loop, plain Lightning in one process, raydra with 1 worker and with 2
 workers. Every way trains the digits ViT with 32 samples per worker per step on 1 CPU thread per
 worker, so steady-state samples/s per worker is like for like. Start-up is launch to first
 training step; the goal is per-worker steady throughput within 10% of plain Lightning.
+
+A shared machine's speed drifts by more than the gap being measured, so the ways run in rounds
+(every way once per round) and the table reports each way's median over the rounds, with the
+ratio to Lightning taken within each round and its range shown.
 """
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -102,7 +107,8 @@ def in_subprocess(way: str, epochs: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--way")
     parser.add_argument("--launched", type=float)
     args = parser.parse_args()
@@ -110,21 +116,35 @@ def main() -> None:
         print(json.dumps({"plain_torch": plain_torch, "plain_lightning": plain_lightning}[args.way](
             args.epochs, args.launched)))
         return
-    rows = {
-        "plain PyTorch loop": in_subprocess("plain_torch", args.epochs),
-        "plain Lightning": in_subprocess("plain_lightning", args.epochs),
-        "raydra, 1 worker": raydra(args.epochs, 1),
-        "raydra, 2 workers": raydra(args.epochs, 2),
+    ways = {
+        "plain PyTorch loop": lambda: in_subprocess("plain_torch", args.epochs),
+        "plain Lightning": lambda: in_subprocess("plain_lightning", args.epochs),
+        "raydra, 1 worker": lambda: raydra(args.epochs, 1),
+        "raydra, 2 workers": lambda: raydra(args.epochs, 2),
     }
-    base = rows["plain Lightning"]
-    base_per_worker = base["samples_per_s"]
-    print(f"digits ViT, {args.epochs} epochs, {BATCH} samples/worker/step, 1 CPU thread per worker\n")
-    print("| way | start-up s | steady samples/s | per worker | per worker vs Lightning | wall s | wall vs Lightning |")
+    rounds = []
+    for i in range(args.repeats):
+        rounds.append({name: run() for name, run in ways.items()})
+        print(f"round {i + 1}/{args.repeats}: " + ", ".join(
+            f"{name} {r['samples_per_s'] / r['workers']:.0f}" for name, r in rounds[-1].items()), file=sys.stderr)
+    print(f"digits ViT, {args.epochs} epochs, {BATCH} samples/worker/step, 1 CPU thread per worker, "
+          f"median of {args.repeats} rounds\n")
+    print("| way | start-up s | steady samples/s | per worker | per worker vs Lightning (range) | wall s | wall vs Lightning |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, r in rows.items():
-        per_worker = r["samples_per_s"] / r["workers"]
-        print(f"| {name} | {r['startup_s']:.1f} | {r['samples_per_s']:.0f} | {per_worker:.0f} | "
-              f"{per_worker / base_per_worker:.2f}x | {r['wall_s']:.1f} | {r['wall_s'] / base['wall_s']:.2f}x |")
+    for name in ways:
+        ratio, low, high = _median(rounds, name, "samples_per_s", per_worker=True, vs_lightning=True)
+        print(f"| {name} | {_median(rounds, name, 'startup_s')[0]:.1f} | {_median(rounds, name, 'samples_per_s')[0]:.0f} | "
+              f"{_median(rounds, name, 'samples_per_s', per_worker=True)[0]:.0f} | {ratio:.2f}x ({low:.2f}-{high:.2f}) | "
+              f"{_median(rounds, name, 'wall_s')[0]:.1f} | {_median(rounds, name, 'wall_s', vs_lightning=True)[0]:.2f}x |")
+
+
+def _median(rounds: list, name: str, key: str, per_worker: bool = False, vs_lightning: bool = False) -> tuple:
+    """(median, min, max) of one way's figure over the rounds; a ratio is taken within each round."""
+    values = []
+    for r in rounds:
+        value = r[name][key] / (r[name]["workers"] if per_worker else 1)
+        values.append(value / r["plain Lightning"][key] if vs_lightning else value)
+    return statistics.median(values), min(values), max(values)
 
 
 if __name__ == "__main__":
