@@ -1,5 +1,7 @@
 """Throughput and FLOPs accounting of the Throughput callback, on plain single-process Lightning."""
 
+import time
+
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -37,6 +39,45 @@ def test_flops_per_step_of_a_linear_layer_match_the_hand_count():
     assert summary["samples_per_s"] > 0
     assert summary["tflops_per_s_per_worker"] > 0
     assert "mfu" not in summary  # no peak on CPU: FLOP/s without a ratio
+
+
+class SlowBatches(TensorDataset):
+    """A dataset whose every sample takes 1 ms to load: 16 ms per batch of 16."""
+
+    def __getitem__(self, index):
+        time.sleep(0.001)
+        return super().__getitem__(index)
+
+
+def _fit(throughput, data, epochs=1):
+    trainer = pl.Trainer(
+        max_epochs=epochs, accelerator="cpu", logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, callbacks=[throughput],
+    )
+    trainer.fit(Linear(), data)
+    return trainer
+
+
+def test_data_wait_is_the_time_the_loop_spent_getting_batches():
+    data = DataLoader(SlowBatches(torch.randn(16 * 20, 8), torch.randn(16 * 20, 4)), batch_size=16)
+    trainer = _fit(Throughput(world_size=1), data)
+    wait, step = float(trainer.callback_metrics["train/data_wait_s"]), float(trainer.callback_metrics["train/step_time_s"])
+    # 16 ms to load each batch; a stretch's first step has no measured wait (2 of 19 timed steps).
+    assert wait > 0.012
+    assert step < wait  # a linear layer's step is far cheaper than its batch
+    assert float(trainer.callback_metrics["train/samples_per_s"]) < 16 / 0.016
+
+
+def test_the_device_is_synchronised_per_stretch_of_steps_not_per_step(monkeypatch):
+    """A sync every step would stop the host queueing the next step while the GPU works."""
+    syncs = []
+    monkeypatch.setattr("raydra.callbacks._synchronize", lambda device: syncs.append(device))
+    data = DataLoader(TensorDataset(torch.randn(16 * 30, 8), torch.randn(16 * 30, 4)), batch_size=16)
+    throughput = Throughput(world_size=1)
+    _fit(throughput, data, epochs=2)
+    # Epoch 1: open, close before the counted step, reopen, close at its end; epoch 2: open, close.
+    assert len(syncs) == 6
+    assert throughput.summary()["steady_steps"] == 60 - WARMUP_STEPS - 1
 
 
 def test_peak_flops_is_unknown_on_cpu():

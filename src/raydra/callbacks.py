@@ -1,5 +1,6 @@
 """Lightning callbacks raydra adds to every run: throughput, rank-0 console lines, exact resumption, checkpoint reports."""
 
+import dataclasses
 import itertools
 import os
 import resource
@@ -54,9 +55,15 @@ def peak_flops(device: torch.device, precision: str) -> Optional[float]:
 class Throughput(pl.Callback):
     """Samples/s, step time and data-wait time of the training loop.
 
-    A step's time runs from batch start to batch end (forward, backward, optimizer); its data wait
-    is the gap before it, where the loop waited for the batch. Logged per epoch as
-    train/samples_per_s (all workers together), train/step_time_s and train/data_wait_s.
+    A step runs from batch start to batch end (forward, backward, optimizer); its data wait is the
+    gap before it, where the loop waited for the batch. Logged per epoch as train/samples_per_s
+    (all workers together), train/step_time_s and train/data_wait_s.
+
+    The device is not synchronised every step: that would stop the host from queueing the next
+    step's kernels while the GPU works, and cost the very throughput being measured. Steps are
+    timed in stretches instead, synchronised only where a stretch begins and ends (an epoch's
+    first step, validation, the epoch's end), so a stretch's wall time is exact and step time is
+    its average; data wait is what the host spent getting batches.
     """
 
     def __init__(self, world_size: int, peak_flops: Optional[float] = None) -> None:
@@ -65,67 +72,73 @@ class Throughput(pl.Callback):
         self.flops_per_step: Optional[int] = None
         self._flop_counter: Optional[FlopCounterMode] = None
         self._steps_seen = 0
-        self._steady_samples = 0
-        self._steady_seconds = 0.0
-        self._steady_steps = 0
-        self._reset_epoch()
-
-    def _reset_epoch(self) -> None:
-        self._epoch_samples = 0
-        self._epoch_step_s = 0.0
-        self._epoch_wait_s = 0.0
-        self._epoch_steps = 0
-        self._last_end: Optional[float] = None
+        self._stretch: Optional[Dict[str, Any]] = None
+        self._steady = _Tally()
+        self._epoch = _Tally()
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        self._reset_epoch()
+        self._epoch = _Tally()
 
-    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
-        # Validation in the middle of an epoch is not time the training loop waited for data.
-        self._last_end = None
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        # Validation in the middle of an epoch is neither step time nor time waiting for data.
+        self._close_stretch(pl_module.device)
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        _synchronize(pl_module.device)
         if self._steps_seen == 0:
             self.first_step_at = time.time()  # wall clock, so start-up can be measured from launch
         if self._steps_seen == WARMUP_STEPS:
             # Counting dispatches every op through Python, so this one step is left out of the timing.
+            self._close_stretch(pl_module.device)
             self._flop_counter = FlopCounterMode(display=False)
             self._flop_counter.__enter__()
-        self._start = time.perf_counter()
-        self._wait = 0.0 if self._last_end is None else self._start - self._last_end
+            return
+        now = time.perf_counter()
+        if self._stretch is None:
+            _synchronize(pl_module.device)
+            now = time.perf_counter()
+            self._stretch = {"start": now, "tally": _Tally(), "steady": self._steps_seen > WARMUP_STEPS}
+        else:
+            self._stretch["tally"].wait_s += now - self._stretch["last_end"]
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        _synchronize(pl_module.device)
-        self._last_end = time.perf_counter()
-        step_s = self._last_end - self._start
-        samples = _batch_size(batch)
-        self._epoch_samples += samples
-        self._epoch_step_s += step_s
-        self._epoch_wait_s += self._wait
-        self._epoch_steps += 1
         self._steps_seen += 1
         if self._flop_counter is not None:
             self._flop_counter.__exit__(None, None, None)
             # Forward and backward of this worker's batch; the optimizer step is negligible.
             self.flops_per_step = self._flop_counter.get_total_flops()
             self._flop_counter = None
-        elif self._steps_seen > WARMUP_STEPS:
-            self._steady_samples += samples
-            self._steady_seconds += step_s + self._wait
-            self._steady_steps += 1
+            return
+        tally = self._stretch["tally"]
+        tally.samples += _batch_size(batch)
+        tally.steps += 1
+        self._stretch["last_end"] = time.perf_counter()
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        if not self._epoch_steps:
+        self._close_stretch(pl_module.device)
+        epoch = self._epoch
+        if not epoch.steps or not epoch.seconds:
             return
-        elapsed = self._epoch_step_s + self._epoch_wait_s
         metrics = {
-            "train/samples_per_s": self._epoch_samples * self.world_size / elapsed,
-            "train/step_time_s": self._epoch_step_s / self._epoch_steps,
-            "train/data_wait_s": self._epoch_wait_s / self._epoch_steps,
+            "train/samples_per_s": epoch.samples * self.world_size / epoch.seconds,
+            "train/step_time_s": (epoch.seconds - epoch.wait_s) / epoch.steps,
+            "train/data_wait_s": epoch.wait_s / epoch.steps,
         }
-        metrics.update(self._flops_metrics(elapsed / self._epoch_steps))
+        metrics.update(self._flops_metrics(epoch.seconds / epoch.steps))
         pl_module.log_dict(metrics, rank_zero_only=True)
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self._close_stretch(pl_module.device)  # a run stopped by max_steps mid-epoch
+
+    def _close_stretch(self, device: torch.device) -> None:
+        stretch, self._stretch = self._stretch, None
+        if stretch is None:
+            return
+        _synchronize(device)  # the last step's kernels have finished
+        tally = stretch["tally"]
+        tally.seconds = time.perf_counter() - stretch["start"]
+        self._epoch.add(tally)
+        if stretch["steady"]:
+            self._steady.add(tally)
 
     def _flops_metrics(self, seconds_per_step: float) -> Dict[str, float]:
         if not self.flops_per_step:
@@ -137,18 +150,33 @@ class Throughput(pl.Callback):
         return metrics
 
     def summary(self) -> Dict[str, float]:
-        if not self._steady_seconds:
+        steady = self._steady
+        if not steady.seconds:
             return {}
         summary = {
-            "samples_per_s": self._steady_samples * self.world_size / self._steady_seconds,
-            "samples_per_s_per_worker": self._steady_samples / self._steady_seconds,
-            "step_time_s": self._steady_seconds / self._steady_steps,
-            "steady_steps": self._steady_steps,
+            "samples_per_s": steady.samples * self.world_size / steady.seconds,
+            "samples_per_s_per_worker": steady.samples / steady.seconds,
+            "step_time_s": steady.seconds / steady.steps,
+            "steady_steps": steady.steps,
             "first_step_at": self.first_step_at,
             "flops_per_step_per_worker": self.flops_per_step,
         }
         summary.update({k.split("/")[1]: v for k, v in self._flops_metrics(summary["step_time_s"]).items()})
         return summary
+
+
+@dataclasses.dataclass
+class _Tally:
+    samples: int = 0
+    steps: int = 0
+    seconds: float = 0.0  # wall time, data waits included
+    wait_s: float = 0.0
+
+    def add(self, other: "_Tally") -> None:
+        self.samples += other.samples
+        self.steps += other.steps
+        self.seconds += other.seconds
+        self.wait_s += other.wait_s
 
 
 class ConsoleProgress(pl.Callback):
