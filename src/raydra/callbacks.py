@@ -92,13 +92,11 @@ class Throughput(pl.Callback):
             self._flop_counter = FlopCounterMode(display=False)
             self._flop_counter.__enter__()
             return
-        now = time.perf_counter()
         if self._stretch is None:
             _synchronize(pl_module.device)
-            now = time.perf_counter()
-            self._stretch = {"start": now, "tally": _Tally(), "steady": self._steps_seen > WARMUP_STEPS}
+            self._stretch = {"start": time.perf_counter(), "tally": _Tally(), "steady": self._steps_seen > WARMUP_STEPS}
         else:
-            self._stretch["tally"].wait_s += now - self._stretch["last_end"]
+            self._stretch["tally"].wait_s += time.perf_counter() - self._stretch["last_end"]
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         self._steps_seen += 1
