@@ -2,7 +2,7 @@
 
 import hydra
 
-from raydra.driver import run
+from raydra.entry import main as run
 from raydra.schema import register_schemas
 
 register_schemas()

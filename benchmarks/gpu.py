@@ -38,7 +38,7 @@ def plain_loop(workload: dict, precision: str, compiled: bool, steps: int = 40) 
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import ViTConfig, ViTForImageClassification
 
-    from raydra.callbacks import peak_flops
+    from raydra.worker.throughput import peak_flops
 
     torch.set_float32_matmul_precision("high")
     device = torch.device("cuda")
@@ -88,7 +88,7 @@ def raydra_run(workload: dict, precision: str, compiled: bool, steps: int = 60) 
             f"paths.outputs={outputs}", "scale=gpu", "scale.cpus_per_worker=8", "logger=none", "data=synthetic",
             f"data.image_size={w['image_size']}", f"data.num_classes={w['num_classes']}",
             f"data.batch_size={w['batch']}", f"data.num_samples={w['epoch'] or w['batch'] * steps}",
-            f"data.val_samples={w['batch']}", f"data.num_channels=3", f"model.patch_size={w['patch_size']}",
+            f"data.val_samples={w['batch']}", "data.num_channels=3", f"model.patch_size={w['patch_size']}",
             f"model.num_layers={w['num_layers']}", f"model.num_heads={w['num_heads']}",
             f"model.hidden_size={w['hidden_size']}", f"model.mlp_size={w['mlp_size']}",
             "model.optimizer.weight_decay=0.01", "model.scheduler=null", f"trainer.precision={precision}",

@@ -61,7 +61,7 @@ def plain_torch(epochs: int, launched: float) -> dict:
 def plain_lightning(epochs: int, launched: float) -> dict:
     import torch
 
-    from raydra.callbacks import Throughput
+    from raydra.worker.throughput import Throughput
     from raydra.data.digits import DigitsDataModule
     from raydra.lightning import pl
     from raydra.models.vit import ViTClassifier

@@ -42,7 +42,6 @@ def base_env() -> dict:
 def ray_cluster(tmp_path_factory):
     """A 2-CPU Ray head node for the session; yields its address. Only this node is stopped."""
     port, dashboard_port = _free_port(), _free_port()
-    temp_dir = tmp_path_factory.mktemp("ray")
     cmd = [
         str(Path(sys.executable).parent / "ray"), "start", "--head", "--block",
         f"--port={port}", f"--dashboard-port={dashboard_port}", f"--ray-client-server-port={_free_port()}",

@@ -136,7 +136,7 @@ def test_a_crashed_worker_group_is_reported_by_the_workers_own_exception():
     from ray.train.v2._internal.exceptions import UserExceptionWithTraceback
     from ray.train.v2.api.exceptions import WorkerGroupError
 
-    from raydra.driver import _one_line
+    from raydra.fit import one_line
 
     def crashed(message):
         try:
@@ -150,5 +150,5 @@ def test_a_crashed_worker_group_is_reported_by_the_workers_own_exception():
             return UserExceptionWithTraceback(error, traceback.format_exc() + "\nSet TORCHDYNAMO_VERBOSE=1 for more\n")
 
     error = WorkerGroupError("[Rank 0,1 Error Snippet]: ...", {1: crashed("rank one"), 0: crashed("rank zero")})
-    assert _one_line(error) == "worker 0: RuntimeError: rank zero (the whole trace is in logs/worker_0.log)"
-    assert _one_line(ValueError("first line\nsecond")) == "ValueError: first line"
+    assert one_line(error) == "worker 0: RuntimeError: rank zero (the whole trace is in logs/worker_0.log)"
+    assert one_line(ValueError("first line\nsecond")) == "ValueError: first line"

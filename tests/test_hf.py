@@ -1,7 +1,6 @@
 """data=hf on datasets written on the spot with save_to_disk and as parquet (no network), and
 data.loader=ray_data streaming them (and CIFAR-10 pickles, image folders) through Ray Data."""
 
-import json
 
 import numpy as np
 import pandas as pd
@@ -130,15 +129,15 @@ def test_shard_lengths_match_what_an_equal_split_gives_each_worker():
 
 
 def test_classes_flow_from_the_data_into_the_model_and_the_beans_experiment_composes(tmp_path):
-    from raydra.driver import _describe_data
+    from raydra.fit import describe_data
     from raydra.schema import validate
 
     cfg = composed("data=hf", f"data.name={save_to_disk(tmp_path / 'disk', n=30)}", "data.label_column=labels")
     assert cfg.data.num_classes is None
-    _describe_data(cfg)
+    describe_data(cfg)
     assert (cfg.model.num_classes, list(cfg.data.class_names)) == (3, list(COLOURS))
     with pytest.raises(RaydraError, match=r"has 3 classes \(red, green, blue\) but data.num_classes=5"):
-        _describe_data(composed("data=hf", f"data.name={tmp_path / 'disk'}", "data.label_column=labels", "data.num_classes=5"))
+        describe_data(composed("data=hf", f"data.name={tmp_path / 'disk'}", "data.label_column=labels", "data.num_classes=5"))
 
     beans = composed("experiment=vit_beans")
     validate(beans)

@@ -4,7 +4,7 @@ so every batch a restarted fit trains on can be compared with an uninterrupted f
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from raydra.callbacks import Resumable
+from raydra.worker.resumable import Resumable
 from raydra.data.device_batches import DeviceBatches
 from raydra.lightning import pl
 

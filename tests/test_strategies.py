@@ -52,7 +52,7 @@ def test_ddp_wraps_the_module_only_when_there_are_replicas_to_average(monkeypatc
     from lightning_fabric.plugins.environments import LightningEnvironment
 
     from raydra.models.vit import ViTClassifier
-    from raydra.strategies import RayDDP
+    from raydra.worker.strategies import RayDDP
 
     module = ViTClassifier(optimizer={"_target_": "torch.optim.AdamW", "_partial_": True}, image_size=8, num_channels=1,
                            num_classes=10, patch_size=2, hidden_size=16, num_layers=1, num_heads=2, mlp_size=16)

@@ -37,7 +37,7 @@ def composed(*overrides: str):
 
 
 def space_of(*overrides: str):
-    from raydra.sweep import check_samples, parse_space
+    from raydra.sweep.space import check_samples, parse_space
 
     cfg = composed("tune=asha", *overrides)
     validate(cfg)

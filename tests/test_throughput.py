@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from raydra.callbacks import WARMUP_STEPS, Throughput, peak_flops
+from raydra.worker.throughput import WARMUP_STEPS, Throughput, peak_flops
 from raydra.lightning import pl
 
 
@@ -71,7 +71,7 @@ def test_data_wait_is_the_time_the_loop_spent_getting_batches():
 def test_the_device_is_synchronised_per_stretch_of_steps_not_per_step(monkeypatch):
     """A sync every step would stop the host queueing the next step while the GPU works."""
     syncs = []
-    monkeypatch.setattr("raydra.callbacks._synchronize", lambda device: syncs.append(device))
+    monkeypatch.setattr("raydra.worker.throughput._synchronize", lambda device: syncs.append(device))
     data = DataLoader(TensorDataset(torch.randn(16 * 30, 8), torch.randn(16 * 30, 4)), batch_size=16)
     throughput = Throughput(world_size=1)
     _fit(throughput, data, epochs=2)
@@ -115,7 +115,7 @@ def test_trainer_compile_trains_the_digits_vit_to_the_eager_accuracy(accelerator
 
     from raydra.data.digits import DigitsDataModule
     from raydra.models.vit import ViTClassifier
-    from raydra.worker import compile_networks
+    from raydra.worker.loop import compile_networks
 
     accuracy, keys = {}, {}
     for compiled in (False, True):

@@ -104,7 +104,7 @@ def test_joins_a_running_cluster_with_address_auto_and_logger_none(ray_cluster, 
     assert summary["status"] == "completed" and summary["epochs_completed"] == 3
     assert not (run_dir / "metrics.csv").exists() and not (run_dir / "wandb").exists()
     port = ray_cluster.rsplit(":", 1)[1]
-    assert f"joined the Ray cluster at " in done.stdout and f":{port} " in done.stdout
+    assert "joined the Ray cluster at " in done.stdout and f":{port} " in done.stdout
 
 
 def test_a_request_larger_than_the_cluster_fails_in_seconds(ray_cluster, tmp_path):

@@ -4,8 +4,8 @@ Ray streams every worker's stdout/stderr to the driver with its own prefixes, de
 banners and controller notices. raydra takes that stream over: every line goes to the run's
 logs/ray.log, and only the lines rank 0 marks as progress are shown, unless the run is verbose.
 
-This hooks Ray's driver-side stream dispatcher (`ray._private.ray_logging`), the one place all
-worker output passes through; tests/test_console.py fails if a Ray upgrade moves it.
+This hooks Ray's driver-side stream dispatcher, the one place all worker output passes through
+(a private API: see raydra.private_apis).
 """
 
 import logging
@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from ray._private.ray_logging import global_worker_stdstream_dispatcher
+from raydra.private_apis import worker_stdstream_dispatcher
 
 # Rank 0 prefixes the lines meant for the researcher with this; the driver strips it.
 PROGRESS_MARK = "[raydra] "
@@ -55,7 +55,8 @@ worker_output = WorkerOutput()
 
 def take_over_worker_output(verbose: bool) -> None:
     """Route worker output through `worker_output`; verbose keeps Ray's own printing as well."""
+    dispatcher = worker_stdstream_dispatcher()
     if not verbose:
-        global_worker_stdstream_dispatcher.remove_handler(_RAY_HANDLER)
+        dispatcher.remove_handler(_RAY_HANDLER)
     worker_output.echo_progress = not verbose
-    global_worker_stdstream_dispatcher.add_handler("raydra", worker_output)
+    dispatcher.add_handler("raydra", worker_output)

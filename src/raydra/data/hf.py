@@ -15,13 +15,14 @@ import io
 import os
 import socket
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlparse
 
 import numpy as np
 
 from raydra.data.device_batches import DeviceSplitsDataModule, place_splits
 from raydra.errors import RaydraError
+from raydra.private_apis import hub_offline
 
 ROLES = ("train", "val", "test")
 # The names datasets on the hub use for each role, first match wins.
@@ -62,21 +63,6 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-@contextlib.contextmanager
-def _hub_offline() -> Iterator[None]:
-    """Cache-only loading without HF_HUB_OFFLINE in the environment: `datasets` reads that variable
-    once at import, and otherwise spends ~25 s retrying an unreachable hub."""
-    import datasets.config
-    import huggingface_hub.constants
-
-    saved = datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE
-    datasets.config.HF_HUB_OFFLINE = huggingface_hub.constants.HF_HUB_OFFLINE = True
-    try:
-        yield
-    finally:
-        datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE = saved
-
-
 def load(name: str, subset: Optional[str] = None, revision: Optional[str] = None) -> Any:
     """A DatasetDict from a save_to_disk folder, parquet, a local folder or a hub id (cache only
     when offline). Errors name data.name and what to do."""
@@ -103,7 +89,7 @@ def load(name: str, subset: Optional[str] = None, revision: Optional[str] = None
         return loaded if isinstance(loaded, datasets.DatasetDict) else datasets.DatasetDict({"train": loaded})
     offline = _offline_env() or (None if _hub_reachable() else "no route to the Hugging Face Hub")
     try:
-        with _hub_offline() if offline else contextlib.nullcontext():
+        with hub_offline() if offline else contextlib.nullcontext():
             return datasets.load_dataset(name, subset, revision=revision)
     except (ConnectionError, FileNotFoundError) as error:
         if offline:

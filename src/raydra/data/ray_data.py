@@ -141,7 +141,6 @@ def _preprocess(data: Dict[str, Any], role: str, image_column: str, label_column
 
 
 def _cifar10(data: Dict[str, Any]) -> Dict[str, Tuple[Any, int, Preprocess]]:
-    import ray.data
 
     from raydra.data.cifar10 import TEST_FILE, TRAIN_FILES, locate, read_batches, stratified_mask
 

@@ -1,40 +1,16 @@
-"""Lightning loggers for rank 0, built from the `logger` group, and W&B's offline decision.
+"""Lightning loggers for rank 0, built from the `logger` group (metrics.csv, W&B).
 
 W&B is imported only when a run asks for it, so `logger=csv` runs need no wandb install.
 """
 
 import csv
-import netrc
 import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional
-from urllib.parse import urlparse
 
+from raydra.private_apis import set_csv_columns
 from raydra.redact import redact
 
-
-
-def wandb_mode(requested: Any) -> str:
-    """online only when an API key is configured; never prompt, never wait on the network."""
-    if requested:
-        return str(requested)
-    if os.environ.get("WANDB_MODE"):
-        return os.environ["WANDB_MODE"]
-    return "online" if _wandb_api_key_configured() else "offline"
-
-
-def _wandb_api_key_configured() -> bool:
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    import wandb
-
-    # `wandb login` stores the key in ~/.netrc under the server's host name.
-    hosts = {"api.wandb.ai", urlparse(wandb.Settings().base_url).hostname}
-    try:
-        entries = netrc.netrc().hosts
-    except (FileNotFoundError, netrc.NetrcParseError):
-        return False
-    return any(host in entries for host in hosts)
 
 
 def build_loggers(config: Dict[str, Any], rank: int, resumed_from: Optional[Dict[str, Any]] = None) -> List[Any]:
@@ -77,9 +53,9 @@ def _keep_rows_up_to(csv_logger: Any, position: Optional[Dict[str, Any]]) -> Non
     writer = csv_logger.experiment  # opening the writer removes the old file
     if rows:
         # The writer appends to an existing file only with the header it knows about.
-        writer.metrics_keys = sorted(fields)
+        set_csv_columns(writer, sorted(fields))
         with path.open("w", newline="") as file:
-            kept = csv.DictWriter(file, fieldnames=writer.metrics_keys)
+            kept = csv.DictWriter(file, fieldnames=sorted(fields))
             kept.writeheader()
             kept.writerows(rows)
 

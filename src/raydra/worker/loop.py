@@ -15,16 +15,18 @@ import ray.train
 import ray.train.torch
 import torch
 from hydra.utils import instantiate
-from ray.train.lightning import RayLightningEnvironment, RayTrainReportCallback
+from ray.train.lightning import RayLightningEnvironment
 
-from raydra.callbacks import (
-    ConsoleProgress, Resumable, Throughput, TimedReport, model_state_bytes, peak_flops, peak_memory_bytes,
-)
 from raydra.checkpoints import checkpoint_meta
 from raydra.errors import RaydraError
 from raydra.lightning import pl
-from raydra.loggers import build_loggers
-from raydra.strategies import build_strategy, check_ray_environment
+from raydra.summary import CHECKPOINT_FILE
+from raydra.worker.checkpoint_report import TimedReport
+from raydra.worker.console_progress import ConsoleProgress
+from raydra.worker.loggers import build_loggers
+from raydra.worker.resumable import Resumable
+from raydra.worker.strategies import build_strategy, check_ray_environment
+from raydra.worker.throughput import Throughput, model_state_bytes, peak_flops, peak_memory_bytes
 
 
 def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -153,7 +155,7 @@ def _restored_checkpoint_path() -> Optional[str]:
     if checkpoint is None:
         return None
     # Checkpoints live on storage every worker can read (the run directory), so no copy is needed.
-    return os.path.join(checkpoint.path, RayTrainReportCallback.CHECKPOINT_NAME)
+    return os.path.join(checkpoint.path, CHECKPOINT_FILE)
 
 
 def _position_of(checkpoint_path: Optional[str]) -> Optional[Dict[str, Any]]:

@@ -14,7 +14,6 @@ Ray, which merges the workers' directories in storage. Lightning broadcasts rank
 which on a multi-node cluster would leave the other nodes' shards where Ray never looks.
 """
 
-import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -23,12 +22,12 @@ import ray.train.torch
 import torch
 from ray.train.lightning import RayDDPStrategy, RayDeepSpeedStrategy, RayLightningEnvironment
 
+from raydra import private_apis
 from raydra.errors import RaydraError
 from raydra.lightning import pl
 
 ModelParallelStrategy = pl.strategies.ModelParallelStrategy
-# Lightning's helpers behind ModelParallelStrategy, from whichever package Ray's strategies use.
-_lightning = sys.modules[ModelParallelStrategy.__module__]
+TrainerFn = pl.trainer.states.TrainerFn
 
 
 def build_strategy(settings: Dict[str, Any], shard_blocks: Optional[List[str]] = None) -> Any:
@@ -116,15 +115,15 @@ class RayFSDP2Strategy(ModelParallelStrategy):
         # ModelParallelStrategy.setup, with the module sharded here instead of in configure_model.
         self.accelerator.setup(trainer)
         self._shard(self.lightning_module)
-        _lightning._materialize_distributed_module(self.model, self.root_device)
+        private_apis.materialize_distributed_module(self.model, self.root_device)
         self.model = self.precision_plugin.convert_module(self.model)
         self.model_to_device()
         self.barrier()
-        if trainer.state.fn == _lightning.TrainerFn.FITTING:
+        if trainer.state.fn == TrainerFn.FITTING:
             self.setup_optimizers(trainer)
         self.setup_precision_plugin()
-        if trainer.state.fn == _lightning.TrainerFn.FITTING:
-            _lightning._optimizers_to_device(self.optimizers, self.root_device)
+        if trainer.state.fn == TrainerFn.FITTING:
+            private_apis.optimizers_to_device(self.optimizers, self.root_device)
 
     def _shard(self, module: torch.nn.Module) -> None:
         from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
@@ -178,9 +177,9 @@ class RayFSDP2Strategy(ModelParallelStrategy):
         path.mkdir(parents=True, exist_ok=True)
         shards = {"state_dict": checkpoint.pop("state_dict")}
         shards.update({f"optimizer_{i}": state for i, state in enumerate(checkpoint.pop("optimizer_states", []))})
-        _lightning._distributed_checkpoint_save(shards, path)
+        private_apis.save_distributed_checkpoint(shards, path)
         if self.global_rank == 0:
-            torch.save(checkpoint, path / _lightning._METADATA_FILENAME)
+            torch.save(checkpoint, path / private_apis.distributed_checkpoint_metadata_file())
 
 
 class ShardedRayDeepSpeedStrategy(RayDeepSpeedStrategy):

@@ -1,0 +1,293 @@
+"""The fit core: one resolved config in, one trained run directory and its record out.
+
+    resolve(cfg, run_dir, run_id)   composed config -> plain data the workers can use (no Hydra there)
+    fit_and_record(config, summary) TorchTrainer(worker.loop.train_loop) -> summary.json's outcome
+
+Every run goes through here: a single run (raydra.driver), a Tune trial (raydra.sweep.trial) and,
+through the driver, each job of a Hydra multirun. Nothing here reads Hydra's global state, exits
+the process or installs signal handlers: errors are raised for the caller to record, so any entry
+can call it as a library.
+"""
+
+import logging
+import netrc
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+from urllib.parse import urlparse
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from raydra import summary as run_summary
+from raydra.cluster import worker_resources
+from raydra.errors import RaydraError
+from raydra.redact import redact
+
+log = logging.getLogger("raydra")
+
+def new_summary(cfg: Any, run_dir: Path, run_id: str, overrides: List[str]) -> Dict[str, Any]:
+    """summary.json's opening content, from a composed config or its resolved plain form."""
+    return {
+        "name": cfg["name"],
+        "run_id": run_id,
+        "run_dir": str(run_dir),
+        "status": "running",
+        "error": None,
+        "started_at": run_summary.now(),
+        "overrides": overrides,
+        "monitor": {"metric": cfg["checkpoint"]["monitor"], "mode": cfg["checkpoint"]["mode"]},
+        # The strategy's settings, not only its name: sharding and layout decide memory and checkpoints.
+        "strategy": OmegaConf.to_container(cfg["strategy"], resolve=True) if OmegaConf.is_config(cfg) else dict(cfg["strategy"]),
+        "world_size": cfg["scale"]["num_workers"],
+        "use_gpu": cfg["scale"]["use_gpu"],
+        "git_commit": run_summary.git_commit(Path(__file__).parent),
+        "versions": run_summary.versions(),
+    }
+
+
+def fit_and_record(
+    config: Dict[str, Any], summary: Dict[str, Any], started: float, *, tune_trial: bool = False, callbacks: Sequence[Any] = ()
+) -> Dict[str, Any]:
+    """Fit a resolved plain-dict config into config["run"]["dir"] and record the outcome in its
+    summary.json. The one fit behind a single run, a Hydra multirun job and a Tune trial; errors
+    propagate for the caller to record as it sees fit.
+
+    `tune_trial`: the fit runs inside a Tune trial (its workers leave the trial's own CPU share free,
+    and a group that cannot be placed fails instead of waiting). `callbacks`: Ray Train UserCallbacks
+    for the TorchTrainer, such as the sweep's report to Tune.
+    """
+    record_start(config, summary)
+    try:
+        result = _fit(config, tune_trial, list(callbacks))
+    finally:
+        summary["data"] = _data_record(config)
+    summary.update(_outcome(result, config))
+    summary["finished_at"] = run_summary.now()
+    summary["wall_time_s"] = round(time.time() - started, 2)
+    run_summary.write(Path(config["run"]["dir"]), summary)
+    return summary
+
+
+def _data_record(config: Dict[str, Any]) -> Dict[str, Any]:
+    """What the data turned out to be: classes found in it and, under ray_data, rows per split."""
+    data = config["data"]
+    record = {key: data[key] for key in ("num_classes", "class_names", "loader") if data.get(key) is not None}
+    if "data_rows" in config["run"]:
+        record["rows"] = config["run"]["data_rows"]
+    return record
+
+
+def record_start(config: Dict[str, Any], summary: Dict[str, Any]) -> None:
+    """summary.json as the run starts: what it will train with, written before any worker starts."""
+    summary["config_hash"] = run_summary.config_hash(config)
+    summary["precision"] = config["trainer"]["precision"]
+    run_summary.write(Path(config["run"]["dir"]), summary)
+
+
+def last_checkpoint(run_dir: Path, run_id: str) -> Optional[str]:
+    """The newest checkpoint Ray wrote for this run: what resume= will continue from."""
+    found = sorted(Path(run_dir, "checkpoints", run_id).glob(f"checkpoint_*/{run_summary.CHECKPOINT_FILE}"), key=lambda p: p.stat().st_mtime)
+    return str(found[-1]) if found else None
+
+
+def resolve(cfg: DictConfig, run_dir: Path, run_id: str) -> Dict[str, Any]:
+    """Plain data for the workers: they have no Hydra, so every interpolation is resolved here."""
+    describe_data(cfg)
+    config = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    # What loggers may record: masked here, where the secrets are known. A worker's environment
+    # is its Ray node's, which need not hold the variables this process was started with.
+    config["run"] = {"dir": str(run_dir), "id": run_id, "logged_config": redact(dict(config))}
+    if config["trainer"]["precision"] == "auto":
+        config["trainer"]["precision"] = "bf16-mixed" if config["scale"]["use_gpu"] else "32-true"
+    if "wandb" in config["logger"]:
+        config["logger"]["wandb"]["mode"] = wandb_mode(config["logger"]["wandb"].get("mode"))
+    return config
+
+
+def describe_data(cfg: DictConfig) -> None:
+    """Fill what the data can state about itself (a Hugging Face ClassLabel's names, an image
+    folder's class folders) into data.num_classes and data.class_names, before resolving, so the
+    model's `${data.num_classes}` follows and the user never repeats it. A stated count must agree."""
+    target = cfg.data.get("_target_")
+    if not target:
+        return
+    from hydra.utils import get_class
+
+    describe = getattr(get_class(target), "describe", None)
+    if describe is None:
+        return
+    facts = describe(**{k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if k != "_target_"})
+    stated = cfg.data.get("num_classes")
+    if stated is not None and stated != facts["num_classes"]:
+        where = cfg.data.get("name") or cfg.data.get("root")
+        raise RaydraError(
+            f"{where} has {facts['num_classes']} classes ({', '.join(facts['class_names'][:5])}"
+            f"{', ...' if facts['num_classes'] > 5 else ''}) but data.num_classes={stated}; "
+            f"set data.num_classes={facts['num_classes']} or leave it null."
+        )
+    with open_dict(cfg):
+        cfg.data.num_classes = facts["num_classes"]
+        cfg.data.class_names = facts["class_names"]
+
+
+def wandb_mode(requested: Any) -> str:
+    """online only when an API key is configured; never prompt, never wait on the network."""
+    if requested:
+        return str(requested)
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    return "online" if _wandb_api_key_configured() else "offline"
+
+
+def _wandb_api_key_configured() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    import wandb
+
+    # `wandb login` stores the key in ~/.netrc under the server's host name.
+    hosts = {"api.wandb.ai", urlparse(wandb.Settings().base_url).hostname}
+    try:
+        entries = netrc.netrc().hosts
+    except (FileNotFoundError, netrc.NetrcParseError):
+        return False
+    return any(host in entries for host in hosts)
+
+
+
+def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any]) -> Any:
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    from raydra.worker.loop import train_loop
+    from raydra.worker.strategies import torch_config
+
+    run_dir, run_id = Path(config["run"]["dir"]), config["run"]["id"]
+    scale, ckpt = config["scale"], config["checkpoint"]
+    failure = {"max_failures": config["failure"]["max_failures"]}
+    if tune_trial:
+        # A trial whose workers cannot be placed must fail, not wait: by default Ray restarts
+        # the controller of a worker group that timed out starting, without end.
+        failure["controller_failure_limit"] = 0
+    datasets = None
+    if config["data"].get("loader") == "ray_data":
+        from raydra.data.ray_data import build
+
+        # Built here, once, so preprocessing runs as Ray Data tasks beside the workers; each
+        # worker only learns the row counts, which size its batches.
+        datasets, config["run"]["data_rows"] = build(config)
+    trainer = TorchTrainer(
+        train_loop,
+        train_loop_config=config,
+        datasets=datasets,
+        torch_config=torch_config(config["strategy"]),
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=scale["num_workers"],
+            use_gpu=scale["use_gpu"],
+            resources_per_worker=worker_resources(OmegaConf.create(scale), tune_trial=tune_trial),
+            placement_strategy=scale["placement_strategy"],
+        ),
+        run_config=ray.train.RunConfig(
+            # A unique name under the run's own directory: Train V2 resumes any run whose
+            # name and storage path it has seen before, which is what resume= relies on.
+            name=run_id,
+            storage_path=str(run_dir / "checkpoints"),
+            failure_config=ray.train.FailureConfig(**failure),
+            callbacks=callbacks,
+            checkpoint_config=ray.train.CheckpointConfig(
+                num_to_keep=ckpt["num_to_keep"],
+                checkpoint_score_attribute=ckpt["monitor"],
+                checkpoint_score_order=ckpt["mode"],
+            ),
+        ),
+    )
+    try:
+        result = trainer.fit()
+    except Exception as error:
+        raise _user_error(error) or error
+    if result.error:
+        raise _user_error(result.error) or result.error
+    return result
+
+
+def _user_error(error: BaseException) -> Optional[RaydraError]:
+    """A RaydraError raised on a worker (a missing data path, say), unwrapped from Ray's failure
+    report so the user reads its one sentence instead of a worker's stack trace."""
+    failures = list(getattr(error, "worker_failures", {}).values()) + [error]
+    for failure in failures:
+        while failure is not None:
+            if isinstance(failure, RaydraError):
+                return RaydraError(str(failure).strip().splitlines()[-1])
+            failure = failure.__cause__ or getattr(failure, "cause", None)
+    return None
+
+
+def _outcome(result: Any, config: Dict[str, Any]) -> Dict[str, Any]:
+    worker = result.return_value or {}
+    memory = worker.get("memory_per_worker", [])
+    save_s = worker.get("checkpoint_save_s") or []
+    monitor, mode = config["checkpoint"]["monitor"], config["checkpoint"]["mode"]
+    history = result.metrics_dataframe
+    final = {k: number(v) for k, v in (result.metrics or {}).items()}
+    final.update(worker.get("test_metrics", {}))
+    best: Dict[str, Any] = {}
+    if history is not None and monitor in history:
+        row = history.loc[history[monitor].idxmax() if mode == "max" else history[monitor].idxmin()]
+        best = {k: number(v) for k, v in row.items() if number(v) is not None}
+    best_checkpoint = None
+    if result.best_checkpoints:
+        # Mid-epoch checkpoints report the monitor as NaN (unvalidated weights): never the best.
+        worst = float("-inf") if mode == "max" else float("inf")
+        scored = [(c, m.get(monitor)) for c, m in result.best_checkpoints]
+        scored = [(c, v if isinstance(v, (int, float)) and v == v else worst) for c, v in scored]
+        pick = max if mode == "max" else min
+        best_checkpoint = pick(scored, key=lambda pair: pair[1])[0]
+    return {
+        "status": "completed",
+        "metrics": {"final": final, "best": best},
+        "throughput": worker.get("throughput", {}),
+        "peak_memory_bytes": max((w["peak_bytes"] for w in memory), default=None),
+        "memory_per_worker": memory,
+        "epochs_completed": worker.get("epochs_completed"),
+        "global_step": worker.get("global_step"),
+        "checkpoints": {
+            "best": _ckpt_file(best_checkpoint),
+            "last": _ckpt_file(result.checkpoint),
+            "dir": result.path,
+            # Mean time training stood still per checkpoint (write + hand-over to Ray), rank 0's view.
+            "save_s_mean": round(sum(save_s) / len(save_s), 3) if save_s else None,
+        },
+    }
+
+
+def _ckpt_file(checkpoint: Any) -> Optional[str]:
+    return None if checkpoint is None else str(Path(checkpoint.path) / run_summary.CHECKPOINT_FILE)
+
+
+def number(value: Any) -> Any:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if number.is_integer() and abs(number) < 2**53 else number
+
+
+def one_line(error: BaseException) -> str:
+    """The error as one line; for a failed worker group, the lowest failed rank's own exception
+    (Ray's first line only says that workers failed)."""
+    failures = getattr(error, "worker_failures", None) or {}
+    if failures:
+        rank = min(failures)
+        # Ray hands the worker's exception back as its traceback text.
+        raised = [line for line in str(failures[rank]).splitlines() if EXCEPTION_LINE.match(line)]
+        if raised:
+            return f"worker {rank}: {raised[-1][:400]} (the whole trace is in logs/worker_{rank}.log)"
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".strip()
+
+
+# "ValueError: ...", "torch._dynamo.exc.InternalTorchDynamoError: ...": a traceback's last word.
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
+
+

@@ -1,0 +1,137 @@
+"""Every reach into another library's private API, and nowhere else.
+
+Each function below leans on something Ray, Lightning or Hugging Face do not document, because
+no public API does the job (each says why). tests/test_private_apis.py pins the behaviour raydra
+relies on, so an upgrade that moves one fails there in seconds rather than in a slow end-to-end
+test, and pyproject.toml caps those libraries at the minor versions tested: an upgrade is a
+decision, made by running that test file.
+
+Imports are inside the functions: the driver, the workers and `raydra compare` each load only
+the libraries they use.
+"""
+
+import contextlib
+import sys
+from typing import Any, Callable, Iterator, List
+
+# ---------------------------------------------------------------------------------------------
+# Ray
+
+
+def worker_stdstream_dispatcher() -> Any:
+    """Ray's driver-side dispatcher of every worker's stdout/stderr lines.
+
+    Public Ray offers `log_to_driver` (all or nothing); raydra needs the lines themselves, to keep
+    all of them in logs/ray.log and show only rank 0's progress lines on the console.
+    """
+    from ray._private.ray_logging import global_worker_stdstream_dispatcher
+
+    return global_worker_stdstream_dispatcher
+
+
+def tune_stop_probe() -> Callable[[], bool]:
+    """Inside a Tune function trial: a function that tells whether Tune has asked this trial to stop.
+
+    Taken at the trial's start and held: when Tune stops a trial, it sets the session's stop event
+    and drops the session in the same call, often before the trial's thread sees its fit end. Tune
+    has no public "was I stopped" question for function trainables.
+    """
+    from ray.train._internal.session import get_session
+
+    session = get_session()
+    return lambda: session is not None and session.stop_event.is_set()
+
+
+def replace_restored_tuner_callbacks(tuner: Any, callbacks: List[Any]) -> None:
+    """A restored Tuner's RunConfig holds the interrupted driver's callbacks, unpickled; the new
+    driver needs its own to see the trials. `Tuner.restore` takes no callbacks of its own."""
+    tuner._local_tuner.get_run_config().callbacks = callbacks
+
+
+def restored_tuner_scheduler(tuner: Any) -> Any:
+    """The trial scheduler a restored Tuner will use; Tuner has no public accessor for it."""
+    return tuner._local_tuner._tune_config.scheduler
+
+
+def restore_scheduler_rungs(scheduler: Any, path: str) -> None:
+    """Load a saved ASHA scheduler's rungs into `scheduler` while keeping its metric and mode.
+
+    `Tuner.restore` brings back the scheduler as created, with no rungs; `TrialScheduler.restore`
+    (public) would also bring back metric and mode, which Tune then refuses to set a second time.
+    """
+    kept = {k: v for k, v in vars(scheduler).items() if k in ("_metric", "_mode", "_metric_op")}
+    scheduler.restore(path)
+    vars(scheduler).update(kept)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lightning
+
+
+def _model_parallel_module() -> Any:
+    """The module of Lightning's ModelParallelStrategy, from whichever package Ray's strategies use."""
+    from raydra.lightning import pl
+
+    return sys.modules[pl.strategies.ModelParallelStrategy.__module__]
+
+
+def materialize_distributed_module(module: Any, device: Any) -> None:
+    """Initialise a meta-device module's parameters on `device` after sharding, as
+    ModelParallelStrategy.setup does; the strategy exposes no public step for it."""
+    _model_parallel_module()._materialize_distributed_module(module, device)
+
+
+def optimizers_to_device(optimizers: List[Any], device: Any) -> None:
+    """Move restored optimizer state to the worker's device, as ModelParallelStrategy.setup does."""
+    _model_parallel_module()._optimizers_to_device(optimizers, device)
+
+
+def save_distributed_checkpoint(shards: Any, path: Any) -> None:
+    """torch.distributed.checkpoint save of this worker's shards, in the layout Lightning's
+    ModelParallelStrategy.load_checkpoint reads back."""
+    _model_parallel_module()._distributed_checkpoint_save(shards, path)
+
+
+def distributed_checkpoint_metadata_file() -> str:
+    """The file name Lightning's sharded checkpoints keep the non-tensor state in (meta.pt)."""
+    return _model_parallel_module()._METADATA_FILENAME
+
+
+def restart_train_iterator(trainer: Any) -> None:
+    """Make the fit loop's train iterator again, from the loader's current position.
+
+    Lightning makes it before `on_train_start`, and a DataLoader with worker processes has already
+    queued batches from it by then; a resumed run moves the sampler there, so the iterator must be
+    made again. The fit loop's data fetcher is the only handle on it.
+    """
+    fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
+    if fetcher is not None:
+        iter(fetcher)
+
+
+def set_csv_columns(writer: Any, columns: List[str]) -> None:
+    """Tell Lightning's CSV experiment writer which columns metrics.csv already has, so it appends
+    to the rows raydra kept instead of rewriting the header. The writer has no public setter."""
+    writer.metrics_keys = list(columns)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face
+
+
+@contextlib.contextmanager
+def hub_offline() -> Iterator[None]:
+    """Make `datasets` and `huggingface_hub` answer from the local cache only, for this block.
+
+    HF_HUB_OFFLINE is read once, at import; after that only these module constants switch it. Going
+    offline keeps a cached hub id from contacting the hub (which, without network, waits on time-outs).
+    """
+    import datasets.config
+    import huggingface_hub.constants
+
+    saved = datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = huggingface_hub.constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE = saved

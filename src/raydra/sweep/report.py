@@ -1,0 +1,229 @@
+"""After (and during) the search: every trial's final record, the trials table, the best trial's
+config and checkpoint, the sweep's own record, and one console line per trial event."""
+
+import copy
+import csv
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import ray.tune
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from raydra import fit
+from raydra import summary as run_summary
+
+log = logging.getLogger("raydra")
+
+SWEEP = "sweep.json"
+
+
+class Progress(ray.tune.Callback):
+    """One console line per trial event, and every trial's latest status for the sweep's record."""
+
+    def __init__(self, metric: str, max_epochs: int) -> None:
+        self.metric, self.max_epochs = metric, max_epochs
+        # Trial id -> Tune status after Tune's last step: a snapshot, because stopping an
+        # interrupted sweep changes the trials' own status afterwards.
+        self.statuses: Dict[str, str] = {}
+        self.scheduler: Any = None
+        self.scheduler_state: Optional[Path] = None
+
+    def _save_scheduler(self) -> None:
+        # Called after the scheduler has seen the result, so its rungs include it.
+        if self.scheduler is None or self.scheduler_state is None or not self.scheduler_state.parent.is_dir():
+            return
+        tmp = self.scheduler_state.with_suffix(".tmp")
+        self.scheduler.save(str(tmp))
+        os.replace(tmp, self.scheduler_state)
+
+    def on_step_end(self, iteration: int, trials: List[Any], **info: Any) -> None:
+        self.statuses = {trial.trial_id: trial.status for trial in trials}
+
+    def on_trial_start(self, iteration: int, trials: List[Any], trial: Any, **info: Any) -> None:
+        log.info(f"trial {trial.trial_id} started: {fmt_sampled(trial.config)}")
+
+    def on_trial_result(self, iteration: int, trials: List[Any], trial: Any, result: Dict[str, Any], **info: Any) -> None:
+        value = result.get(self.metric)
+        if isinstance(value, (int, float)):
+            log.info(f"trial {trial.trial_id} epoch {result.get('epochs_done')}: {self.metric} {value:.4f}")
+        self._save_scheduler()
+
+    def on_trial_complete(self, iteration: int, trials: List[Any], trial: Any, **info: Any) -> None:
+        epochs = (trial.last_result or {}).get("epochs_done", 0)
+        how = "done" if epochs >= self.max_epochs else "stopped early"
+        log.info(f"trial {trial.trial_id} {how} after {epochs} epoch(s)")
+
+    def on_trial_error(self, iteration: int, trials: List[Any], trial: Any, **info: Any) -> None:
+        log.info(f"trial {trial.trial_id} failed (its summary.json says why)")
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # Tune pickles its RunConfig, callbacks included, into the sweep's tune/ directory.
+        return {"metric": self.metric, "max_epochs": self.max_epochs, "statuses": {}, "scheduler": None, "scheduler_state": None}
+
+
+def settle_trials(
+    sweep_dir: Path, grid: Any, progress: Any, metric: str, mode: str, scheduler: str, interrupted: bool = False
+) -> List[Dict[str, Any]]:
+    """Bring every trial's summary.json to its final state and return the table's rows.
+
+    A trial writes its own summary.json, except when Tune ends its process: a trial ASHA stopped
+    is recorded here from what it reported to Tune.
+    """
+    results = {}
+    for result in grid or []:
+        if result.metrics and "trial_id" in result.metrics:
+            results[result.metrics["trial_id"]] = result
+    statuses = progress.statuses
+    rows = []
+    seen = set()
+    for run_dir in sorted(Path(sweep_dir, "trials").glob("*/" + run_summary.SUMMARY)):
+        run_dir = run_dir.parent
+        summary = run_summary.read(run_dir)
+        trial_id = summary.get("trial", {}).get("id", run_dir.name)
+        seen.add(trial_id)
+        status, result = statuses.get(trial_id), results.get(trial_id)
+        # A trial Tune ended without error but that did not record its completion was stopped by
+        # the scheduler (its process may have noted the stop as a failure on its way out).
+        if status == "TERMINATED" and result is not None and summary["status"] in ("running", "failed", "interrupted"):
+            summary.update(_stopped(result, metric, mode, run_dir, summary["run_id"], scheduler))
+            run_summary.write(run_dir, summary)
+        if summary["status"] == "running":
+            if status == "ERROR":
+                summary.update(status="failed", error=_one_line_error(result) or "the trial's process died")
+            elif interrupted or status in ("RUNNING", "PENDING", "PAUSED"):
+                summary.update(status="interrupted", error="the sweep was interrupted; continue it with tune.resume=" + str(sweep_dir))
+            if summary["status"] != "running":
+                summary.setdefault("finished_at", run_summary.now())
+                run_summary.write(run_dir, summary)
+        rows.append(_row(summary, run_dir, metric, sweep_dir))
+    for trial_id, status in statuses.items():
+        if trial_id not in seen:
+            rows.append({"trial": trial_id, "sampled": {}, "status": "pending" if status in ("PENDING", "PAUSED", "RUNNING") else status.lower(),
+                         "final": None, "best": None, "epochs": None, "wall_s": None, "error": None, "run_dir": None, "summary": None})
+    return rows
+
+
+def _stopped(result: Any, metric: str, mode: str, run_dir: Path, run_id: str, scheduler: str) -> Dict[str, Any]:
+    history = result.metrics_dataframe
+    last = result.metrics
+    final = {k: fit.number(v) for k, v in last.items() if "/" in k and fit.number(v) is not None}
+    best: Dict[str, Any] = {}
+    if history is not None and metric in history:
+        row = history.loc[history[metric].idxmax() if mode == "max" else history[metric].idxmin()]
+        best = {k: fit.number(v) for k, v in row.items() if "/" in str(k) and fit.number(v) is not None}
+    epochs = last.get("epochs_done")
+    return {
+        "status": "stopped",
+        "error": None,
+        "stopped_by": f"the {scheduler} scheduler after {epochs} epoch(s)",
+        "metrics": {"final": final, "best": best},
+        "epochs_completed": epochs,
+        "wall_time_s": round(float(last.get("time_total_s", 0.0)), 2),
+        "finished_at": run_summary.now(),
+        "checkpoints": {"best": None, "last": fit.last_checkpoint(run_dir, run_id)},
+    }
+
+
+def _one_line_error(result: Any) -> Optional[str]:
+    if result is None or result.error is None:
+        return None
+    return fit.one_line(result.error)
+
+
+def _row(summary: Dict[str, Any], run_dir: Path, metric: str, sweep_dir: Path) -> Dict[str, Any]:
+    metrics = summary.get("metrics") or {}
+    return {
+        "trial": summary.get("trial", {}).get("id", run_dir.name),
+        "sampled": summary.get("trial", {}).get("sampled", {}),
+        "status": summary["status"],
+        "final": (metrics.get("final") or {}).get(metric),
+        "best": (metrics.get("best") or {}).get(metric),
+        "epochs": summary.get("epochs_completed"),
+        "wall_s": summary.get("wall_time_s"),
+        "error": summary.get("error"),
+        "run_dir": str(run_dir.relative_to(sweep_dir)),
+        "summary": summary,
+    }
+
+
+def best(rows: List[Dict[str, Any]], mode: str) -> Optional[Dict[str, Any]]:
+    """The completed trial with the best final metric (what Tune compares at each trial's end)."""
+    done = [row for row in rows if row["status"] == "completed" and isinstance(row["final"], (int, float))]
+    if not done:
+        return None
+    return (max if mode == "max" else min)(done, key=lambda row: row["final"])
+
+
+def write_tables(sweep_dir: Path, rows: List[Dict[str, Any]], metric: str) -> None:
+    keys = sorted({key for row in rows for key in row["sampled"]})
+    header = ["trial", *keys, metric, f"best {metric}", "epochs", "status", "wall_s", "run_dir", "error"]
+    table = [
+        [row["trial"], *[row["sampled"].get(key) for key in keys], row["final"], row["best"], row["epochs"],
+         row["status"], row["wall_s"], row["run_dir"], row["error"] or ""]
+        for row in rows
+    ]
+    with (sweep_dir / "trials.csv").open("w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(header)
+        writer.writerows(table)
+
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        return "" if value is None else str(value).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in line) + " |" for line in table]
+    (sweep_dir / "trials.md").write_text("\n".join(lines) + "\n")
+
+
+def write_best(cfg: DictConfig, sweep_dir: Path, best: Dict[str, Any], metric: str, config_dir: Optional[str]) -> Dict[str, Any]:
+    """best_config.yaml: the whole composed config with the best trial's values, a primary config
+    Hydra can run on its own; and a link to that trial's best checkpoint."""
+    config = copy.deepcopy(cfg)
+    config.tune = None
+    config.resume = None
+    for key, value in best["sampled"].items():
+        OmegaConf.update(config, key, value, merge=False)
+    head = {"defaults": ["raydra_schema", "_self_", {"hydra": "default"}]}
+    if config_dir:
+        head["hydra"] = {"searchpath": [f"file://{config_dir}"]}
+    text = (
+        f"# The best trial ({best['trial']}, {metric} {best['final']}) of the sweep in {sweep_dir}.\n"
+        f"# Rerun it exactly:  python train.py --config-path {sweep_dir} --config-name best_config\n"
+        + yaml.safe_dump(head, sort_keys=False)
+        + OmegaConf.to_yaml(config)
+    )
+    (sweep_dir / "best_config.yaml").write_text(text)
+    checkpoint = (best["summary"].get("checkpoints") or {}).get("best")
+    link = sweep_dir / "best_checkpoint.ckpt"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    if checkpoint:
+        link.symlink_to(os.path.relpath(checkpoint, sweep_dir))
+    return {
+        "trial": best["trial"], "metric": best["final"], "sampled": best["sampled"],
+        "run_dir": str(sweep_dir / best["run_dir"]), "checkpoint": checkpoint,
+        "config": str(sweep_dir / "best_config.yaml"),
+    }
+
+
+def write_record(sweep_dir: Path, record: Dict[str, Any]) -> None:
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    run_summary.write(sweep_dir, record, name=SWEEP)
+
+
+def end(record: Dict[str, Any], sweep_dir: Path, started: float, status: str, reason: Optional[str]) -> None:
+    record.update(status=status, error=reason, finished_at=run_summary.now(), wall_time_s=round(time.time() - started, 2))
+    if sweep_dir.exists():
+        write_record(sweep_dir, record)
+    if reason:
+        log.error(f"error: {reason}" if status == "failed" else reason)
+
+
+def fmt_sampled(sampled: Dict[str, Any]) -> str:
+    return "  ".join(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}" for key, value in sampled.items())

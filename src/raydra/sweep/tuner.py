@@ -1,0 +1,298 @@
+"""The sweep's driver: validate the space, connect, run Tune's search (or continue an interrupted
+one), and leave the sweep record; Tune runs each trial through raydra.sweep.trial."""
+
+import copy
+import logging
+import os
+import re
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import ray.tune
+import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from raydra import fit, private_apis
+from raydra import summary as run_summary
+from raydra.cluster import TRIAL_CPU, check_fits, connect, trials_that_fit
+from raydra.console import worker_output
+from raydra.errors import RaydraError
+from raydra.redact import redact_hydra_records
+from raydra.resume import changed_keys
+from raydra.schema import validate
+from raydra.sweep import report
+from raydra.sweep.report import SWEEP, Progress
+from raydra.sweep.space import check_samples, domain, parse_space
+from raydra.sweep.trial import run_trial
+
+log = logging.getLogger("raydra")
+
+# A value written as an interpolation that calls a resolver (${now:...}, ${hydra:...}, ${oc.env:...}):
+# Tune's trial processes have no Hydra, so these are resolved on the driver before trials start.
+RESOLVER_CALL = re.compile(r"\$\{\s*[\w.\-]+\s*:")
+# Keys a resumed sweep may change: where and how it runs, not what it trains.
+RESUMABLE_CHANGES = ("tune.resume", "tune.max_concurrent")
+
+
+def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_dir: Optional[str] = None) -> Dict[str, Any]:
+    """Run the sweep `cfg.tune` describes in `output_dir` (Hydra's output directory for it), or
+    continue the one tune.resume names; returns the sweep's record (sweep.json), its best trial
+    under "best". `config_dir`: the primary config's directory, which best_config.yaml searches.
+
+    Raises RaydraError for bad input or a sweep in which no trial completed, KeyboardInterrupt
+    when interrupted (Ctrl-C, SIGTERM) after recording how to continue it."""
+    started = time.time()
+    fresh_dir = Path(output_dir).resolve()
+    redact_hydra_records(fresh_dir)
+    sweep_dir = fresh_dir
+    tune_cfg = cfg.tune
+    metric = tune_cfg.metric or cfg.checkpoint.monitor
+    mode = tune_cfg.mode or cfg.checkpoint.mode
+    record: Dict[str, Any] = {
+        "kind": "tune sweep",
+        "name": cfg.name,
+        "id": f"{fresh_dir.parent.name}_{fresh_dir.name}",
+        "sweep_dir": str(fresh_dir),
+        "status": "running",
+        "error": None,
+        "started_at": run_summary.now(),
+        "overrides": list(overrides),
+        "search": tune_cfg.search,
+        "scheduler": tune_cfg.scheduler,
+        "metric": metric,
+        "mode": mode,
+        "num_samples": tune_cfg.num_samples,
+    }
+    restore_sigterm = lambda: None  # noqa: E731
+    progress = Progress(metric, cfg.trainer.max_epochs)
+    try:
+        if (fresh_dir / SWEEP).exists():
+            raise RaydraError(f"{fresh_dir} already holds a sweep; give this one its own hydra.run.dir.")
+        validate(cfg)
+        if tune_cfg.resume:
+            sweep_dir, record = _continue(cfg, fresh_dir)
+        else:
+            space = parse_space(cfg)
+            check_samples(cfg, space)
+            record["space"] = {key: {name: args} for key, (name, args) in space.items()}
+        report.write_record(sweep_dir, record)
+
+        connect(cfg.ray.address, cfg.ray.num_cpus, cfg.verbose)
+        restore_sigterm = _sigterm_stops_tune()
+        check_fits(cfg.scale)
+        concurrency = _concurrency(cfg)
+        record["max_concurrent"] = concurrency
+        log.info(
+            f"sweep {record['id']}: {tune_cfg.num_samples} trials of {cfg.name}, {concurrency} at a time, "
+            f"{tune_cfg.search} search, {tune_cfg.scheduler} scheduler, {mode} {metric}\n  dir  {sweep_dir}"
+        )
+        progress.scheduler_state = sweep_dir / "tune" / "scheduler_state.pkl"
+        tuner = _tuner(cfg, sweep_dir, record, concurrency, progress)
+        worker_output.start_run(sweep_dir)
+        # Concurrent trials' epoch lines would interleave; _Progress prints one line per trial event.
+        echo, worker_output.echo_progress = worker_output.echo_progress, False
+        try:
+            grid = tuner.fit()
+        except Exception as error:
+            raise _tune_error(error, metric) or error
+        finally:
+            worker_output.end_run()
+            worker_output.echo_progress = echo
+        rows = report.settle_trials(sweep_dir, grid, progress, metric, mode, tune_cfg.scheduler)
+        report.write_tables(sweep_dir, rows, metric)
+        unfinished = [row for row in rows if row["status"] in ("running", "pending", "interrupted")]
+        if unfinished:
+            raise KeyboardInterrupt
+        best = report.best(rows, mode)
+        if best is None:
+            first_error = next((row["error"] for row in rows if row["error"]), "no trial completed")
+            raise RaydraError(f"no trial of the sweep completed; the first error: {first_error}")
+        record["best"] = report.write_best(cfg, sweep_dir, best, metric, config_dir)
+        record["trials"] = {status: sum(row["status"] == status for row in rows) for status in ("completed", "stopped", "failed")}
+    except RaydraError as error:
+        report.end(record, sweep_dir, started, "failed", str(error))
+        raise
+    except KeyboardInterrupt:
+        report.settle_trials(sweep_dir, None, progress, metric, mode, tune_cfg.scheduler, interrupted=True)
+        report.end(record, sweep_dir, started, "interrupted", f"interrupted; continue it with tune.resume={sweep_dir}")
+        raise
+    except Exception as error:
+        report.end(record, sweep_dir, started, "failed", fit.one_line(error))
+        raise
+    finally:
+        restore_sigterm()
+    report.end(record, sweep_dir, started, "completed", None)
+    best = record["best"]
+    log.info(
+        f"sweep done in {record['wall_time_s']:.1f} s: {record['trials']['completed']} completed, "
+        f"{record['trials']['stopped']} stopped early, {record['trials']['failed']} failed\n"
+        f"  best trial {best['trial']}  {metric} {best['metric']:.4f}  {report.fmt_sampled(best['sampled'])}\n"
+        f"  trials  {sweep_dir / 'trials.md'}\n"
+        f"  rerun   python train.py --config-path {sweep_dir} --config-name best_config"
+    )
+    return record
+
+
+def _continue(cfg: DictConfig, fresh_dir: Path) -> Tuple[Path, Dict[str, Any]]:
+    """The sweep tune.resume names, checked to be an unfinished raydra sweep of the same config."""
+    sweep_dir = Path(cfg.tune.resume).expanduser().resolve()
+    if not (sweep_dir / SWEEP).is_file() or not (sweep_dir / "tune").is_dir():
+        raise RaydraError(
+            f"tune.resume={cfg.tune.resume}: {sweep_dir} is not a raydra sweep directory (no sweep.json and tune/); "
+            "pass the directory a tune= run printed."
+        )
+    record = run_summary.read(sweep_dir, SWEEP)
+    if record.get("status") == "completed":
+        raise RaydraError(f"tune.resume={cfg.tune.resume}: {sweep_dir} already completed; start a new sweep instead.")
+    old = yaml.safe_load((sweep_dir / ".hydra" / "config.yaml").read_text())
+    changes = [c for c in changed_keys(old, cfg) if not c.startswith(RESUMABLE_CHANGES)]
+    if changes:
+        raise RaydraError(
+            f"tune.resume={cfg.tune.resume}: the config differs from the one the sweep started with "
+            f"({'; '.join(changes)}); resume with the original overrides plus tune.resume=..."
+        )
+    record.update(status="running", error=None)
+    record["resumed"] = record.get("resumed", []) + [{"at": run_summary.now(), "from_status": record.get("status"), "log": str(fresh_dir / "driver.log")}]
+    # The invocation's own Hydra directory points at the sweep it continued, so it never reads as a sweep of its own.
+    report.write_record(fresh_dir, {"kind": "tune sweep resume", "status": "resumed elsewhere", "sweep_dir": str(sweep_dir)})
+    log.info(f"resuming sweep {sweep_dir} (this invocation's driver.log: {fresh_dir})")
+    return sweep_dir, record
+
+
+def _concurrency(cfg: DictConfig) -> int:
+    fits = trials_that_fit(cfg.scale)
+    asked = cfg.tune.max_concurrent
+    if asked is not None and asked > fits:
+        log.info(f"tune.max_concurrent={asked} but the cluster holds {fits} trial(s) side by side; running {fits} at a time")
+    return min(asked or fits, fits)
+
+
+def _tuner(cfg: DictConfig, sweep_dir: Path, record: Dict[str, Any], concurrency: int, progress: "Progress") -> Any:
+    tune = ray.tune
+
+    # Tune saves its experiment state every few seconds rather than on its adaptive period, so a
+    # sweep killed outright loses at most that much of its record of finished trials.
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "5")
+    if not cfg.verbose:
+        # Tune's newer console output prints its banner and paths even at verbose=0; Progress
+        # prints what a researcher needs.
+        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    sweep = {"dir": str(sweep_dir), "id": record["id"], "overrides": [o for o in record["overrides"] if not o.startswith("tune.resume=")]}
+    trainable = tune.with_resources(
+        tune.with_parameters(run_trial, base=_trial_base(cfg, record["id"]), sweep=sweep), {"CPU": TRIAL_CPU}
+    )
+    if cfg.tune.resume:
+        tuner = tune.Tuner.restore(
+            str(sweep_dir / "tune"), trainable, resume_unfinished=True, resume_errored=False, restart_errored=False
+        )
+        # The restored RunConfig holds the interrupted driver's callback, unpickled; this process
+        # needs its own to see the trials. Tuner.restore takes no callbacks of its own.
+        private_apis.replace_restored_tuner_callbacks(tuner, [progress])
+        # Tuner.restore brings back the scheduler as it was created, with no rungs: trials run
+        # after a resume would be compared only with each other. Progress saved its rungs.
+        progress.scheduler = private_apis.restored_tuner_scheduler(tuner)
+        if progress.scheduler is not None and progress.scheduler_state.is_file():
+            private_apis.restore_scheduler_rungs(progress.scheduler, str(progress.scheduler_state))
+        return tuner
+    space = {key: domain(key, name, args) for key, (name, args) in parse_space(cfg).items()}
+    metric, mode = record["metric"], record["mode"]
+    progress.scheduler = _scheduler(cfg)
+    return tune.Tuner(
+        trainable,
+        param_space=space,
+        tune_config=tune.TuneConfig(
+            metric=metric,
+            mode=mode,
+            num_samples=cfg.tune.num_samples,
+            search_alg=_search(cfg, concurrency),
+            scheduler=progress.scheduler,
+            # Random search limits itself (above); Tune wraps Optuna in a ConcurrencyLimiter.
+            max_concurrent_trials=concurrency if cfg.tune.search == "optuna" else None,
+            # A stopped trial's process must end: reused, its training thread would run on.
+            reuse_actors=False,
+        ),
+        run_config=tune.RunConfig(
+            name="tune", storage_path=str(sweep_dir), verbose=1 if cfg.verbose else 0, callbacks=[progress]
+        ),
+    )
+
+
+def _search(cfg: DictConfig, concurrency: int) -> Any:
+    # metric and mode go to TuneConfig only: Tune refuses them twice.
+    if cfg.tune.search == "optuna":
+        import optuna
+        from ray.tune.search.optuna import OptunaSearch
+
+        if not cfg.verbose:
+            optuna.logging.set_verbosity(optuna.logging.WARNING)
+        return OptunaSearch(seed=cfg.tune.seed)
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    return BasicVariantGenerator(random_state=cfg.tune.seed, max_concurrent=concurrency)
+
+
+def _scheduler(cfg: DictConfig) -> Any:
+    if cfg.tune.scheduler == "fifo":
+        return None
+    from ray.tune.schedulers import ASHAScheduler
+
+    asha = cfg.tune.asha
+    return ASHAScheduler(
+        time_attr="epochs_done",
+        max_t=asha.max_t or cfg.trainer.max_epochs,
+        grace_period=asha.grace_period,
+        reduction_factor=asha.reduction_factor,
+        brackets=asha.brackets,
+    )
+
+
+def _trial_base(cfg: DictConfig, sweep_id: str) -> Dict[str, Any]:
+    """The composed config as plain, still-unresolved data for the trials: resolved per trial
+    after its sampled values are applied, so ${data.batch_size}-style references follow them."""
+    base = copy.deepcopy(cfg)
+    base.tune = None
+    base.resume = None
+    if "wandb" in base.logger:
+        # Decided once here: the trials' processes may not see this shell's key or WANDB_MODE.
+        base.logger.wandb.mode = fit.wandb_mode(base.logger.wandb.mode)
+        if base.logger.wandb.group is None:
+            base.logger.wandb.group = sweep_id
+    plain = OmegaConf.to_container(base, resolve=False)
+    _freeze_resolver_calls(base, plain)
+    return plain
+
+
+def _freeze_resolver_calls(node: Any, plain: Any) -> None:
+    items = plain.items() if isinstance(plain, dict) else enumerate(plain)
+    for key, value in list(items):
+        if isinstance(value, (dict, list)):
+            _freeze_resolver_calls(node[key], value)
+        elif isinstance(value, str) and RESOLVER_CALL.search(value):
+            resolved = node[key]
+            plain[key] = OmegaConf.to_container(resolved, resolve=True) if isinstance(resolved, (DictConfig, ListConfig)) else resolved
+
+
+def _sigterm_stops_tune() -> Any:
+    """SIGTERM stops the sweep the way Ctrl-C does: Tune ends its trials and saves its state, so
+    tune.resume= can continue it. Returns the function that puts the old handler back."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def _tune_error(error: BaseException, metric: str) -> Optional[RaydraError]:
+    text = ""
+    while error is not None:
+        text += str(error)
+        error = error.__cause__ or error.__context__
+    if "did not include the specified metric" in text:
+        return RaydraError(
+            f"tune.metric={metric} is not among the metrics the trials report; use a logged metric such as "
+            "val/acc or val/loss (metrics.csv of any run lists them), or set checkpoint.monitor."
+        )
+    return None
+

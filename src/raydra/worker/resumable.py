@@ -1,0 +1,138 @@
+"""Exact resumption: what Lightning's checkpoint leaves out but a continuation needs (RNG, where the
+training data stood, the module's class)."""
+
+import itertools
+import warnings
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from raydra.lightning import pl
+from raydra.private_apis import restart_train_iterator
+
+
+class Resumable(pl.Callback):
+    """What Lightning's checkpoint leaves out but an exact continuation needs.
+
+    - torch's RNG state (dropout, augmentation) rides in the checkpoint as tensors, so it still
+      loads with weights_only=True.
+    - Where the training data stood. Lightning restores a mid-epoch checkpoint's step and batch
+      counters but restarts the dataloader at the epoch's first batch (it warns "your dataloader
+      is not resumable"), so the rest of that epoch would train its first batches twice and never
+      see its last ones. This callback records how many batches of the epoch were trained and, on
+      restart, skips them: in a DataLoader's sampler (the order is DistributedSampler's, a function
+      of seed and epoch) or through `set_epoch`/`skip` on other loaders (DeviceBatches).
+    - Logger rows are flushed at each epoch start: everything up to the last checkpoint is on disk
+      before a worker can die in the next epoch (TimedReport also flushes at each checkpoint).
+    - The module's class, so `raydra.load` can rebuild it from the checkpoint alone.
+    """
+
+    def __init__(self) -> None:
+        self._trainer: Any = None
+        self._batches = 0  # trained in the current epoch
+        self._in_epoch = False
+        self._restored: Optional[Dict[str, Any]] = None
+        self.resumed_at: Optional[Dict[str, int]] = None
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        self._trainer = trainer
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: Dict[str, Any]) -> None:
+        # FSDP2 swaps a sharded module's class for a generated FSDP<Name> subclass: name the user's.
+        cls = next(c for c in type(pl_module).__mro__ if not c.__module__.startswith("torch."))
+        checkpoint["module_class"] = f"{cls.__module__}.{cls.__qualname__}"
+
+    def state_dict(self) -> Dict[str, Any]:
+        state: Dict[str, Any] = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        if self._trainer is not None:
+            state["data"] = {"epoch": self._trainer.current_epoch, "batches": self._batches, "mid_epoch": self._in_epoch}
+        return state
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        torch.set_rng_state(state_dict["torch"])
+        if "cuda" in state_dict and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state_dict["cuda"])
+        self._restored = state_dict.get("data")
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        restored, self._restored = self._restored, None
+        if restored is None:
+            return
+        epoch, skip = trainer.current_epoch, 0
+        if restored["mid_epoch"] and restored["epoch"] == epoch and 0 < restored["batches"] < trainer.num_training_batches:
+            skip = restored["batches"]
+        self._batches, self._in_epoch = skip, skip > 0
+        self.resumed_at = {"epoch": epoch, "batches": skip, "of": int(trainer.num_training_batches),
+                           "global_step": trainer.global_step}
+        for loader in _train_loaders(trainer):
+            _position(loader, epoch, skip)
+        # The train iterator was made before this hook (Lightning's setup_data); a DataLoader with
+        # worker processes has already queued batches from it, so make it again from the new position.
+        restart_train_iterator(trainer)
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self._batches, self._in_epoch = 0, True
+        for loader in _train_loaders(trainer):
+            if not isinstance(loader, torch.utils.data.DataLoader) and hasattr(loader, "set_epoch"):
+                loader.set_epoch(trainer.current_epoch)
+        for logger in trainer.loggers:
+            logger.save()
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._batches += 1
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        # Runs before TimedReport's epoch-end checkpoint: that one resumes at the next epoch's start.
+        self._in_epoch = False
+
+
+def _train_loaders(trainer: Any) -> List[Any]:
+    loaders = trainer.train_dataloader
+    if isinstance(loaders, dict):
+        return list(loaders.values())
+    return list(loaders) if isinstance(loaders, (list, tuple)) else [loaders]
+
+
+def _position(loader: Any, epoch: int, skip: int) -> None:
+    """Put a train loader at batch `skip` of epoch `epoch`."""
+    if isinstance(loader, torch.utils.data.DataLoader):
+        batch_sampler = loader.batch_sampler
+        for sampler in {id(s): s for s in (loader.sampler, getattr(batch_sampler, "sampler", None))}.values():
+            if hasattr(sampler, "set_epoch"):
+                sampler.set_epoch(epoch)
+        if not skip:
+            return
+        if type(batch_sampler) is not torch.utils.data.BatchSampler:
+            warnings.warn(f"raydra cannot skip the first {skip} batches of a DataLoader with a custom batch sampler; "
+                          f"after this mid-epoch restart epoch {epoch} trains its first batches again.")
+            return
+        batch_sampler.sampler = _SkipFirst(batch_sampler.sampler, skip * batch_sampler.batch_size)
+    elif hasattr(loader, "set_epoch") and hasattr(loader, "skip"):
+        loader.set_epoch(epoch)
+        loader.skip(skip)
+    elif skip:
+        warnings.warn(f"raydra cannot skip the first {skip} batches of a {type(loader).__name__} (it has no "
+                      f"set_epoch/skip); after this mid-epoch restart epoch {epoch} trains its first batches again.")
+
+
+class _SkipFirst:
+    """A sampler whose next pass leaves out its first `count` indices; later passes are whole."""
+
+    def __init__(self, sampler: Any, count: int) -> None:
+        self.sampler, self.count = sampler, count
+
+    def __iter__(self) -> Any:
+        indices = iter(self.sampler)
+        count, self.count = self.count, 0
+        return itertools.islice(indices, count, None)
+
+    def __len__(self) -> int:
+        # The loader's length stays the epoch's: Lightning counts the skipped batches as done.
+        return len(self.sampler)
+
+    def set_epoch(self, epoch: int) -> None:
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
