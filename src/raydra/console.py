@@ -13,11 +13,10 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from raydra.private_apis import worker_stdstream_dispatcher
+from raydra.private_apis import RAY_PRINT_LOGS_HANDLER, worker_stdstream_dispatcher
 
 # Rank 0 prefixes the lines meant for the researcher with this; the driver strips it.
 PROGRESS_MARK = "[raydra] "
-_RAY_HANDLER = "ray_print_logs"
 
 log = logging.getLogger("raydra")
 
@@ -57,6 +56,6 @@ def take_over_worker_output(verbose: bool) -> None:
     """Route worker output through `worker_output`; verbose keeps Ray's own printing as well."""
     dispatcher = worker_stdstream_dispatcher()
     if not verbose:
-        dispatcher.remove_handler(_RAY_HANDLER)
+        dispatcher.remove_handler(RAY_PRINT_LOGS_HANDLER)
     worker_output.echo_progress = not verbose
     dispatcher.add_handler("raydra", worker_output)

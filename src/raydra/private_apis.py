@@ -18,8 +18,13 @@ from typing import Any, Callable, Iterator, List
 # Ray
 
 
+# The name under which ray.init registers its own printer of worker lines with the dispatcher.
+RAY_PRINT_LOGS_HANDLER = "ray_print_logs"
+
+
 def worker_stdstream_dispatcher() -> Any:
-    """Ray's driver-side dispatcher of every worker's stdout/stderr lines.
+    """Ray's driver-side dispatcher of every worker's stdout/stderr lines (add_handler(name, fn),
+    remove_handler(name)).
 
     Public Ray offers `log_to_driver` (all or nothing); raydra needs the lines themselves, to keep
     all of them in logs/ray.log and show only rank 0's progress lines on the console.
