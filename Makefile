@@ -11,7 +11,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: install train test browser benchmark clean
+.PHONY: install train test lint browser benchmark clean
 
 install: $(STAMP)
 
@@ -32,7 +32,12 @@ browser:
 train: install
 	$(PY) train.py $(ARGS)
 
-test: install browser
+# The linter and formatter the tree must pass (configured in pyproject.toml); `make test` runs it first.
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: install browser lint
 	$(PY) -m pytest $(ARGS)
 
 benchmark: install

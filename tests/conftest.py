@@ -8,6 +8,7 @@ in-process local start do so by leaving ray.address unset.
 import json
 import os
 import re
+import secrets
 import socket
 import subprocess
 import sys
@@ -17,6 +18,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# The test cluster's token (Ray's token authentication): one per session, handed to the cluster and
+# every client through the environment. `ray start` refuses to create one itself, and a token file
+# in ~/.ray would exist only if some earlier local ray.init happened to write it.
+RAY_AUTH_TOKEN = secrets.token_hex(32)
 
 
 def _free_port() -> int:
@@ -31,7 +36,7 @@ def base_env() -> dict:
     # told to, as a user joining a `ray start` cluster by address must also do.
     env.update(
         WANDB_MODE="offline", WANDB_SILENT="true", RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1",
-        RAY_AUTH_MODE="token",
+        RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=RAY_AUTH_TOKEN,
     )
     env.pop("WANDB_API_KEY", None)
     env.pop("RAY_ADDRESS", None)
