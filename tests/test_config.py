@@ -152,3 +152,33 @@ def test_a_crashed_worker_group_is_reported_by_the_workers_own_exception():
     error = WorkerGroupError("[Rank 0,1 Error Snippet]: ...", {1: crashed("rank one"), 0: crashed("rank zero")})
     assert one_line(error) == "worker 0: RuntimeError: rank zero (the whole trace is in logs/worker_0.log)"
     assert one_line(ValueError("first line\nsecond")) == "ValueError: first line"
+
+
+def test_group_options_set_only_what_they_change_from_the_schema():
+    """The schema dataclasses are the one home of the fixed groups' defaults: an option file that
+    repeats one would leave two places to change it, and they drift."""
+    from raydra import schema
+
+    def leaves(node, prefix=""):
+        for key, value in node.items():
+            if isinstance(value, dict) and value and key != "space":  # tune.space is one open value
+                yield from leaves(value, f"{prefix}{key}.")
+            else:
+                yield f"{prefix}{key}", value
+
+    options = {
+        "train.yaml": schema.RaydraConfig, "trainer/default.yaml": schema.TrainerConfig,
+        "scale/cpu.yaml": schema.ScaleConfig, "scale/gpu.yaml": schema.ScaleConfig,
+        "strategy/ddp.yaml": schema.DDPConfig, "strategy/fsdp.yaml": schema.FSDPConfig,
+        "strategy/deepspeed.yaml": schema.DeepSpeedConfig,
+        "tune/asha.yaml": schema.TuneConfig, "tune/optuna.yaml": schema.TuneConfig, "tune/random.yaml": schema.TuneConfig,
+    }
+    # Every option of the typed groups is checked, including ones added later.
+    found = {f"{group}/{p.name}" for group in ("scale", "strategy", "trainer", "tune") for p in (REPO / "conf" / group).glob("*.yaml")}
+    assert found | {"train.yaml"} == set(options)
+    for path, dataclass in options.items():
+        option = OmegaConf.to_container(OmegaConf.load(REPO / "conf" / path))
+        option.pop("defaults", None)
+        defaults = OmegaConf.to_container(OmegaConf.structured(dataclass))
+        repeated = [key for key, value in leaves(option) if OmegaConf.select(OmegaConf.create(defaults), key, default="<absent>") == value]
+        assert not repeated, f"conf/{path} repeats the schema's defaults for {repeated}"

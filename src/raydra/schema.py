@@ -1,10 +1,14 @@
 """Typed schemas for the fixed config groups, and the checks Hydra's types cannot express.
 
 The root config is a dataclass stored in Hydra's ConfigStore (`raydra_schema`), typed for the groups
-whose shape raydra owns (scale, trainer, checkpoint, ray); each strategy option extends its own
-schema from `schema/strategy/`, each tune option `schema/tune`. A misspelt key or a wrong type fails while Hydra composes, before
-Ray starts.
+whose shape raydra owns (scale, trainer, checkpoint, failure, ray, paths); each strategy option
+extends its own schema from `schema/strategy/`, each tune option `schema/tune`. A misspelt key or a
+wrong type fails while Hydra composes, before Ray starts.
 `model` and `data` stay open: they are `_target_` + constructor arguments of the user's classes.
+
+These dataclasses are the one home of the fixed groups' defaults and of what each key means: a
+YAML option under conf/ selects its schema and sets only what that option changes, and
+`python train.py --cfg job` prints every key with the value it ends up with.
 """
 
 import importlib.util
@@ -19,12 +23,16 @@ from raydra.errors import RaydraError
 
 @dataclass
 class ScaleConfig:
+    # Ray Train workers, one process each; data.batch_size (the global batch) is split over them.
     num_workers: int = 2
     use_gpu: bool = False
+    # What Ray reserves for each worker; the worker also caps torch's threads at its CPUs.
     cpus_per_worker: float = 1.0
+    # Read only with use_gpu=true.
     gpus_per_worker: float = 1.0
     # Any other Ray resource each worker must hold, e.g. {memory: 4e9} or a custom label.
     resources_per_worker: Dict[str, float] = field(default_factory=dict)
+    # How Ray places the workers on nodes: PACK (fewest nodes, the default), SPREAD, STRICT_PACK, STRICT_SPREAD.
     placement_strategy: str = "PACK"
 
 
@@ -96,11 +104,14 @@ class TrainerConfig:
 
 @dataclass
 class CheckpointConfig:
+    # Ray keeps the best num_to_keep checkpoints by `monitor` (a logged metric, ordered by `mode`),
+    # and the latest; null keeps them all.
     num_to_keep: Optional[int] = 2
     monitor: str = "val/acc"
     mode: str = "max"
-    # How often Ray gets a checkpoint: every N epochs, or every N optimizer steps (inside an epoch,
-    # for long epochs). Set at most one; neither means every epoch. The end of training always gets one.
+    # How often a checkpoint is saved, which is what a failure can cost: every N epochs, or every N
+    # optimizer steps for long epochs (a restart then continues inside the epoch). Set at most one;
+    # neither means every epoch. The end of training always gets one.
     every_n_epochs: Optional[int] = None
     every_n_steps: Optional[int] = None
 
@@ -114,7 +125,8 @@ class FailureConfig:
 
 @dataclass
 class RayConfig:
-    # null starts a local Ray inside this process; "auto" or "ray://host:10001" joins a cluster.
+    # null starts a local Ray inside this process; "auto" (the cluster of `ray start`) or
+    # "ray://host:10001" joins a cluster.
     address: Optional[str] = None
     # Only for a local start: cap the CPUs Ray may use (null = all of this machine's).
     num_cpus: Optional[int] = None
@@ -156,6 +168,8 @@ class TuneConfig:
 
 @dataclass
 class PathsConfig:
+    # Runs land in <outputs>/runs/<date>/<time>_<name>, multiruns and tune= sweeps in
+    # <outputs>/sweeps/<date>/<time>_<name>/<job> (conf/hydra/default.yaml).
     outputs: str = "outputs"
 
 
@@ -166,6 +180,7 @@ class RaydraConfig:
     name: str = "run"
     seed: int = 42
     tags: List[str] = field(default_factory=list)
+    # true: Ray's, Lightning's and W&B's own notices reach the console too (they always go to the log files).
     verbose: bool = False
     paths: PathsConfig = field(default_factory=PathsConfig)
     model: Any = MISSING
@@ -178,9 +193,10 @@ class RaydraConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     failure: FailureConfig = field(default_factory=FailureConfig)
-    # A run directory to continue, or "latest": the newest run of this name under paths.outputs.
+    # A run directory to continue in place (same run id, metrics.csv, W&B run, checkpoints), or
+    # "latest": the newest run of this name under paths.outputs. A completed run is never retrained.
     resume: Optional[str] = None
-    # Continue a run even though its config changed since it started.
+    # A resumed run refuses a config that differs from the one it started with, unless this is true.
     resume_force: bool = False
     # A Ray Tune sweep over this run (tune=asha, tune=random, tune=optuna); null: one run. Each
     # tune option extends schema/tune from its YAML file.
