@@ -84,6 +84,26 @@ def test_validation_names_the_key_and_the_fix(override, message):
         validate(composed(override))
 
 
+
+def test_the_trainer_group_reaches_lightnings_trainer_as_it_is(tmp_path):
+    """Every trainer.* key but raydra's own is a pl.Trainer argument, passed through by name."""
+    import inspect
+
+    from raydra.lightning import pl
+    from raydra.schema import RAYDRA_TRAINER_KEYS, TrainerConfig, lightning_trainer_arguments
+
+    parameters = set(inspect.signature(pl.Trainer.__init__).parameters)
+    fields = set(TrainerConfig.__dataclass_fields__)
+    assert RAYDRA_TRAINER_KEYS <= fields and not RAYDRA_TRAINER_KEYS & parameters
+    assert fields - RAYDRA_TRAINER_KEYS <= parameters, f"not pl.Trainer arguments: {fields - RAYDRA_TRAINER_KEYS - parameters}"
+    cfg = composed("trainer.max_epochs=5", "trainer.gradient_clip_val=1.0", "trainer.accumulate_grad_batches=2",
+                   "trainer.precision=bf16-mixed", "trainer.compile=true")
+    arguments = lightning_trainer_arguments(OmegaConf.to_container(cfg.trainer))
+    assert not RAYDRA_TRAINER_KEYS & set(arguments)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         default_root_dir=str(tmp_path), **arguments)
+    assert (trainer.max_epochs, trainer.gradient_clip_val, trainer.accumulate_grad_batches, trainer.precision) == (5, 1.0, 2, "bf16-mixed")
+
 def test_checkpoint_frequency_is_said_one_way():
     with pytest.raises(RaydraError, match=r"checkpoint.every_n_epochs=2 and checkpoint.every_n_steps=50 are both set; keep one"):
         validate(composed("checkpoint.every_n_epochs=2", "checkpoint.every_n_steps=50"))

@@ -14,7 +14,7 @@ YAML option under conf/ selects its schema and sets only what that option change
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -83,6 +83,20 @@ class DeepSpeedConfig:
 
 @dataclass
 class TrainerConfig:
+    """`trainer.*`: Lightning Trainer arguments, and raydra's own keys (RAYDRA_TRAINER_KEYS).
+
+    Every field not named in RAYDRA_TRAINER_KEYS is a `pl.Trainer` keyword argument with Lightning's
+    meaning, handed to it unchanged (lightning_trainer_arguments, in worker/loop.py): exposing another
+    Trainer argument is one field here, and a test checks each field is one. The worker acts on
+    raydra's keys itself. They stay flat under `trainer.` rather than in a nested section, so the
+    command line reads `trainer.compile=true` beside `trainer.max_epochs=5`, as it always has.
+    `precision` is Lightning's except for its value `auto`, which raydra replaces with bf16-mixed or
+    32-true (fit.resolve) before any worker builds its Trainer. The arguments the worker sets from
+    other groups or owns (accelerator, devices, strategy, plugins, callbacks, logger, checkpointing,
+    progress bar, model summary, default_root_dir) are not fields: pl.Trainer would refuse the
+    duplicate keyword with a TypeError.
+    """
+
     max_epochs: int = 30
     max_steps: int = -1
     # auto: bf16-mixed on GPU workers, 32-true on CPU workers.
@@ -94,12 +108,22 @@ class TrainerConfig:
     log_every_n_steps: int = 10
     num_sanity_val_steps: int = 0
     deterministic: bool = False
+    # raydra's own keys from here on.
     # Run the test split after fit with the final weights.
     test: bool = True
     # torch.compile the model's trainable networks on every worker (first steps pay for compilation).
     compile: bool = False
     # TensorFloat-32 matmuls on GPU for fp32 work: ~8x the fp32 peak on Ampere and newer.
     tf32: bool = True
+
+
+# The keys under trainer. that raydra reads itself; every other one is a pl.Trainer argument.
+RAYDRA_TRAINER_KEYS = frozenset({"test", "compile", "tf32"})
+
+
+def lightning_trainer_arguments(trainer: Mapping[str, Any]) -> Dict[str, Any]:
+    """The trainer group's `pl.Trainer` keyword arguments: every key but raydra's own."""
+    return {key: value for key, value in trainer.items() if key not in RAYDRA_TRAINER_KEYS}
 
 
 @dataclass
