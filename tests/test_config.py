@@ -133,6 +133,20 @@ def test_help_lists_groups_and_cfg_job_prints_the_config():
     assert OmegaConf.create(job).scale.num_workers == 4
 
 
+
+def test_help_lists_only_the_groups_a_user_can_pick():
+    """The schemas the option files extend live in Hydra's ConfigStore too; --help must not offer
+    them as groups (`schema/strategy: ddp, ...` once did)."""
+    help_text = subprocess.run(
+        [sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    section = help_text.split("== Config groups", 1)[1].split("\n== ", 1)[0]
+    groups = {line.split(": ", 1)[0] for line in section.splitlines()[1:] if ": " in line}
+    assert not [group for group in groups if "schema" in group]
+    assert {"model", "data", "strategy", "scale", "trainer", "logger", "tune", "experiment"} <= groups
+    # Every group offered is a folder of option files under conf/ (hydra/ is Hydra's own, under --hydra-help).
+    assert groups == {path.name for path in (REPO / "conf").iterdir() if path.is_dir() and path.name != "hydra"}
+
 def test_launches_in_the_same_second_each_get_their_own_run_directory(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 

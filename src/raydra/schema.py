@@ -2,8 +2,8 @@
 
 The root config is a dataclass stored in Hydra's ConfigStore (`raydra_schema`), typed for the groups
 whose shape raydra owns (scale, trainer, checkpoint, failure, ray, paths); each strategy option
-extends its own schema from `schema/strategy/`, each tune option `schema/tune`. A misspelt key or a
-wrong type fails while Hydra composes, before Ray starts.
+extends its own schema (`strategy_<name>_schema`), each tune option `tune_schema`. A misspelt key or
+a wrong type fails while Hydra composes, before Ray starts.
 `model` and `data` stay open: they are `_target_` + constructor arguments of the user's classes.
 
 These dataclasses are the one home of the fixed groups' defaults and of what each key means: a
@@ -209,7 +209,7 @@ class RaydraConfig:
     paths: PathsConfig = field(default_factory=PathsConfig)
     model: Any = MISSING
     data: Any = MISSING
-    # Each strategy option extends its own schema (schema/strategy/<name>) from its YAML file.
+    # Each strategy option extends its own schema (strategy_<name>_schema) from its YAML file.
     strategy: Any = MISSING
     scale: ScaleConfig = field(default_factory=ScaleConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
@@ -223,17 +223,19 @@ class RaydraConfig:
     # A resumed run refuses a config that differs from the one it started with, unless this is true.
     resume_force: bool = False
     # A Ray Tune sweep over this run (tune=asha, tune=random, tune=optuna); null: one run. Each
-    # tune option extends schema/tune from its YAML file.
+    # tune option extends tune_schema from its YAML file.
     tune: Any = None
 
 
 def register_schemas() -> None:
     cs = ConfigStore.instance()
     cs.store(name="raydra_schema", node=RaydraConfig)
-    cs.store(group="schema/strategy", name="ddp", node=DDPConfig)
-    cs.store(group="schema/strategy", name="fsdp", node=FSDPConfig)
-    cs.store(group="schema/strategy", name="deepspeed", node=DeepSpeedConfig)
-    cs.store(group="schema", name="tune", node=TuneConfig)
+    # Stored at the top level, beside raydra_schema, not in a group: --help lists every config
+    # group as one the user can pick, and these are only what the options' YAML files extend.
+    cs.store(name="strategy_ddp_schema", node=DDPConfig)
+    cs.store(name="strategy_fsdp_schema", node=FSDPConfig)
+    cs.store(name="strategy_deepspeed_schema", node=DeepSpeedConfig)
+    cs.store(name="tune_schema", node=TuneConfig)
     # conf/hydra/default.yaml puts a tune= sweep under sweeps/, next to -m multiruns.
     OmegaConf.register_new_resolver("raydra.runs_or_sweeps", lambda tune: "runs" if tune is None else "sweeps", replace=True)
     # Cached so the run directory resolves once per invocation, as Hydra's own ${now:} does.
