@@ -84,6 +84,26 @@ def test_validation_names_the_key_and_the_fix(override, message):
         validate(composed(override))
 
 
+
+def test_the_trainer_group_reaches_lightnings_trainer_as_it_is(tmp_path):
+    """Every trainer.* key but raydra's own is a pl.Trainer argument, passed through by name."""
+    import inspect
+
+    from raydra.lightning import pl
+    from raydra.schema import RAYDRA_TRAINER_KEYS, TrainerConfig, lightning_trainer_arguments
+
+    parameters = set(inspect.signature(pl.Trainer.__init__).parameters)
+    fields = set(TrainerConfig.__dataclass_fields__)
+    assert RAYDRA_TRAINER_KEYS <= fields and not RAYDRA_TRAINER_KEYS & parameters
+    assert fields - RAYDRA_TRAINER_KEYS <= parameters, f"not pl.Trainer arguments: {fields - RAYDRA_TRAINER_KEYS - parameters}"
+    cfg = composed("trainer.max_epochs=5", "trainer.gradient_clip_val=1.0", "trainer.accumulate_grad_batches=2",
+                   "trainer.precision=bf16-mixed", "trainer.compile=true")
+    arguments = lightning_trainer_arguments(OmegaConf.to_container(cfg.trainer))
+    assert not RAYDRA_TRAINER_KEYS & set(arguments)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         default_root_dir=str(tmp_path), **arguments)
+    assert (trainer.max_epochs, trainer.gradient_clip_val, trainer.accumulate_grad_batches, trainer.precision) == (5, 1.0, 2, "bf16-mixed")
+
 def test_checkpoint_frequency_is_said_one_way():
     with pytest.raises(RaydraError, match=r"checkpoint.every_n_epochs=2 and checkpoint.every_n_steps=50 are both set; keep one"):
         validate(composed("checkpoint.every_n_epochs=2", "checkpoint.every_n_steps=50"))
@@ -112,6 +132,20 @@ def test_help_lists_groups_and_cfg_job_prints_the_config():
     ).stdout
     assert OmegaConf.create(job).scale.num_workers == 4
 
+
+
+def test_help_lists_only_the_groups_a_user_can_pick():
+    """The schemas the option files extend live in Hydra's ConfigStore too; --help must not offer
+    them as groups (`schema/strategy: ddp, ...` once did)."""
+    help_text = subprocess.run(
+        [sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    section = help_text.split("== Config groups", 1)[1].split("\n== ", 1)[0]
+    groups = {line.split(": ", 1)[0] for line in section.splitlines()[1:] if ": " in line}
+    assert not [group for group in groups if "schema" in group]
+    assert {"model", "data", "strategy", "scale", "trainer", "logger", "tune", "experiment"} <= groups
+    # Every group offered is a folder of option files under conf/ (hydra/ is Hydra's own, under --hydra-help).
+    assert groups == {path.name for path in (REPO / "conf").iterdir() if path.is_dir() and path.name != "hydra"}
 
 def test_launches_in_the_same_second_each_get_their_own_run_directory(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
@@ -152,3 +186,33 @@ def test_a_crashed_worker_group_is_reported_by_the_workers_own_exception():
     error = WorkerGroupError("[Rank 0,1 Error Snippet]: ...", {1: crashed("rank one"), 0: crashed("rank zero")})
     assert one_line(error) == "worker 0: RuntimeError: rank zero (the whole trace is in logs/worker_0.log)"
     assert one_line(ValueError("first line\nsecond")) == "ValueError: first line"
+
+
+def test_group_options_set_only_what_they_change_from_the_schema():
+    """The schema dataclasses are the one home of the fixed groups' defaults: an option file that
+    repeats one would leave two places to change it, and they drift."""
+    from raydra import schema
+
+    def leaves(node, prefix=""):
+        for key, value in node.items():
+            if isinstance(value, dict) and value and key != "space":  # tune.space is one open value
+                yield from leaves(value, f"{prefix}{key}.")
+            else:
+                yield f"{prefix}{key}", value
+
+    options = {
+        "train.yaml": schema.RaydraConfig, "trainer/default.yaml": schema.TrainerConfig,
+        "scale/cpu.yaml": schema.ScaleConfig, "scale/gpu.yaml": schema.ScaleConfig,
+        "strategy/ddp.yaml": schema.DDPConfig, "strategy/fsdp.yaml": schema.FSDPConfig,
+        "strategy/deepspeed.yaml": schema.DeepSpeedConfig,
+        "tune/asha.yaml": schema.TuneConfig, "tune/optuna.yaml": schema.TuneConfig, "tune/random.yaml": schema.TuneConfig,
+    }
+    # Every option of the typed groups is checked, including ones added later.
+    found = {f"{group}/{p.name}" for group in ("scale", "strategy", "trainer", "tune") for p in (REPO / "conf" / group).glob("*.yaml")}
+    assert found | {"train.yaml"} == set(options)
+    for path, dataclass in options.items():
+        option = OmegaConf.to_container(OmegaConf.load(REPO / "conf" / path))
+        option.pop("defaults", None)
+        defaults = OmegaConf.to_container(OmegaConf.structured(dataclass))
+        repeated = [key for key, value in leaves(option) if OmegaConf.select(OmegaConf.create(defaults), key, default="<absent>") == value]
+        assert not repeated, f"conf/{path} repeats the schema's defaults for {repeated}"

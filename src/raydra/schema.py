@@ -1,16 +1,20 @@
 """Typed schemas for the fixed config groups, and the checks Hydra's types cannot express.
 
 The root config is a dataclass stored in Hydra's ConfigStore (`raydra_schema`), typed for the groups
-whose shape raydra owns (scale, trainer, checkpoint, ray); each strategy option extends its own
-schema from `schema/strategy/`, each tune option `schema/tune`. A misspelt key or a wrong type fails while Hydra composes, before
-Ray starts.
+whose shape raydra owns (scale, trainer, checkpoint, failure, ray, paths); each strategy option
+extends its own schema (`strategy_<name>_schema`), each tune option `tune_schema`. A misspelt key or
+a wrong type fails while Hydra composes, before Ray starts.
 `model` and `data` stay open: they are `_target_` + constructor arguments of the user's classes.
+
+These dataclasses are the one home of the fixed groups' defaults and of what each key means: a
+YAML option under conf/ selects its schema and sets only what that option changes, and
+`python train.py --cfg job` prints every key with the value it ends up with.
 """
 
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -19,12 +23,16 @@ from raydra.errors import RaydraError
 
 @dataclass
 class ScaleConfig:
+    # Ray Train workers, one process each; data.batch_size (the global batch) is split over them.
     num_workers: int = 2
     use_gpu: bool = False
+    # What Ray reserves for each worker; the worker also caps torch's threads at its CPUs.
     cpus_per_worker: float = 1.0
+    # Read only with use_gpu=true.
     gpus_per_worker: float = 1.0
     # Any other Ray resource each worker must hold, e.g. {memory: 4e9} or a custom label.
     resources_per_worker: Dict[str, float] = field(default_factory=dict)
+    # How Ray places the workers on nodes: PACK (fewest nodes, the default), SPREAD, STRICT_PACK, STRICT_SPREAD.
     placement_strategy: str = "PACK"
 
 
@@ -75,6 +83,20 @@ class DeepSpeedConfig:
 
 @dataclass
 class TrainerConfig:
+    """`trainer.*`: Lightning Trainer arguments, and raydra's own keys (RAYDRA_TRAINER_KEYS).
+
+    Every field not named in RAYDRA_TRAINER_KEYS is a `pl.Trainer` keyword argument with Lightning's
+    meaning, handed to it unchanged (lightning_trainer_arguments, in worker/loop.py): exposing another
+    Trainer argument is one field here, and a test checks each field is one. The worker acts on
+    raydra's keys itself. They stay flat under `trainer.` rather than in a nested section, so the
+    command line reads `trainer.compile=true` beside `trainer.max_epochs=5`, as it always has.
+    `precision` is Lightning's except for its value `auto`, which raydra replaces with bf16-mixed or
+    32-true (fit.resolve) before any worker builds its Trainer. The arguments the worker sets from
+    other groups or owns (accelerator, devices, strategy, plugins, callbacks, logger, checkpointing,
+    progress bar, model summary, default_root_dir) are not fields: pl.Trainer would refuse the
+    duplicate keyword with a TypeError.
+    """
+
     max_epochs: int = 30
     max_steps: int = -1
     # auto: bf16-mixed on GPU workers, 32-true on CPU workers.
@@ -86,6 +108,7 @@ class TrainerConfig:
     log_every_n_steps: int = 10
     num_sanity_val_steps: int = 0
     deterministic: bool = False
+    # raydra's own keys from here on.
     # Run the test split after fit with the final weights.
     test: bool = True
     # torch.compile the model's trainable networks on every worker (first steps pay for compilation).
@@ -94,13 +117,25 @@ class TrainerConfig:
     tf32: bool = True
 
 
+# The keys under trainer. that raydra reads itself; every other one is a pl.Trainer argument.
+RAYDRA_TRAINER_KEYS = frozenset({"test", "compile", "tf32"})
+
+
+def lightning_trainer_arguments(trainer: Mapping[str, Any]) -> Dict[str, Any]:
+    """The trainer group's `pl.Trainer` keyword arguments: every key but raydra's own."""
+    return {key: value for key, value in trainer.items() if key not in RAYDRA_TRAINER_KEYS}
+
+
 @dataclass
 class CheckpointConfig:
+    # Ray keeps the best num_to_keep checkpoints by `monitor` (a logged metric, ordered by `mode`),
+    # and the latest; null keeps them all.
     num_to_keep: Optional[int] = 2
     monitor: str = "val/acc"
     mode: str = "max"
-    # How often Ray gets a checkpoint: every N epochs, or every N optimizer steps (inside an epoch,
-    # for long epochs). Set at most one; neither means every epoch. The end of training always gets one.
+    # How often a checkpoint is saved, which is what a failure can cost: every N epochs, or every N
+    # optimizer steps for long epochs (a restart then continues inside the epoch). Set at most one;
+    # neither means every epoch. The end of training always gets one.
     every_n_epochs: Optional[int] = None
     every_n_steps: Optional[int] = None
 
@@ -114,7 +149,8 @@ class FailureConfig:
 
 @dataclass
 class RayConfig:
-    # null starts a local Ray inside this process; "auto" or "ray://host:10001" joins a cluster.
+    # null starts a local Ray inside this process; "auto" (the cluster of `ray start`) or
+    # "ray://host:10001" joins a cluster.
     address: Optional[str] = None
     # Only for a local start: cap the CPUs Ray may use (null = all of this machine's).
     num_cpus: Optional[int] = None
@@ -156,6 +192,8 @@ class TuneConfig:
 
 @dataclass
 class PathsConfig:
+    # Runs land in <outputs>/runs/<date>/<time>_<name>, multiruns and tune= sweeps in
+    # <outputs>/sweeps/<date>/<time>_<name>/<job> (conf/hydra/default.yaml).
     outputs: str = "outputs"
 
 
@@ -166,11 +204,12 @@ class RaydraConfig:
     name: str = "run"
     seed: int = 42
     tags: List[str] = field(default_factory=list)
+    # true: Ray's, Lightning's and W&B's own notices reach the console too (they always go to the log files).
     verbose: bool = False
     paths: PathsConfig = field(default_factory=PathsConfig)
     model: Any = MISSING
     data: Any = MISSING
-    # Each strategy option extends its own schema (schema/strategy/<name>) from its YAML file.
+    # Each strategy option extends its own schema (strategy_<name>_schema) from its YAML file.
     strategy: Any = MISSING
     scale: ScaleConfig = field(default_factory=ScaleConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
@@ -178,22 +217,25 @@ class RaydraConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     failure: FailureConfig = field(default_factory=FailureConfig)
-    # A run directory to continue, or "latest": the newest run of this name under paths.outputs.
+    # A run directory to continue in place (same run id, metrics.csv, W&B run, checkpoints), or
+    # "latest": the newest run of this name under paths.outputs. A completed run is never retrained.
     resume: Optional[str] = None
-    # Continue a run even though its config changed since it started.
+    # A resumed run refuses a config that differs from the one it started with, unless this is true.
     resume_force: bool = False
     # A Ray Tune sweep over this run (tune=asha, tune=random, tune=optuna); null: one run. Each
-    # tune option extends schema/tune from its YAML file.
+    # tune option extends tune_schema from its YAML file.
     tune: Any = None
 
 
 def register_schemas() -> None:
     cs = ConfigStore.instance()
     cs.store(name="raydra_schema", node=RaydraConfig)
-    cs.store(group="schema/strategy", name="ddp", node=DDPConfig)
-    cs.store(group="schema/strategy", name="fsdp", node=FSDPConfig)
-    cs.store(group="schema/strategy", name="deepspeed", node=DeepSpeedConfig)
-    cs.store(group="schema", name="tune", node=TuneConfig)
+    # Stored at the top level, beside raydra_schema, not in a group: --help lists every config
+    # group as one the user can pick, and these are only what the options' YAML files extend.
+    cs.store(name="strategy_ddp_schema", node=DDPConfig)
+    cs.store(name="strategy_fsdp_schema", node=FSDPConfig)
+    cs.store(name="strategy_deepspeed_schema", node=DeepSpeedConfig)
+    cs.store(name="tune_schema", node=TuneConfig)
     # conf/hydra/default.yaml puts a tune= sweep under sweeps/, next to -m multiruns.
     OmegaConf.register_new_resolver("raydra.runs_or_sweeps", lambda tune: "runs" if tune is None else "sweeps", replace=True)
     # Cached so the run directory resolves once per invocation, as Hydra's own ${now:} does.

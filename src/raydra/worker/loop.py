@@ -20,6 +20,7 @@ from ray.train.lightning import RayLightningEnvironment
 from raydra.checkpoints import checkpoint_meta
 from raydra.errors import RaydraError
 from raydra.lightning import pl
+from raydra.schema import lightning_trainer_arguments
 from raydra.summary import CHECKPOINT_FILE
 from raydra.worker.checkpoint_report import TimedReport
 from raydra.worker.console_progress import ConsoleProgress
@@ -82,17 +83,9 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=config["verbose"],
-        max_epochs=trainer_cfg["max_epochs"],
-        max_steps=trainer_cfg["max_steps"],
-        precision=trainer_cfg["precision"],
-        check_val_every_n_epoch=trainer_cfg["check_val_every_n_epoch"],
-        val_check_interval=trainer_cfg["val_check_interval"],
-        gradient_clip_val=trainer_cfg["gradient_clip_val"],
-        accumulate_grad_batches=trainer_cfg["accumulate_grad_batches"],
-        log_every_n_steps=trainer_cfg["log_every_n_steps"],
-        num_sanity_val_steps=trainer_cfg["num_sanity_val_steps"],
-        deterministic=trainer_cfg["deterministic"],
         default_root_dir=str(run_dir),
+        # max_epochs, precision, gradient_clip_val, ...: the trainer group as it is (TrainerConfig).
+        **lightning_trainer_arguments(trainer_cfg),
     )
     trainer = check_ray_environment(trainer)
 
