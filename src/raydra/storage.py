@@ -1,0 +1,110 @@
+"""Where a run's files live beyond the driver's disk: a local or NFS path, or a URI that pyarrow's
+filesystems reach (s3://, gs://, hdfs://, ...), the same way Ray Train reaches its storage_path.
+
+A URI may carry pyarrow's options as a query (`s3://bucket/prefix?endpoint_override=host:port&scheme=http`
+for an S3-compatible store); the standard AWS_* environment variables (credentials, AWS_ENDPOINT_URL,
+AWS_DEFAULT_REGION) are read by pyarrow as well. Every function takes a plain path or a URI alike,
+so callers never branch on which one they hold.
+"""
+
+import os
+import posixpath
+from typing import List, Sequence, Tuple
+from urllib.parse import urlsplit, urlunsplit
+
+import pyarrow.fs as pafs
+
+
+def is_uri(location: str) -> bool:
+    """Whether `location` names a remote filesystem (a scheme other than file://)."""
+    scheme = urlsplit(str(location)).scheme
+    return len(scheme) > 1 and scheme != "file"
+
+
+def filesystem(location: str) -> Tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem serving `location` and the path within it."""
+    location = str(location)
+    if not is_uri(location):
+        return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(location.removeprefix("file://")))
+    return pafs.FileSystem.from_uri(location)
+
+
+def join(location: str, *parts: str) -> str:
+    """`location` with `parts` appended to its path; a URI keeps its scheme, host and query."""
+    location = str(location)
+    if not is_uri(location):
+        return os.path.join(location, *parts)
+    split = urlsplit(location)
+    return urlunsplit(split._replace(path=posixpath.join(split.path or "/", *parts)))
+
+
+def exists(location: str) -> bool:
+    fs, path = filesystem(location)
+    return fs.get_file_info(path).type != pafs.FileType.NotFound
+
+
+def is_dir(location: str) -> bool:
+    fs, path = filesystem(location)
+    return fs.get_file_info(path).type == pafs.FileType.Directory
+
+
+def read_bytes(location: str) -> bytes:
+    fs, path = filesystem(location)
+    with fs.open_input_stream(path) as stream:
+        return stream.read()
+
+
+def read_text(location: str) -> str:
+    return read_bytes(location).decode("utf-8")
+
+
+def write_bytes(location: str, data: bytes) -> None:
+    """Write a whole file. Object stores make it visible at once and whole; a local file is
+    written beside and renamed over, so a reader never sees half of it."""
+    fs, path = filesystem(location)
+    fs.create_dir(posixpath.dirname(path), recursive=True)
+    if isinstance(fs, pafs.LocalFileSystem):
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with fs.open_output_stream(tmp) as stream:
+            stream.write(data)
+        os.replace(tmp, path)
+        return
+    with fs.open_output_stream(path) as stream:
+        stream.write(data)
+
+
+def write_text(location: str, text: str) -> None:
+    write_bytes(location, text.encode("utf-8"))
+
+
+def list_files(location: str) -> List[str]:
+    """Every file below `location`, as paths relative to it (sorted); [] where nothing is there."""
+    fs, path = filesystem(location)
+    if fs.get_file_info(path).type != pafs.FileType.Directory:
+        return []
+    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+    root = path.rstrip("/") + "/"
+    return sorted(info.path[len(root):] for info in infos if info.type == pafs.FileType.File)
+
+
+def copy_tree(source: str, destination: str, skip: Sequence[str] = ()) -> List[str]:
+    """Copy every file below `source` to the same relative path below `destination`, except those
+    whose relative path starts with one of `skip`; returns the relative paths copied.
+
+    Files are copied one by one (not pyarrow's copy_files over the whole tree), so a tree with a
+    checkpoints/ folder of gigabytes can be mirrored without it.
+    """
+    source_fs, source_path = filesystem(source)
+    destination_fs, destination_path = filesystem(destination)
+    copied = []
+    for relative in list_files(source):
+        if any(relative == s or relative.startswith(s.rstrip("/") + "/") for s in skip):
+            continue
+        target = posixpath.join(destination_path, relative)
+        destination_fs.create_dir(posixpath.dirname(target), recursive=True)
+        pafs.copy_files(
+            posixpath.join(source_path, relative), target,
+            source_filesystem=source_fs, destination_filesystem=destination_fs,
+        )
+        copied.append(relative)
+    return copied

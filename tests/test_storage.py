@@ -1,0 +1,26 @@
+"""raydra.storage on local paths: the same calls serve URIs through pyarrow (tests/test_cluster_storage.py
+runs them against an S3 server)."""
+
+from raydra import storage
+
+
+def test_local_paths_and_uris_are_told_apart():
+    assert storage.is_uri("s3://bucket/prefix?endpoint_override=127.0.0.1:9000")
+    assert storage.is_uri("gs://bucket/x")
+    assert not storage.is_uri("/data/outputs") and not storage.is_uri("outputs/runs")
+    assert not storage.is_uri("file:///data/outputs")
+    assert storage.join("s3://b/p?scheme=http", "runs", "a") == "s3://b/p/runs/a?scheme=http"
+    assert storage.join("/x/y", "runs") == "/x/y/runs"
+
+
+def test_copy_tree_mirrors_files_and_leaves_out_what_it_is_told(tmp_path):
+    source, target = tmp_path / "run", tmp_path / "copy"
+    storage.write_text(str(source / "summary.json"), "{}")
+    storage.write_text(str(source / "logs" / "worker_0.log"), "hello")
+    storage.write_text(str(source / "checkpoints" / "r" / "checkpoint_000000" / "checkpoint.ckpt"), "big")
+    copied = storage.copy_tree(str(source), str(target), skip=["checkpoints"])
+    assert copied == ["logs/worker_0.log", "summary.json"]
+    assert storage.read_text(str(target / "logs" / "worker_0.log")) == "hello"
+    assert not (target / "checkpoints").exists()
+    assert storage.list_files(str(tmp_path / "missing")) == []
+    assert storage.exists(str(source / "summary.json")) and storage.is_dir(str(source / "logs"))
