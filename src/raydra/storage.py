@@ -9,7 +9,7 @@ so callers never branch on which one they hold.
 
 import os
 import posixpath
-from typing import List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow.fs as pafs
@@ -36,6 +36,15 @@ def join(location: str, *parts: str) -> str:
         return os.path.join(location, *parts)
     split = urlsplit(location)
     return urlunsplit(split._replace(path=posixpath.join(split.path or "/", *parts)))
+
+
+def location_of(base: str, fs_path: str) -> str:
+    """The location (URI or path) of `fs_path`, a path within the filesystem of `base` (as Ray's
+    Result and Checkpoint objects give them: no scheme, no query)."""
+    if not is_uri(base):
+        return fs_path
+    relative = posixpath.relpath(fs_path, filesystem(base)[1])
+    return base if relative == "." else join(base, relative)
 
 
 def exists(location: str) -> bool:
@@ -77,28 +86,38 @@ def write_text(location: str, text: str) -> None:
     write_bytes(location, text.encode("utf-8"))
 
 
-def list_files(location: str) -> List[str]:
-    """Every file below `location`, as paths relative to it (sorted); [] where nothing is there."""
+def _files(location: str) -> Dict[str, Tuple[int, Optional[int]]]:
+    """{relative path: (size, modification time in ns)} of every file below `location`."""
     fs, path = filesystem(location)
     if fs.get_file_info(path).type != pafs.FileType.Directory:
-        return []
+        return {}
     infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
     root = path.rstrip("/") + "/"
-    return sorted(info.path[len(root):] for info in infos if info.type == pafs.FileType.File)
+    return {info.path[len(root):]: (info.size, info.mtime_ns) for info in infos if info.type == pafs.FileType.File}
 
 
-def copy_tree(source: str, destination: str, skip: Sequence[str] = ()) -> List[str]:
+def list_files(location: str) -> List[str]:
+    """Every file below `location`, as paths relative to it (sorted); [] where nothing is there."""
+    return sorted(_files(location))
+
+
+def copy_tree(
+    source: str, destination: str, skip: Sequence[str] = (), seen: Optional[Dict[str, Tuple[int, Optional[int]]]] = None
+) -> List[str]:
     """Copy every file below `source` to the same relative path below `destination`, except those
-    whose relative path starts with one of `skip`; returns the relative paths copied.
+    whose relative path is or lies below one of `skip`; returns the relative paths copied.
 
     Files are copied one by one (not pyarrow's copy_files over the whole tree), so a tree with a
-    checkpoints/ folder of gigabytes can be mirrored without it.
+    checkpoints/ folder of gigabytes can be mirrored without it. `seen`: a dict this function
+    keeps between calls, so that a repeated mirror copies only the files that changed since.
     """
     source_fs, source_path = filesystem(source)
     destination_fs, destination_path = filesystem(destination)
     copied = []
-    for relative in list_files(source):
+    for relative, stamp in sorted(_files(source).items()):
         if any(relative == s or relative.startswith(s.rstrip("/") + "/") for s in skip):
+            continue
+        if seen is not None and seen.get(relative) == stamp:
             continue
         target = posixpath.join(destination_path, relative)
         destination_fs.create_dir(posixpath.dirname(target), recursive=True)
@@ -106,5 +125,7 @@ def copy_tree(source: str, destination: str, skip: Sequence[str] = ()) -> List[s
             posixpath.join(source_path, relative), target,
             source_filesystem=source_fs, destination_filesystem=destination_fs,
         )
+        if seen is not None:
+            seen[relative] = stamp
         copied.append(relative)
     return copied

@@ -1,0 +1,200 @@
+"""The run record's two homes, kept whole on a cluster whose nodes share no disk.
+
+A run directory lives on the driver's disk (what `raydra show`, `compare`, `resume=` read). With
+`paths.storage` set, the run also has a storage location (`<paths.storage>/<run dir relative to
+paths.outputs>`: s3://, gs://, NFS, any path) holding Ray's checkpoints and a copy of the record:
+
+    driver                                   storage                         worker node
+    run dir/ summary.json, .hydra/,  --push-->  <location>/  <--push--  scratch dir/ metrics.csv,
+             driver.log, logs/ray.log  <-pull--   ...               logs/worker_<rank>.log,
+             + what workers wrote                                   samples/, pipeline/, wandb/
+
+Each process pushes only the files it writes, and the driver pulls the workers' files while the
+run goes on (`Follower`) and once more at its end, so the driver's run directory follows the run
+and ends complete whatever node rank 0 landed on. Without `paths.storage` there is one home: the
+run directory itself, which every worker must then be able to reach (one machine, or a shared
+disk; `check_shared` refuses a cluster where it is not).
+"""
+
+import logging
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from raydra import storage
+from raydra.errors import RaydraError
+
+log = logging.getLogger("raydra")
+
+# What the process driving a run (the driver, or a Tune trial's process) writes itself.
+DRIVER_FILES = ("summary.json", ".hydra", "driver.log", "logs/ray.log")
+# Ray's checkpoints are in storage already, and read from there (raydra.load, resume).
+CHECKPOINTS = "checkpoints"
+
+
+def location(storage_root: Optional[str], outputs: str, run_dir: Path) -> Optional[str]:
+    """The run's storage location, or None when paths.storage is unset."""
+    if not storage_root:
+        return None
+    try:
+        relative = Path(run_dir).resolve().relative_to(Path(outputs).resolve())
+    except ValueError:  # hydra.run.dir outside paths.outputs
+        relative = Path("runs", Path(run_dir).name)
+    return storage.join(storage_root, *relative.parts)
+
+
+def checkpoints_location(run: Dict[str, Any]) -> str:
+    """Where Ray Train keeps this run's checkpoints (RunConfig storage): in storage, or the run dir."""
+    return storage.join(run.get("storage") or run["dir"], CHECKPOINTS)
+
+
+def push_driver_files(run: Dict[str, Any]) -> None:
+    """Copy what this process wrote of the record (summary.json, .hydra/, logs) to storage."""
+    if run.get("storage"):
+        for name in DRIVER_FILES:
+            source = os.path.join(run["dir"], name)
+            if os.path.isdir(source):
+                storage.copy_tree(source, storage.join(run["storage"], name))
+            elif os.path.isfile(source):
+                storage.write_bytes(storage.join(run["storage"], name), Path(source).read_bytes())
+
+
+def pull(run: Dict[str, Any], seen: Optional[Dict[str, Any]] = None, skip: tuple = DRIVER_FILES + (CHECKPOINTS,)) -> List[str]:
+    """Copy what other processes wrote to storage into this process's run directory."""
+    if not run.get("storage"):
+        return []
+    return storage.copy_tree(run["storage"], run["dir"], skip=skip, seen=seen)
+
+
+class Follower:
+    """Pulls the workers' files into the driver's run directory every `every_s` seconds while the
+    run goes on (metrics.csv follows at least every epoch: workers push at each report), and once
+    more when stopped."""
+
+    def __init__(self, run: Dict[str, Any], every_s: float = 5.0, skip: tuple = DRIVER_FILES + (CHECKPOINTS,)) -> None:
+        self.run, self.every_s, self.skip = run, every_s, skip
+        self._seen: Dict[str, Any] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="raydra-record-follower", daemon=True)
+
+    def __enter__(self) -> "Follower":
+        if self.run.get("storage"):
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self.run.get("storage"):
+            return
+        self._stop.set()
+        self._thread.join()
+        self._pull()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self._pull()
+
+    def _pull(self) -> None:
+        try:
+            pull(self.run, self._seen, self.skip)
+        except OSError as error:  # storage briefly unreachable: the next pull catches up
+            log.debug(f"pulling the run record from {self.run['storage']} failed: {error}")
+
+
+class WorkerMirror:
+    """A worker's side: with storage, the worker writes its part of the record into a scratch
+    directory on its own node and pushes it to storage at every report and at the end."""
+
+    def __init__(self, run: Dict[str, Any], rank: int) -> None:
+        self.storage = run.get("storage")
+        self._seen: Dict[str, Any] = {}
+        if self.storage:
+            self.dir = Path(tempfile.gettempdir(), "raydra-runs", run["id"], f"rank{rank}")
+            self.dir.mkdir(parents=True, exist_ok=True)
+        else:
+            self.dir = Path(run["dir"])
+
+    def restore(self, names: List[str]) -> None:
+        """Bring back files an earlier attempt of this worker pushed (rank 0's metrics.csv after a
+        restart on another node), so they continue where the storage copy stands."""
+        for name in names if self.storage else []:
+            source = storage.join(self.storage, name)
+            if storage.exists(source):
+                (self.dir / name).parent.mkdir(parents=True, exist_ok=True)
+                (self.dir / name).write_bytes(storage.read_bytes(source))
+
+    def push(self) -> None:
+        if self.storage:
+            storage.copy_tree(str(self.dir), self.storage, seen=self._seen)
+
+
+def check_writable(location_: str) -> None:
+    """Write, read back and delete a small file at the storage location, before any worker starts,
+    so a bad URI, endpoint, bucket or credentials fail in one sentence instead of at the first
+    checkpoint."""
+    probe = storage.join(location_, ".raydra-write-check")
+    try:
+        storage.write_text(probe, "ok")
+        storage.read_text(probe)
+        fs, path = storage.filesystem(probe)
+        fs.delete_file(path)
+    except Exception as error:  # pyarrow raises OSError, ValueError or ArrowInvalid by cause
+        raise RaydraError(storage_error(location_, error)) from None
+
+
+def storage_error(where: str, error: BaseException) -> str:
+    """One sentence for a storage failure: which of the usual causes it is, and what to do."""
+    text = str(error)
+    lower = text.lower()
+    key = f"paths.storage={where}"
+    if "unrecognized filesystem type" in lower or "no filesystem" in lower or "unknown filesystem" in lower:
+        return f"{key}: no installed filesystem serves this URI scheme ({text.splitlines()[0]}); use s3://, gs://, hdfs:// or a local/NFS path."
+    if "nosuchbucket" in lower or "bucket does not exist" in lower or "does not exist" in lower and "bucket" in lower:
+        return f"{key}: the bucket does not exist; create it first (e.g. `aws s3 mb`) or fix the bucket name."
+    if any(word in lower for word in ("accessdenied", "access denied", "forbidden", "invalidaccesskeyid", "signaturedoesnotmatch", "credentials", "403")):
+        return (
+            f"{key}: storage refused access ({text.splitlines()[0][:200]}); set credentials that may write there "
+            "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, for s3://; GOOGLE_APPLICATION_CREDENTIALS for gs://)."
+        )
+    if any(word in lower for word in ("connect", "resolve host", "timed out", "timeout", "unreachable", "curl error")):
+        return (
+            f"{key}: the storage endpoint cannot be reached ({text.splitlines()[0][:200]}); check the host and port "
+            "(endpoint_override= in the URI, or AWS_ENDPOINT_URL) and that the server is up."
+        )
+    return f"{key}: storage cannot be written ({text.splitlines()[0][:300] if text else type(error).__name__}); check the URI and its permissions."
+
+
+def check_shared(run_dir: Path) -> None:
+    """Refuse a multi-node cluster on which the run directory is not the same disk everywhere.
+
+    Without paths.storage every worker writes into the driver's run directory; a node that sees a
+    different disk there would keep its files (and Ray its checkpoints) where the driver never looks.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]
+    if len(nodes) < 2:
+        return
+    marker = Path(run_dir, ".raydra-shared-check")
+    marker.write_text("ok")
+
+    @ray.remote(num_cpus=0)
+    def sees(path: str) -> bool:
+        return os.path.exists(path)
+
+    try:
+        answers = ray.get([
+            sees.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(str(marker))
+            for n in nodes
+        ], timeout=60)
+    finally:
+        marker.unlink(missing_ok=True)
+    blind = [n["NodeManagerAddress"] for n, seen in zip(nodes, answers, strict=True) if not seen]
+    if blind:
+        raise RaydraError(
+            f"the Ray cluster's node(s) {', '.join(sorted(set(blind)))} cannot see {run_dir} (no shared disk), where this "
+            "run would write its checkpoints and logs; set paths.storage to storage every node reaches "
+            "(e.g. paths.storage=s3://bucket/prefix, or an NFS path mounted on every node)."
+        )
