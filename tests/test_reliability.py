@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 
 from conftest import REPO, base_env, run_dirs, run_train, summary_of
 from raydra.checkpoints import checkpoint_meta
@@ -131,6 +132,54 @@ def test_sigterm_stops_the_run_and_resume_latest_finishes_it_in_the_same_dir(ray
     # A finished run is not trained again.
     again = run_train(*RUN, "resume=latest", outputs=tmp_path, address=ray_cluster)
     assert again.returncode == 1 and "already completed" in again.stdout + again.stderr
+
+
+# sd_tiny as small as it runs: 16 steps an epoch on 2 workers, a random VAE (no fitting), 2-step
+# samples, no pipeline export. Three epochs leave two to interrupt after the first checkpoint.
+SD_RUN = ("experiment=sd_tiny", "data.num_samples=64", "data.val_samples=4", "data.batch_size=4",
+          "trainer.max_epochs=3", "model.parts.vae_fit.steps=0", "model.sample_steps=2",
+          "model.export_pipeline=false", "checkpoint.num_to_keep=1")
+
+
+@pytest.mark.e2e
+def test_an_sd_tiny_run_resumes_after_sigterm_and_no_secret_reaches_its_files(ray_cluster, tmp_path):
+    """sd_tiny's config holds model.parts.tokenizer, a key that names no secret: it is recorded as
+    it is, so resume=latest finds the config unchanged. The secrets of the environment, and one set
+    through Hydra's env_set (an override Hydra records, outside what resume= compares), reach no
+    file either invocation wrote."""
+    secrets = {"WANDB_API_KEY": "wandb-" + SECRET, "AWS_SECRET_ACCESS_KEY": "aws-" + SECRET}
+    planted = "hf_" + SECRET[::-1]
+    overrides = (*SD_RUN, f"+hydra.job.env_set.HF_TOKEN={planted}")
+    env = {**secrets, "HF_HUB_OFFLINE": "1"}
+    driver = _start(*overrides, outputs=tmp_path, address=ray_cluster, env=env)
+    run_dir = _wait_for_checkpoint(tmp_path, driver)
+    driver.send_signal(signal.SIGTERM)
+    out, _ = driver.communicate(timeout=120)
+    stopped = summary_of(run_dir)
+    assert stopped["status"] == "interrupted", out
+    recorded = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
+    assert recorded["model"]["parts"]["tokenizer"] == {"vocab_size": 1000, "max_length": 16}
+    # Hydra recorded the planted override, and the driver masked it there.
+    assert "+hydra.job.env_set.HF_TOKEN=***" in (run_dir / ".hydra" / "hydra.yaml").read_text()
+
+    resumed = run_train(*overrides, "resume=latest", outputs=tmp_path, address=ray_cluster, env=env)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    summary = summary_of(run_dir)
+    assert summary["status"] == "completed" and summary["run_id"] == stopped["run_id"]
+    assert len(summary["resumed"]) == 1 and summary["epochs_completed"] == 3 and summary["global_step"] == 3 * 16
+    epoch, batch, _, _ = _resumed_at(run_dir)
+    assert epoch >= 1 and batch == 0  # from the checkpoint the stopped run left, not from scratch
+
+    # Every file of both invocations (the run dir, and the resuming one's own Hydra record and
+    # driver.log), W&B's offline files among them, and the consoles.
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert {"config.yaml", "hydra.yaml", "overrides.yaml", "driver.log", "summary.json"} <= {p.name for p in written}
+    assert len(list(tmp_path.glob("runs/*/*/.hydra/hydra.yaml"))) == 2
+    assert any(p.suffix == ".wandb" for p in written)
+    for secret in (*secrets.values(), planted):
+        assert secret not in out + resumed.stdout + resumed.stderr
+        for path in written:
+            assert secret.encode() not in path.read_bytes(), f"{path} holds a secret"
 
 
 def _start(*overrides, outputs, address, env=None):

@@ -1,7 +1,19 @@
 """Keep secrets out of everything a run writes: summary.json, logged configs, Hydra's records.
 
-A secret is the value of any environment variable whose name contains KEY, TOKEN, SECRET or
-PASSWORD (WANDB_API_KEY, HF_TOKEN, ...), and any config value stored under a key with such a name.
+A secret is a value stored under a name that names a secret: an environment variable's
+(WANDB_API_KEY, HF_TOKEN, AWS_SECRET_ACCESS_KEY), a config key's (logger.wandb.api_key, password)
+or a `name=value` override's. A name is read as words, split at anything but letters and digits
+and at case changes (`HF_TOKEN` -> hf token, `apiKey` -> api key), and names a secret when
+
+- its last word is key, token, auth, apikey or authorization (api_key, access_token, http_auth),
+  or it ends in access key id (AWS_ACCESS_KEY_ID), or
+- any word contains password, passwd, passphrase, secret or credential (PGPASSWORD,
+  client_secret, GOOGLE_APPLICATION_CREDENTIALS): letters no ordinary config word holds.
+
+Key and token are different: their letters sit inside ordinary words (model.parts.tokenizer,
+keyframes, monkey), a plural names a count or a list (max_tokens, exclude_keys), a first word names
+a part (key_dim, token_dropout), and a tokenizer's special tokens (pad_token, eos_token) name
+vocabulary entries. Masking those would hide the config and make resume= refuse an unchanged run.
 """
 
 import os
@@ -11,14 +23,44 @@ from typing import Any, List
 
 import yaml
 
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 MASK = "***"
 # Shorter values (e.g. "1" in SOME_KEY=1) are flags, not secrets, and would mask half the text.
 MIN_SECRET_LENGTH = 6
+SECRET_LAST_WORDS = {"key", "token", "auth", "apikey", "authorization"}
+SECRET_LETTERS = ("password", "passwd", "passphrase", "secret", "credential")
+# A tokenizer's special tokens (pad_token: "<pad>") are vocabulary, not credentials.
+SPECIAL_TOKENS = {"bos", "eos", "pad", "unk", "sep", "cls", "mask"}
+# Word boundaries inside a name: lower->Upper (apiKey), and the end of an acronym (HFToken -> HF Token).
+CASE_CHANGE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+# `name=value` in a string: one override (`+logger.wandb.api_key=...`), or an item of a joined list
+# of them (Hydra's override_dirname: `+a=1,+logger.wandb.api_key=...,b=2`). The value runs up to
+# the next item (a comma or space, then another `name=`) or the end of the line.
+ASSIGNMENT = re.compile(
+    r"(?:^|(?<=[,\s]))(?P<name>[+~]{0,2}[A-Za-z_][\w.\-/@]*)=(?P<value>.*?)(?=[,\s]+[+~]{0,2}[A-Za-z_][\w.\-/@]*=|$)",
+    re.MULTILINE,
+)
+
+
+def words(name: str) -> List[str]:
+    return [w.lower() for w in re.split(r"[^A-Za-z0-9]+", CASE_CHANGE.sub("_", name)) if w]
+
+
+def names_a_secret(name: str) -> bool:
+    """Whether a value stored under `name` (an environment variable, a config key, an override) is a secret."""
+    parts = words(name)
+    if not parts:
+        return False
+    if any(letters in part for part in parts for letters in SECRET_LETTERS):
+        return True
+    if parts[-3:] == ["access", "key", "id"]:
+        return True
+    if parts[-1] == "token" and len(parts) > 1 and parts[-2] in SPECIAL_TOKENS:
+        return False
+    return parts[-1] in SECRET_LAST_WORDS
 
 
 def secret_values() -> List[str]:
-    values = {v for k, v in os.environ.items() if SECRET_NAME.search(k) and len(v) >= MIN_SECRET_LENGTH}
+    values = {v for k, v in os.environ.items() if names_a_secret(k) and len(v) >= MIN_SECRET_LENGTH}
     return sorted(values, key=len, reverse=True)
 
 
@@ -26,20 +68,26 @@ def redact(value: Any, secrets: List[str] = None) -> Any:
     """A copy of `value` (dicts, lists, strings) with secrets masked."""
     secrets = secret_values() if secrets is None else secrets
     if isinstance(value, dict):
-        return {
-            k: MASK if isinstance(k, str) and SECRET_NAME.search(k) and v not in (None, "") else redact(v, secrets)
-            for k, v in value.items()
-        }
+        return {k: MASK if _masked(k, v) else redact(v, secrets) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(redact(v, secrets) for v in value)
     if isinstance(value, str):
         for secret in secrets:
             value = value.replace(secret, MASK)
         # An override like `logger.wandb.api_key=abc` names its secret in the same string.
-        key, sep, rest = value.partition("=")
-        if sep and SECRET_NAME.search(key) and rest:
-            value = f"{key}={MASK}"
+        value = ASSIGNMENT.sub(_mask_assignment, value)
     return value
+
+
+def _masked(key: Any, value: Any) -> bool:
+    # true/false says whether a secret is used, never what it is (use_auth_token: true).
+    return isinstance(key, str) and names_a_secret(key) and value not in (None, "") and not isinstance(value, bool)
+
+
+def _mask_assignment(match: re.Match) -> str:
+    if match["value"] and names_a_secret(match["name"]):
+        return f"{match['name']}={MASK}"
+    return match[0]
 
 
 def redact_hydra_records(run_dir: Path) -> None:

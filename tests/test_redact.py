@@ -1,0 +1,148 @@
+"""Which names hold secrets: values under secret-named keys, environment variables and overrides are
+masked; config whose key merely contains the letters (model.parts.tokenizer) is recorded as it is."""
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from conftest import REPO
+from raydra.redact import MASK, names_a_secret, redact, redact_hydra_records
+
+ORDINARY = [
+    "tokenizer",
+    "tokenizer_config",
+    "model.parts.tokenizer",
+    "max_tokens",
+    "max_new_tokens",
+    "keyframes",
+    "monkey",
+    "exclude_keys",
+    "key_dim",
+    "token_dropout",
+    "pad_token",
+    "eos_token_id",
+    "keyPoints",
+    "RAY_AUTH_MODE",
+    "RAY_AUTH_TOKEN_PATH",
+    "SSH_AUTH_SOCK",
+    "TOKENIZERS_PARALLELISM",
+]
+SECRET = [
+    "api_key",
+    "apiKey",
+    "token",
+    "HF_TOKEN",
+    "hfToken",
+    "HFToken",
+    "access_token",
+    "WANDB_API_KEY",
+    "AWS_SECRET_ACCESS_KEY",
+    "aws_secret_access_key",
+    "AWS_SESSION_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+    "RAY_AUTH_TOKEN",
+    "password",
+    "PGPASSWORD",
+    "db-passwd",
+    "secret",
+    "client_secret",
+    "credentials",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "auth",
+    "http_auth",
+    "logger.wandb.api_key",
+    "+hydra.job.env_set.HF_TOKEN",
+]
+
+
+@pytest.mark.parametrize("name", ORDINARY)
+def test_a_name_that_only_contains_key_or_token_is_no_secret(name):
+    assert not names_a_secret(name)
+
+
+@pytest.mark.parametrize("name", SECRET)
+def test_a_name_that_names_a_secret_is_one(name):
+    assert names_a_secret(name)
+
+
+def test_config_keys_named_like_secrets_are_masked_and_others_kept():
+    config = {
+        "model": {
+            "parts": {"tokenizer": {"vocab_size": 1000, "max_length": 16}, "keyframes": [1, 2]},
+            "max_tokens": 77,
+            "pad_token": "<|endoftext|>",
+        },
+        "logger": {"wandb": {"api_key": "abc123secret", "project": "raydra"}},
+        "db": {"credentials": {"user": "me", "pass": "pw-987654"}, "PGPASSWORD": "pw-987654"},
+        # A flag says whether a token is used, not what it is.
+        "data": {"use_auth_token": True, "token": None},
+    }
+    assert redact(config, []) == {
+        "model": config["model"],
+        "logger": {"wandb": {"api_key": MASK, "project": "raydra"}},
+        "db": {"credentials": MASK, "PGPASSWORD": MASK},
+        "data": {"use_auth_token": True, "token": None},
+    }
+
+
+def test_only_secret_named_environment_variables_have_their_values_masked(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_abcdef123")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws/secret+987")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "session-tok-555")
+    # Ray's token file and a tokenizer folder are paths, not secrets: runs write them freely.
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", "/home/me/.ray/auth_token")
+    monkeypatch.setenv("TOKENIZER_DIR", "/data/tokenizers/clip")
+    record = {
+        "error": "hf_abcdef123 and aws/secret+987 and session-tok-555 were refused",
+        "paths": ["/home/me/.ray/auth_token", "/data/tokenizers/clip/vocab.json"],
+    }
+    assert redact(record) == {"error": "*** and *** and *** were refused", "paths": record["paths"]}
+
+
+def test_overrides_mask_secret_named_values_alone_or_joined():
+    overrides = [
+        "model.parts.tokenizer.vocab_size=500",
+        "data.max_tokens=4096",
+        "+logger.wandb.api_key=abc123secret",
+        "+hydra.job.env_set.HF_TOKEN=hf_abcdef123",
+        "tags=[a,b]",
+    ]
+    assert redact(overrides, []) == [
+        "model.parts.tokenizer.vocab_size=500",
+        "data.max_tokens=4096",
+        "+logger.wandb.api_key=***",
+        "+hydra.job.env_set.HF_TOKEN=***",
+        "tags=[a,b]",
+    ]
+    # Hydra's override_dirname joins them with commas, the secret not necessarily first.
+    joined = "+logger.csv.flush=5,+logger.wandb.api_key=abc123secret,model.parts.tokenizer.vocab_size=500"
+    assert redact(joined, []) == "+logger.csv.flush=5,+logger.wandb.api_key=***,model.parts.tokenizer.vocab_size=500"
+    # Text that shows the syntax is no override.
+    usage = "Usage: python train.py [group=option ...] [key=value ...]"
+    assert redact(usage, []) == usage
+
+
+def test_hydra_records_of_sd_tiny_stay_as_composed_and_resume_finds_no_change(tmp_path):
+    """What the driver does to .hydra/ before a run, on sd_tiny's real composition: nothing in it
+    is a secret, so resume= compares its own config with an unchanged record."""
+    from raydra.resume import changed_keys
+    from raydra.schema import register_schemas
+
+    register_schemas()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=["experiment=sd_tiny"], return_hydra_config=True)
+    hydra_node = OmegaConf.to_container(cfg.hydra, resolve=False)
+    del cfg.hydra
+    records = tmp_path / ".hydra"
+    records.mkdir()
+    (records / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    (records / "hydra.yaml").write_text(yaml.safe_dump({"hydra": hydra_node}, sort_keys=False))
+    before = {p.name: p.read_text() for p in records.iterdir()}
+
+    redact_hydra_records(tmp_path)
+
+    assert {p.name: p.read_text() for p in records.iterdir()} == before
+    recorded = yaml.safe_load((records / "config.yaml").read_text())
+    assert recorded["model"]["parts"]["tokenizer"] == {"vocab_size": 1000, "max_length": 16}
+    assert changed_keys(recorded, cfg) == []
