@@ -146,3 +146,16 @@ def test_hydra_records_of_sd_tiny_stay_as_composed_and_resume_finds_no_change(tm
     recorded = yaml.safe_load((records / "config.yaml").read_text())
     assert recorded["model"]["parts"]["tokenizer"] == {"vocab_size": 1000, "max_length": 16}
     assert changed_keys(recorded, cfg) == []
+
+
+def test_resume_compares_secrets_masked_and_never_prints_one():
+    """The record holds *** for a secret: resume= with the same secret is no change, and a
+    changed secret is refused without the new value in the message."""
+    from raydra.resume import changed_keys
+
+    recorded = {"model": {"lr": 0.1}, "logger": {"wandb": {"api_key": "***"}}}
+    same = OmegaConf.create({"model": {"lr": 0.1}, "logger": {"wandb": {"api_key": "LEAKME12345"}}})
+    assert changed_keys(recorded, same) == []
+    changed = OmegaConf.create({"model": {"lr": 0.2}, "logger": {"wandb": {"api_key": "LEAKME12345"}}})
+    lines = changed_keys(recorded, changed)
+    assert lines == ["model.lr: 0.1 -> 0.2"] and "LEAKME12345" not in " ".join(lines)

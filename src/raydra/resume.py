@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from raydra import summary as run_summary
 from raydra.errors import RaydraError
+from raydra.redact import redact
 
 # Keys that say how or where to run, not what is trained: changing them does not change the run.
 NOT_THE_RUN = {"resume", "resume_force", "ray", "verbose", "paths", "failure"}
@@ -54,7 +55,10 @@ def find(cfg: DictConfig) -> Path:
 
 
 def changed_keys(old: Dict[str, Any], cfg: DictConfig) -> List[str]:
-    new = OmegaConf.to_container(cfg, resolve=False)
+    """The keys whose values differ between a recorded (masked) config and `cfg`, as lines for an
+    error message. `cfg` is masked the same way first: the record holds *** for a secret, so the
+    secret itself would otherwise read as a change (and be printed in the refusal)."""
+    new = redact(OmegaConf.to_container(cfg, resolve=False))
     before, after = _flat(old), _flat(new)
     return [
         f"{key}: {before.get(key, '<unset>')} -> {after.get(key, '<unset>')}"
