@@ -20,7 +20,7 @@ from typing import Any, Dict, List
 
 from omegaconf import DictConfig
 
-from raydra import fit, resume
+from raydra import fit, resume, run_record
 from raydra import summary as run_summary
 from raydra.cluster import check_fits, check_room_for_data, connect
 from raydra.console import worker_output
@@ -38,6 +38,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str]) -> Dict[str, Any]:
     run_dir = Path(run_dir).resolve()
     run_id = f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{cfg.name}_{uuid.uuid4().hex[:6]}"
     summary = fit.new_summary(cfg, run_dir, run_id, list(overrides))
+    run: Dict[str, Any] = {"dir": str(run_dir), "id": run_id, "storage": None}
     restore_sigterm = lambda: None  # noqa: E731
     redact_hydra_records(run_dir)
     try:
@@ -47,14 +48,19 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str]) -> Dict[str, Any]:
         if cfg.resume:
             run_dir, run_id = _continue(cfg, summary, run_dir)
         config = fit.resolve(cfg, run_dir, run_id)
+        run = config["run"]
+        if run["storage"]:
+            run_record.check_writable(run["storage"])
         fit.record_start(config, summary)
-        log.info(f"run {run_id}\n  dir  {run_dir}")
+        log.info(f"run {run_id}\n  dir  {run_dir}" + (f"\n  storage  {run['storage']}" if run["storage"] else ""))
 
         connect(cfg.ray.address, cfg.ray.num_cpus, cfg.verbose)
         # After connecting: ray.init installs its own SIGTERM handler, which would end the process
         # without a summary.
         restore_sigterm = _sigterm_interrupts()
         check_fits(cfg.scale)
+        if not run["storage"]:
+            run_record.check_shared(run_dir)
         if cfg.data.get("loader") == "ray_data":
             check_room_for_data(cfg.scale)
         worker_output.start_run(run_dir)
@@ -63,18 +69,19 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str]) -> Dict[str, Any]:
         finally:
             worker_output.end_run()
     except RaydraError as error:
-        _fail(summary, run_dir, started, str(error))
+        _fail(summary, run, started, str(error))
         raise
     except KeyboardInterrupt:
-        summary["checkpoints"] = {"last": fit.last_checkpoint(run_dir, run_id)}
-        _fail(summary, run_dir, started, "interrupted (Ctrl-C or SIGTERM); continue it with resume=" + str(run_dir), status="interrupted")
+        summary["checkpoints"] = {"last": fit.last_checkpoint(run_dir, run_id, run["storage"])}
+        _fail(summary, run, started, "interrupted (Ctrl-C or SIGTERM); continue it with resume=" + str(run_dir), status="interrupted")
         raise
     except Exception as error:
-        _fail(summary, run_dir, started, fit.one_line(error))
+        _fail(summary, run, started, fit.one_line(error))
         raise
     finally:
         restore_sigterm()
     _report(summary, config)
+    run_record.push_driver_files(run)  # driver.log with the closing lines
     return summary
 
 
@@ -105,11 +112,15 @@ def _sigterm_interrupts() -> Any:
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
-def _fail(summary: Dict[str, Any], run_dir: Path, started: float, reason: str, status: str = "failed") -> None:
+def _fail(summary: Dict[str, Any], run: Dict[str, Any], started: float, reason: str, status: str = "failed") -> None:
     summary.update(status=status, error=reason, finished_at=run_summary.now(), wall_time_s=round(time.time() - started, 2))
-    if run_dir.exists():
-        run_summary.write(run_dir, summary)
     log.error(f"error: {reason}")
+    if Path(run["dir"]).exists():
+        try:
+            fit.write_summary(run, summary)
+        except OSError as error:  # storage unreachable: the local record is written all the same
+            run_summary.write(Path(run["dir"]), summary)
+            log.warning(f"could not copy the record to {run['storage']}: {error}")
 
 
 def _report(summary: Dict[str, Any], config: Dict[str, Any]) -> None:

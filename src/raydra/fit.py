@@ -20,6 +20,7 @@ from urllib.parse import urlparse
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from raydra import run_record, storage
 from raydra import summary as run_summary
 from raydra.cluster import worker_resources
 from raydra.errors import RaydraError
@@ -60,14 +61,22 @@ def fit_and_record(
     """
     record_start(config, summary)
     try:
-        result = _fit(config, tune_trial, list(callbacks))
+        # With paths.storage, the workers' files reach this run directory while the run goes on.
+        with run_record.Follower(config["run"]):
+            result = _fit(config, tune_trial, list(callbacks))
     finally:
         summary["data"] = _data_record(config)
     summary.update(_outcome(result, config))
     summary["finished_at"] = run_summary.now()
     summary["wall_time_s"] = round(time.time() - started, 2)
-    run_summary.write(Path(config["run"]["dir"]), summary)
+    write_summary(config["run"], summary)
     return summary
+
+
+def write_summary(run: Dict[str, Any], summary: Dict[str, Any]) -> None:
+    """summary.json in the run directory, and with paths.storage the driver's files in storage too."""
+    run_summary.write(Path(run["dir"]), summary)
+    run_record.push_driver_files(run)
 
 
 def _data_record(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -83,13 +92,16 @@ def record_start(config: Dict[str, Any], summary: Dict[str, Any]) -> None:
     """summary.json as the run starts: what it will train with, written before any worker starts."""
     summary["config_hash"] = run_summary.config_hash(config)
     summary["precision"] = config["trainer"]["precision"]
-    run_summary.write(Path(config["run"]["dir"]), summary)
+    summary["storage"] = config["run"]["storage"]
+    write_summary(config["run"], summary)
 
 
-def last_checkpoint(run_dir: Path, run_id: str) -> Optional[str]:
-    """The newest checkpoint Ray wrote for this run: what resume= will continue from."""
-    found = sorted(Path(run_dir, "checkpoints", run_id).glob(f"checkpoint_*/{run_summary.CHECKPOINT_FILE}"), key=lambda p: p.stat().st_mtime)
-    return str(found[-1]) if found else None
+def last_checkpoint(run_dir: Path, run_id: str, storage_location: Optional[str] = None) -> Optional[str]:
+    """The newest checkpoint Ray wrote for this run (a path or a storage URI): what resume= will
+    continue from. Ray numbers its checkpoint directories in order."""
+    where = storage.join(run_record.checkpoints_location({"dir": str(run_dir), "storage": storage_location}), run_id)
+    found = sorted({f.split("/")[0] for f in storage.list_files(where) if f.startswith("checkpoint_")})
+    return storage.join(where, found[-1], run_summary.CHECKPOINT_FILE) if found else None
 
 
 def resolve(cfg: DictConfig, run_dir: Path, run_id: str) -> Dict[str, Any]:
@@ -98,7 +110,12 @@ def resolve(cfg: DictConfig, run_dir: Path, run_id: str) -> Dict[str, Any]:
     config = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     # What loggers may record: masked here, where the secrets are known. A worker's environment
     # is its Ray node's, which need not hold the variables this process was started with.
-    config["run"] = {"dir": str(run_dir), "id": run_id, "logged_config": redact(dict(config))}
+    config["run"] = {
+        "dir": str(run_dir), "id": run_id, "logged_config": redact(dict(config)),
+        "storage": run_record.location(config["paths"]["storage"], config["paths"]["outputs"], run_dir),
+    }
+    if config["checkpoint"]["upload"] == "auto":
+        config["checkpoint"]["upload"] = "background" if config["run"]["storage"] else "wait"
     if config["trainer"]["precision"] == "auto":
         config["trainer"]["precision"] = "bf16-mixed" if config["scale"]["use_gpu"] else "32-true"
     if "wandb" in config["logger"]:
@@ -163,8 +180,11 @@ def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any]) -> Any:
     from raydra.worker.loop import train_loop
     from raydra.worker.strategies import torch_config
 
-    run_dir, run_id = Path(config["run"]["dir"]), config["run"]["id"]
+    run_id = config["run"]["id"]
     scale, ckpt = config["scale"], config["checkpoint"]
+    # Ray reads and writes its storage through this filesystem: a URI's options (endpoint,
+    # scheme) are parsed once here, not by each of Ray's processes.
+    filesystem, storage_path = storage.filesystem(run_record.checkpoints_location(config["run"]))
     failure = {"max_failures": config["failure"]["max_failures"]}
     if tune_trial:
         # A trial whose workers cannot be placed must fail, not wait: by default Ray restarts
@@ -192,7 +212,8 @@ def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any]) -> Any:
             # A unique name under the run's own directory: Train V2 resumes any run whose
             # name and storage path it has seen before, which is what resume= relies on.
             name=run_id,
-            storage_path=str(run_dir / "checkpoints"),
+            storage_path=storage_path,
+            storage_filesystem=filesystem,
             failure_config=ray.train.FailureConfig(**failure),
             callbacks=callbacks,
             checkpoint_config=ray.train.CheckpointConfig(
@@ -227,6 +248,8 @@ def _outcome(result: Any, config: Dict[str, Any]) -> Dict[str, Any]:
     worker = result.return_value or {}
     memory = worker.get("memory_per_worker", [])
     save_s = worker.get("checkpoint_save_s") or []
+    upload_s = worker.get("checkpoint_upload_s") or []
+    checkpoints = run_record.checkpoints_location(config["run"])
     monitor, mode = config["checkpoint"]["monitor"], config["checkpoint"]["mode"]
     history = result.metrics_dataframe
     final = {k: number(v) for k, v in (result.metrics or {}).items()}
@@ -252,17 +275,23 @@ def _outcome(result: Any, config: Dict[str, Any]) -> Dict[str, Any]:
         "epochs_completed": worker.get("epochs_completed"),
         "global_step": worker.get("global_step"),
         "checkpoints": {
-            "best": _ckpt_file(best_checkpoint),
-            "last": _ckpt_file(result.checkpoint),
-            "dir": result.path,
-            # Mean time training stood still per checkpoint (write + hand-over to Ray), rank 0's view.
+            "best": _ckpt_file(checkpoints, best_checkpoint),
+            "last": _ckpt_file(checkpoints, result.checkpoint),
+            "dir": storage.location_of(checkpoints, result.path),
+            # Mean time training stood still per checkpoint (write, and a waited-for upload), rank 0's view.
             "save_s_mean": round(sum(save_s) / len(save_s), 3) if save_s else None,
+            # Mean time an upload to storage took (in the background with checkpoint.upload=background).
+            "upload_s_mean": round(sum(upload_s) / len(upload_s), 3) if upload_s else None,
+            "upload": config["checkpoint"]["upload"],
         },
     }
 
 
-def _ckpt_file(checkpoint: Any) -> Optional[str]:
-    return None if checkpoint is None else str(Path(checkpoint.path) / run_summary.CHECKPOINT_FILE)
+def _ckpt_file(checkpoints: str, checkpoint: Any) -> Optional[str]:
+    """The Lightning checkpoint file of a Ray checkpoint, as a path or a storage URI."""
+    if checkpoint is None:
+        return None
+    return storage.join(storage.location_of(checkpoints, checkpoint.path), run_summary.CHECKPOINT_FILE)
 
 
 def number(value: Any) -> Any:

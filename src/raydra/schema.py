@@ -138,6 +138,10 @@ class CheckpointConfig:
     # neither means every epoch. The end of training always gets one.
     every_n_epochs: Optional[int] = None
     every_n_steps: Optional[int] = None
+    # How a checkpoint reaches storage. background: Ray uploads it from a thread while training
+    # goes on; wait: training waits for the upload. auto: background with paths.storage (object
+    # storage is slow to write), wait without (a copy on the local disk).
+    upload: str = "auto"
 
 
 @dataclass
@@ -195,6 +199,13 @@ class PathsConfig:
     # Runs land in <outputs>/runs/<date>/<time>_<name>, multiruns and tune= sweeps in
     # <outputs>/sweeps/<date>/<time>_<name>/<job> (conf/hydra/default.yaml).
     outputs: str = "outputs"
+    # Where checkpoints, Tune's state and every file a worker writes go, for clusters whose nodes
+    # share no disk: s3://bucket/prefix, gs://bucket/prefix, an NFS path every node mounts. A run's
+    # share is <storage>/<its directory relative to outputs>; the driver's run directory still ends
+    # complete. A URI's query sets pyarrow options, e.g. s3://b/p?endpoint_override=host:9000&scheme=http
+    # (quote it on the command line: 'paths.storage="s3://b/p?endpoint_override=host:9000&scheme=http"').
+    # null: the run directory itself, which every worker must reach (one machine, or a shared disk).
+    storage: Optional[str] = None
 
 
 @dataclass
@@ -301,6 +312,8 @@ def validate(cfg: Any) -> None:
     _validate_strategy(cfg.strategy, scale, precision)
     if ckpt.num_to_keep is not None and ckpt.num_to_keep < 1:
         raise RaydraError(f"checkpoint.num_to_keep={ckpt.num_to_keep} must be at least 1, or null to keep all.")
+    if ckpt.upload not in {"auto", "background", "wait"}:
+        raise RaydraError(f"checkpoint.upload={ckpt.upload} must be auto, background or wait.")
     if ckpt.mode not in {"min", "max"}:
         raise RaydraError(f"checkpoint.mode={ckpt.mode} must be min or max.")
     if ckpt.every_n_epochs is not None and ckpt.every_n_steps is not None:

@@ -105,7 +105,8 @@ def copy_tree(
     source: str, destination: str, skip: Sequence[str] = (), seen: Optional[Dict[str, Tuple[int, Optional[int]]]] = None
 ) -> List[str]:
     """Copy every file below `source` to the same relative path below `destination`, except those
-    whose relative path is or lies below one of `skip`; returns the relative paths copied.
+    whose relative path is or lies below one of `skip`, at any depth (`checkpoints` leaves out
+    `trials/<id>/checkpoints/...` too); returns the relative paths copied.
 
     Files are copied one by one (not pyarrow's copy_files over the whole tree), so a tree with a
     checkpoints/ folder of gigabytes can be mirrored without it. `seen`: a dict this function
@@ -115,7 +116,7 @@ def copy_tree(
     destination_fs, destination_path = filesystem(destination)
     copied = []
     for relative, stamp in sorted(_files(source).items()):
-        if any(relative == s or relative.startswith(s.rstrip("/") + "/") for s in skip):
+        if any(_under(relative, s) for s in skip):
             continue
         if seen is not None and seen.get(relative) == stamp:
             continue
@@ -129,3 +130,9 @@ def copy_tree(
             seen[relative] = stamp
         copied.append(relative)
     return copied
+
+
+def _under(relative: str, name: str) -> bool:
+    """Whether `relative` is `name` or lies below it, `name` standing at any depth of the path."""
+    name = name.strip("/")
+    return f"/{relative}/".find(f"/{name}/") >= 0

@@ -13,7 +13,7 @@ import ray.tune
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from raydra import fit
+from raydra import fit, storage
 from raydra import summary as run_summary
 
 log = logging.getLogger("raydra")
@@ -89,7 +89,7 @@ def settle_trials(
         # A trial Tune ended without error but that did not record its completion was stopped by
         # the scheduler (its process may have noted the stop as a failure on its way out).
         if status == "TERMINATED" and result is not None and summary["status"] in ("running", "failed", "interrupted"):
-            summary.update(_stopped(result, metric, mode, run_dir, summary["run_id"], scheduler))
+            summary.update(_stopped(result, metric, mode, run_dir, summary["run_id"], scheduler, summary.get("storage")))
             run_summary.write(run_dir, summary)
         if summary["status"] == "running":
             if status == "ERROR":
@@ -107,7 +107,9 @@ def settle_trials(
     return rows
 
 
-def _stopped(result: Any, metric: str, mode: str, run_dir: Path, run_id: str, scheduler: str) -> Dict[str, Any]:
+def _stopped(
+    result: Any, metric: str, mode: str, run_dir: Path, run_id: str, scheduler: str, storage_location: Optional[str]
+) -> Dict[str, Any]:
     history = result.metrics_dataframe
     last = result.metrics
     final = {k: fit.number(v) for k, v in last.items() if "/" in k and fit.number(v) is not None}
@@ -124,7 +126,7 @@ def _stopped(result: Any, metric: str, mode: str, run_dir: Path, run_id: str, sc
         "epochs_completed": epochs,
         "wall_time_s": round(float(last.get("time_total_s", 0.0)), 2),
         "finished_at": run_summary.now(),
-        "checkpoints": {"best": None, "last": fit.last_checkpoint(run_dir, run_id)},
+        "checkpoints": {"best": None, "last": fit.last_checkpoint(run_dir, run_id, storage_location)},
     }
 
 
@@ -203,7 +205,8 @@ def write_best(cfg: DictConfig, sweep_dir: Path, best: Dict[str, Any], metric: s
     link = sweep_dir / "best_checkpoint.ckpt"
     if link.is_symlink() or link.exists():
         link.unlink()
-    if checkpoint:
+    # A checkpoint in object storage has no path to link to; sweep.json names its URI.
+    if checkpoint and not storage.is_uri(checkpoint):
         link.symlink_to(os.path.relpath(checkpoint, sweep_dir))
     return {
         "trial": best["trial"], "metric": best["final"], "sampled": best["sampled"],

@@ -1,6 +1,7 @@
 """One trial of a sweep: Tune's function trainable around the same fit as a single run."""
 
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, List
@@ -10,7 +11,7 @@ import yaml
 from omegaconf import OmegaConf
 from ray.tune.integration.ray_train import TuneReportCallback
 
-from raydra import fit
+from raydra import fit, storage
 from raydra import summary as run_summary
 from raydra.errors import RaydraError
 from raydra.private_apis import tune_stop_probe
@@ -24,7 +25,14 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     # session at once, often before this thread sees its fit end.
     stopped_by_tune = tune_stop_probe()
     trial_id = ray.tune.get_context().get_trial_id()
-    run_dir = Path(sweep["dir"], "trials", trial_id)
+    # Where the trial's record ends on the sweep driver's disk. With paths.storage this process
+    # (on any node) writes into a scratch directory and pushes to storage, from where the sweep
+    # driver pulls into record_dir: writing record_dir itself would race that pull.
+    record_dir = Path(sweep["dir"], "trials", trial_id)
+    run = {"dir": str(record_dir), "storage": storage.join(sweep["storage"], "trials", trial_id) if sweep["storage"] else None}
+    if run["storage"]:
+        run["dir"] = str(Path(tempfile.gettempdir(), "raydra-trials", sweep["id"], trial_id))
+    run_dir = Path(run["dir"])
     run_id = f"{sweep['id']}_{trial_id}"
     sampled = {key: plain(value) for key, value in sampled.items()}
     overrides = sweep["overrides"] + [f"{key}={value}" for key, value in sampled.items()]
@@ -37,7 +45,7 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(conf))
     (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides, sort_keys=False))
     redact_hydra_records(run_dir)
-    summary = fit.new_summary(conf, run_dir, run_id, overrides)
+    summary = fit.new_summary(conf, record_dir, run_id, overrides)
     summary["trial"] = {"sweep": sweep["id"], "id": trial_id, "sampled": sampled}
     if previous:
         # A resumed sweep runs an unfinished trial again under the same run id: Train V2 continues
@@ -50,7 +58,9 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     os.environ.setdefault("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "300")
     try:
         validate(conf)
-        config = fit.resolve(conf, run_dir, run_id)
+        config = fit.resolve(conf, record_dir, run_id)
+        # Named here, not recomputed from paths.outputs: this process's working directory is Ray's.
+        config["run"].update(dir=run["dir"], storage=run["storage"])
         fit.fit_and_record(
             config, summary, started, tune_trial=True, callbacks=[ReportToTune(config["trainer"]["max_epochs"])]
         )
@@ -60,7 +70,7 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
             raise
         reason = str(error) if isinstance(error, RaydraError) else fit.one_line(error)
         summary.update(status="failed", error=reason, finished_at=run_summary.now(), wall_time_s=round(time.time() - started, 2))
-        run_summary.write(run_dir, summary)
+        fit.write_summary(run, summary)
         raise
     # The last epoch reaches Tune only now, with the test metrics, once summary.json is complete
     # (see ReportToTune).

@@ -4,6 +4,7 @@ one), and leave the sweep record; Tune runs each trial through raydra.sweep.tria
 import copy
 import logging
 import os
+import posixpath
 import re
 import signal
 import threading
@@ -15,7 +16,7 @@ import ray.tune
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from raydra import fit, private_apis
+from raydra import fit, private_apis, run_record, storage
 from raydra import summary as run_summary
 from raydra.cluster import TRIAL_CPU, check_fits, connect, trials_that_fit
 from raydra.console import worker_output
@@ -79,10 +80,18 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
             check_samples(cfg, space)
             record["space"] = {key: {name: args} for key, (name, args) in space.items()}
         report.write_record(sweep_dir, record)
+        # With paths.storage, Tune's state and every trial's record live there; the trials' records
+        # are pulled into this sweep directory as they go.
+        sweep_run = {"dir": str(sweep_dir), "storage": run_record.location(cfg.paths.storage, cfg.paths.outputs, sweep_dir)}
+        if sweep_run["storage"]:
+            run_record.check_writable(sweep_run["storage"])
+            record["storage"] = sweep_run["storage"]
 
         connect(cfg.ray.address, cfg.ray.num_cpus, cfg.verbose)
         restore_sigterm = _sigterm_stops_tune()
         check_fits(cfg.scale)
+        if not sweep_run["storage"]:
+            run_record.check_shared(sweep_dir)
         concurrency = _concurrency(cfg)
         record["max_concurrent"] = concurrency
         log.info(
@@ -90,12 +99,15 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
             f"{tune_cfg.search} search, {tune_cfg.scheduler} scheduler, {mode} {metric}\n  dir  {sweep_dir}"
         )
         progress.scheduler_state = sweep_dir / "tune" / "scheduler_state.pkl"
-        tuner = _tuner(cfg, sweep_dir, record, concurrency, progress)
+        # The driver's own file, here even when Tune keeps its state in storage.
+        progress.scheduler_state.parent.mkdir(parents=True, exist_ok=True)
+        tuner = _tuner(cfg, sweep_dir, sweep_run["storage"], record, concurrency, progress)
         worker_output.start_run(sweep_dir)
         # Concurrent trials' epoch lines would interleave; _Progress prints one line per trial event.
         echo, worker_output.echo_progress = worker_output.echo_progress, False
         try:
-            grid = tuner.fit()
+            with run_record.Follower(sweep_run, skip=("tune", run_record.CHECKPOINTS)):
+                grid = tuner.fit()
         except Exception as error:
             raise _tune_error(error, metric) or error
         finally:
@@ -170,8 +182,11 @@ def _concurrency(cfg: DictConfig) -> int:
     return min(asked or fits, fits)
 
 
-def _tuner(cfg: DictConfig, sweep_dir: Path, record: Dict[str, Any], concurrency: int, progress: "Progress") -> Any:
+def _tuner(
+    cfg: DictConfig, sweep_dir: Path, sweep_storage: Optional[str], record: Dict[str, Any], concurrency: int, progress: "Progress"
+) -> Any:
     tune = ray.tune
+    filesystem, tune_root = storage.filesystem(sweep_storage or str(sweep_dir))
 
     # Tune saves its experiment state every few seconds rather than on its adaptive period, so a
     # sweep killed outright loses at most that much of its record of finished trials.
@@ -180,13 +195,14 @@ def _tuner(cfg: DictConfig, sweep_dir: Path, record: Dict[str, Any], concurrency
         # Tune's newer console output prints its banner and paths even at verbose=0; Progress
         # prints what a researcher needs.
         os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    sweep = {"dir": str(sweep_dir), "id": record["id"], "overrides": [o for o in record["overrides"] if not o.startswith("tune.resume=")]}
+    sweep = {"dir": str(sweep_dir), "storage": sweep_storage, "id": record["id"], "overrides": [o for o in record["overrides"] if not o.startswith("tune.resume=")]}
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, base=_trial_base(cfg, record["id"]), sweep=sweep), {"CPU": TRIAL_CPU}
     )
     if cfg.tune.resume:
         tuner = tune.Tuner.restore(
-            str(sweep_dir / "tune"), trainable, resume_unfinished=True, resume_errored=False, restart_errored=False
+            posixpath.join(tune_root, "tune"), trainable, resume_unfinished=True, resume_errored=False, restart_errored=False,
+            storage_filesystem=filesystem,
         )
         # The restored RunConfig holds the interrupted driver's callback, unpickled; this process
         # needs its own to see the trials. Tuner.restore takes no callbacks of its own.
@@ -215,7 +231,8 @@ def _tuner(cfg: DictConfig, sweep_dir: Path, record: Dict[str, Any], concurrency
             reuse_actors=False,
         ),
         run_config=tune.RunConfig(
-            name="tune", storage_path=str(sweep_dir), verbose=1 if cfg.verbose else 0, callbacks=[progress]
+            name="tune", storage_path=tune_root, storage_filesystem=filesystem, verbose=1 if cfg.verbose else 0,
+            callbacks=[progress],
         ),
     )
 

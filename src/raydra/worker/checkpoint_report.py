@@ -1,10 +1,11 @@
 """Checkpoints and metrics handed to Ray Train at the run's checkpoint frequency, timed."""
 
+import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import ray.train
 
@@ -21,14 +22,23 @@ class TimedReport(pl.Callback):
     `every_n_steps`, a checkpoint is saved after every that many optimizer steps instead, inside
     the epoch; such a report carries `mid_epoch=1` and the monitored metric as NaN, since
     validation has not seen those weights, so Ray never ranks it best.
+
+    `seconds`: how long training stood still per checkpoint (writing it, and with a waited-for
+    upload, the upload too). With `background_upload`, Ray uploads from a thread while training
+    goes on (`checkpoint_upload_mode=ASYNC`); `upload_seconds` times each upload either way.
+    `after_report` runs after every report (the worker pushes its part of the run record then).
     """
 
     def __init__(self, every_n_epochs: Optional[int] = None, every_n_steps: Optional[int] = None,
-                 monitor: Optional[str] = None) -> None:
+                 monitor: Optional[str] = None, background_upload: bool = False,
+                 after_report: Optional[Callable[[], None]] = None) -> None:
         self.every_n_epochs = every_n_epochs or 1
         self.every_n_steps = every_n_steps
         self.monitor = monitor
+        self.background_upload = background_upload
+        self.after_report = after_report or (lambda: None)
         self.seconds: List[float] = []
+        self.upload_seconds: List[float] = []
         self._flush_next = False
         self._last_saved_step = -1
 
@@ -60,6 +70,7 @@ class TimedReport(pl.Callback):
             self._checkpoint(trainer, mid_epoch=False)
         else:
             ray.train.report(metrics=self._metrics(trainer, mid_epoch=False))
+            self.after_report()
 
     def _metrics(self, trainer: Any, mid_epoch: bool) -> Dict[str, Any]:
         metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
@@ -76,12 +87,31 @@ class TimedReport(pl.Callback):
             logger.save()
         self._flush_next = mid_epoch
         self._last_saved_step = trainer.global_step
-        # Every worker saves: sharded strategies write one shard each, and Ray merges the workers' directories.
+        # Every worker saves: sharded strategies write one shard each, and Ray merges the workers'
+        # directories in storage. A worker that wrote nothing (not rank 0, under DDP) hands over no
+        # checkpoint, so no empty directory is uploaded from its node.
         tmpdir = tempfile.mkdtemp(prefix=f"raydra-checkpoint-rank{trainer.global_rank}-")
         trainer.save_checkpoint(Path(tmpdir, CHECKPOINT_FILE).as_posix(), weights_only=False)
-        ray.train.report(metrics=self._metrics(trainer, mid_epoch), checkpoint=ray.train.Checkpoint.from_directory(tmpdir))
-        # Every worker has handed its files over before any removes its temporary copy.
+        wrote = bool(os.listdir(tmpdir))
+        ray.train.report(
+            metrics=self._metrics(trainer, mid_epoch),
+            checkpoint=ray.train.Checkpoint.from_directory(tmpdir) if wrote else None,
+            checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC if self.background_upload else ray.train.CheckpointUploadMode.SYNC,
+            checkpoint_upload_fn=self._timed_upload if wrote else None,
+            # A background upload still reads the directory: Ray removes it once uploaded.
+            delete_local_checkpoint_after_upload=self.background_upload and wrote,
+        )
+        # Every worker has handed its files over before any removes its temporary copy. Every rank
+        # takes part, whatever it wrote: a barrier only some ranks enter never opens.
         trainer.strategy.barrier()
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        if not (self.background_upload and wrote):
+            shutil.rmtree(tmpdir, ignore_errors=True)
         self.seconds.append(time.perf_counter() - start)
+        self.after_report()
 
+    def _timed_upload(self, checkpoint: Any, checkpoint_dir_name: str) -> Any:
+        """Ray's own upload (the one it makes without an upload function), timed."""
+        started = time.perf_counter()
+        persisted = ray.train.get_context().get_storage().persist_current_checkpoint(checkpoint, checkpoint_dir_name)
+        self.upload_seconds.append(time.perf_counter() - started)
+        return persisted

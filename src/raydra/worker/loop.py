@@ -5,6 +5,7 @@ exist here). Rank 0's return value reaches the driver as `Result.return_value`; 
 metrics, throughput and memory figures get into summary.json.
 """
 
+import contextlib
 import logging
 import os
 import warnings
@@ -20,6 +21,7 @@ from ray.train.lightning import RayLightningEnvironment
 from raydra.checkpoints import checkpoint_meta
 from raydra.errors import RaydraError
 from raydra.lightning import pl
+from raydra.run_record import WorkerMirror
 from raydra.schema import lightning_trainer_arguments
 from raydra.summary import CHECKPOINT_FILE
 from raydra.worker.checkpoint_report import TimedReport
@@ -32,9 +34,26 @@ from raydra.worker.throughput import Throughput, model_state_bytes, peak_flops, 
 
 def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
     context = ray.train.get_context()
+    rank = context.get_world_rank()
+    # With paths.storage, this worker's part of the record (its log; rank 0's metrics.csv, samples,
+    # W&B files) is written on its own node and pushed to storage at every report and at the end,
+    # whatever happens: a failed run's worker logs are what explains it.
+    mirror = WorkerMirror(config["run"], rank)
+    config["run"]["dir"] = str(mirror.dir)
+    if rank == 0:
+        mirror.restore(["metrics.csv"])
+    _route_logs(mirror.dir / "logs" / f"worker_{rank}.log", verbose=config["verbose"])
+    try:
+        with contextlib.ExitStack() as stack:
+            return _train(config, mirror, _restored_checkpoint_path(stack))
+    finally:
+        mirror.push()
+
+
+def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]) -> Dict[str, Any]:
+    context = ray.train.get_context()
     rank, world_size = context.get_world_rank(), context.get_world_size()
     run_dir = Path(config["run"]["dir"])
-    _route_logs(run_dir / "logs" / f"worker_{rank}.log", verbose=config["verbose"])
 
     scale, trainer_cfg = config["scale"], config["trainer"]
     # Each worker gets its CPU share; torch's default (all cores) makes N workers fight over them.
@@ -59,13 +78,15 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
     if trainer_cfg["compile"]:
         compile_networks(model)
 
-    restored = _restored_checkpoint_path()
     device = ray.train.torch.get_device()
     _check_precision(device, str(trainer_cfg["precision"]))
     throughput = Throughput(world_size=world_size, peak_flops=peak_flops(device, str(trainer_cfg["precision"])))
     # Throughput logs its epoch figures in on_train_epoch_end, so it must run before Ray's report.
     ckpt = config["checkpoint"]
-    report = TimedReport(every_n_epochs=ckpt["every_n_epochs"], every_n_steps=ckpt["every_n_steps"], monitor=ckpt["monitor"])
+    report = TimedReport(
+        every_n_epochs=ckpt["every_n_epochs"], every_n_steps=ckpt["every_n_steps"], monitor=ckpt["monitor"],
+        background_upload=ckpt["upload"] == "background", after_report=mirror.push,
+    )
     resumable = Resumable()
     callbacks = [throughput, resumable, report]
     if rank == 0:
@@ -114,6 +135,7 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
             "model_state_bytes": model_state_bytes(model, trainer.optimizers),
         }),
         "checkpoint_save_s": report.seconds,
+        "checkpoint_upload_s": report.upload_seconds,
         "global_step": trainer.global_step,
         "epochs_completed": trainer.current_epoch,
         "world_size": world_size,
@@ -142,13 +164,14 @@ def compile_networks(model: torch.nn.Module) -> List[str]:
     return compiled
 
 
-def _restored_checkpoint_path() -> Optional[str]:
-    """The Lightning checkpoint inside the Ray checkpoint this attempt resumes from, if any."""
+def _restored_checkpoint_path(stack: contextlib.ExitStack) -> Optional[str]:
+    """The Lightning checkpoint inside the Ray checkpoint this attempt resumes from, if any: in
+    place on a local or shared disk, downloaded to this node (for as long as `stack` is open)
+    from object storage."""
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is None:
         return None
-    # Checkpoints live on storage every worker can read (the run directory), so no copy is needed.
-    return os.path.join(checkpoint.path, CHECKPOINT_FILE)
+    return os.path.join(stack.enter_context(checkpoint.as_directory()), CHECKPOINT_FILE)
 
 
 def _position_of(checkpoint_path: Optional[str]) -> Optional[Dict[str, Any]]:
