@@ -6,6 +6,7 @@ from PIL import Image
 
 from conftest import run_dirs, run_train, summary_of
 from raydra.data.imagefolder import ImageFolderDataModule
+from raydra.data.splits import stratified_split
 from raydra.errors import RaydraError
 
 
@@ -29,6 +30,21 @@ def test_stratified_split_and_class_names(tmp_path):
         assert sorted(set(loader.labels.tolist())) == [0, 1, 2]
     images, labels = next(iter(data.train_dataloader()))
     assert images.shape == (4, 3, 8, 8) and labels.shape == (4,)
+
+
+def test_stratified_splits_are_fractions_of_the_whole_and_the_same_per_seed():
+    labels = np.repeat([0, 1, 2], [40, 20, 60])
+    cut = stratified_split(labels, {"val": 0.1, "test": 0.2}, seed=3, where="data.root=/x")
+    assert {role: len(index) for role, index in cut.items()} == {"train": 84, "val": 12, "test": 24}
+    assert sorted(np.concatenate(list(cut.values())).tolist()) == list(range(120))  # each sample in one split
+    for role, share in (("val", 0.1), ("test", 0.2)):  # every class in the whole's proportions
+        assert np.bincount(labels[cut[role]]).tolist() == [round(40 * share), round(20 * share), round(60 * share)]
+    again, other = (stratified_split(labels, {"val": 0.1, "test": 0.2}, seed, "data.root=/x") for seed in (3, 4))
+    assert all(np.array_equal(cut[r], again[r]) for r in cut)
+    assert not np.array_equal(np.sort(cut["val"]), np.sort(other["val"]))
+    assert list(stratified_split(labels, {"val": 0.1, "test": 0.0}, 0, "data.root=/x")) == ["train", "val"]
+    with pytest.raises(RaydraError, match=r"^data.root=/x cannot hold out data.val_fraction=0.1 .*add samples to the smallest class.$"):
+        stratified_split(np.array([0, 0, 0, 0, 1, 2]), {"val": 0.1, "test": 0.1}, 0, "data.root=/x")
 
 
 @pytest.mark.parametrize("breakage, message", [

@@ -14,6 +14,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from raydra.data.device_batches import DeviceSplitsDataModule, place_splits
+from raydra.data.splits import stratified_split
 from raydra.errors import RaydraError
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
@@ -66,16 +67,6 @@ def locate(root: str, download: bool) -> Path:
     return base / "cifar-10-batches-py"
 
 
-def stratified_mask(labels: np.ndarray, num_classes: int, fraction: float, seed: int) -> np.ndarray:
-    """True for the held-out `fraction` of every class, chosen with a seeded permutation."""
-    order = np.random.default_rng(seed).permutation(len(labels))
-    mask = np.zeros(len(labels), dtype=bool)
-    for label in range(num_classes):
-        members = order[labels[order] == label]
-        mask[members[: int(round(len(members) * fraction))]] = True
-    return mask
-
-
 class CIFAR10DataModule(DeviceSplitsDataModule):
     """Train split = data_batch_1..5 less a stratified `val_fraction`; test = test_batch.
 
@@ -109,10 +100,9 @@ class CIFAR10DataModule(DeviceSplitsDataModule):
         folder = locate(hp.root, hp.download)
         train_x, train_y = read_batches(folder, TRAIN_FILES)
         test_x, test_y = read_batches(folder, [TEST_FILE])
-        val_mask = stratified_mask(train_y, hp.num_classes, hp.val_fraction, hp.split_seed)
+        cut = stratified_split(train_y, {"val": hp.val_fraction}, hp.split_seed, f"data.root={hp.root}")
         self.loaders = place_splits(
             self.trainer,
-            [("train", train_x[~val_mask], train_y[~val_mask]), ("val", train_x[val_mask], train_y[val_mask]),
-             ("test", test_x, test_y)],
+            [*((role, train_x[index], train_y[index]) for role, index in cut.items()), ("test", test_x, test_y)],
             hp.batch_size, hp.split_seed, hp.augment, hp.mean, hp.std, hp.crop_padding, hp.flip,
         )

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 import numpy as np
 
 from raydra.data.device_batches import DeviceSplitsDataModule, place_splits
+from raydra.data.splits import stratified_split
 from raydra.errors import RaydraError
 from raydra.private_apis import hub_offline
 
@@ -146,14 +147,9 @@ def splits(name: str, loaded: Any, image_column: str, label_column: str, split_n
         parts = {role: part.map(lambda row: {label_column: values.index(row[label_column])}).cast_column(label_column, feature)
                  for role, part in parts.items()}
     names = list(feature.names)
-    total = len(parts["train"])
-    for role, fraction in (("test", test_fraction), ("val", val_fraction)):
-        if role in parts or fraction <= 0:
-            continue
-        # Fractions are of the whole train split, not of what the previous cut left.
-        share = min(1.0, fraction * total / len(parts["train"]))
-        cut = parts["train"].train_test_split(test_size=share, stratify_by_column=label_column, seed=split_seed)
-        parts["train"], parts[role] = cut["train"], cut["test"]
+    missing = {role: fraction for role, fraction in (("val", val_fraction), ("test", test_fraction)) if role not in parts}
+    cut = stratified_split(np.asarray(parts["train"][label_column]), missing, split_seed, f"data.name={name}")
+    parts = {**parts, **{role: parts["train"].select(index) for role, index in cut.items()}}
     return parts, names
 
 

@@ -46,10 +46,12 @@ class CaptionedBatches:
 
 
 def split(count: int, val_fraction: float, seed: int) -> Tuple[np.ndarray, np.ndarray]:
-    """Train and validation indices: a seeded permutation, at least one validation sample."""
-    order = np.random.default_rng(seed).permutation(count)
-    n_val = max(1, int(round(count * val_fraction)))
-    return np.sort(order[n_val:]), np.sort(order[:n_val])
+    """Train and validation indices, sorted: a seeded split by scikit-learn (captions have no
+    classes to stratify by), at least one validation sample."""
+    from sklearn.model_selection import train_test_split
+
+    train, val = train_test_split(np.arange(count), test_size=max(1, int(round(count * val_fraction))), random_state=seed)
+    return np.sort(train), np.sort(val)
 
 
 def read_metadata(root: Path, caption_column: str) -> Tuple[List[Path], List[str]]:

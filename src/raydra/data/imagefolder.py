@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from raydra.data.device_batches import DeviceSplitsDataModule, place_splits
+from raydra.data.splits import stratified_split
 from raydra.errors import RaydraError
 
 EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
@@ -63,16 +64,10 @@ def find_splits(root: str, val_fraction: float, test_fraction: float, seed: int)
         }
     found = scan(folder)
     classes = sorted(found)
-    rng = np.random.default_rng(seed)
-    splits: Dict[str, Tuple[List[Path], List[int]]] = {name: ([], []) for name in SPLITS}
-    for label, name in enumerate(classes):  # stratified: the same fractions of every class
-        files = [found[name][i] for i in rng.permutation(len(found[name]))]
-        n_val, n_test = int(round(len(files) * val_fraction)), int(round(len(files) * test_fraction))
-        for split, part in (("val", files[:n_val]), ("test", files[n_val:n_val + n_test]),
-                            ("train", files[n_val + n_test:])):
-            splits[split][0].extend(part)
-            splits[split][1].extend([label] * len(part))
-    return classes, {split: (paths, np.array(labels)) for split, (paths, labels) in splits.items() if paths}
+    paths = [p for name in classes for p in found[name]]
+    labels = np.array([label for label, name in enumerate(classes) for _ in found[name]])
+    cut = stratified_split(labels, {"val": val_fraction, "test": test_fraction}, seed, f"data.root={root}")
+    return classes, {split: ([paths[i] for i in index], labels[index]) for split, index in cut.items() if len(index)}
 
 
 def describe(root: str, **_: object) -> Dict[str, object]:

@@ -142,15 +142,15 @@ def _preprocess(data: Dict[str, Any], role: str, image_column: str, label_column
 
 def _cifar10(data: Dict[str, Any]) -> Dict[str, Tuple[Any, int, Preprocess]]:
 
-    from raydra.data.cifar10 import TEST_FILE, TRAIN_FILES, locate, read_batches, stratified_mask
+    from raydra.data.cifar10 import TEST_FILE, TRAIN_FILES, locate, read_batches
+    from raydra.data.splits import stratified_split
 
     folder = locate(data["root"], data["download"])
     train_x, train_y = read_batches(folder, TRAIN_FILES)
     test_x, test_y = read_batches(folder, [TEST_FILE])
-    held = stratified_mask(train_y, data["num_classes"], data["val_fraction"], data["split_seed"])
+    cut = stratified_split(train_y, {"val": data["val_fraction"]}, data["split_seed"], f"data.root={data['root']}")
     parts = {}
-    for role, x, y in (("train", train_x[~held], train_y[~held]), ("val", train_x[held], train_y[held]),
-                       ("test", test_x, test_y)):
+    for role, x, y in (*((role, train_x[index], train_y[index]) for role, index in cut.items()), ("test", test_x, test_y)):
         # Seeded shuffle once, so Ray's blocks are not one class after another; the local
         # shuffle buffer and a random block order then vary it per epoch.
         order = np.random.default_rng(data["split_seed"]).permutation(len(y)) if role == "train" else np.arange(len(y))
@@ -225,10 +225,10 @@ def _parquet(data: Dict[str, Any], common: Dict[str, Any]) -> Dict[str, Tuple[An
     import ray.data
 
     from raydra.data import hf
-    from raydra.data.cifar10 import stratified_mask
+    from raydra.data.splits import stratified_split
 
     name, label_column = data["name"], data["label_column"]
-    class_names, values = hf.parquet_classes(name, data["image_column"], label_column)
+    _, values = hf.parquet_classes(name, data["image_column"], label_column)
     files = hf.parquet_files(name)
     try:
         index = ray.data.read_parquet(files, columns=[label_column], include_row_hash=True).to_pandas()
@@ -237,16 +237,9 @@ def _parquet(data: Dict[str, Any], common: Dict[str, Any]) -> Dict[str, Tuple[An
     lookup = {v: i for i, v in enumerate(values)} if values is not None else None
     labels = np.asarray([lookup[v] for v in index[label_column]] if lookup else index[label_column], dtype=np.int64)
     hashes = index["row_hash"].to_numpy()
-    held = {}
-    remaining = np.ones(len(labels), dtype=bool)
-    for role, fraction, seed in (("test", data["test_fraction"], data["split_seed"] + 1),
-                                 ("val", data["val_fraction"], data["split_seed"])):
-        if fraction <= 0:
-            continue
-        within = np.flatnonzero(remaining)
-        mask = stratified_mask(labels[within], len(class_names), fraction * len(labels) / len(within), seed)
-        held[role] = hashes[within[mask]]
-        remaining[within[mask]] = False
+    cut = stratified_split(labels, {"val": data["val_fraction"], "test": data["test_fraction"]}, data["split_seed"],
+                           f"data.name={name}")
+    held = {role: hashes[index] for role, index in cut.items() if role != "train"}
     dropped = np.concatenate(list(held.values())) if held else np.empty(0, dtype=hashes.dtype)
     parts = {}
     for role in ("train", *held):
@@ -254,7 +247,7 @@ def _parquet(data: Dict[str, Any], common: Dict[str, Any]) -> Dict[str, Tuple[An
         extra = dict(label_values=values, **({"drop_hashes": dropped} if role == "train" else {"keep_hashes": held[role]}))
         if role == "train":
             dataset = dataset.randomize_block_order()
-        count = int(remaining.sum()) if role == "train" else len(held[role])
+        count = len(cut[role])
         parts[role] = (dataset, count, _preprocess(data, role, **common, **extra))
     return parts
 
