@@ -5,13 +5,15 @@ data.loader=ray_data streaming them (and CIFAR-10 pickles, image folders) throug
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from PIL import Image
 
 from conftest import run_dirs, run_train, summary_of
 from probe import seen_per_epoch
 from raydra.data import hf
 from raydra.data.hf import HFImageDataModule
-from raydra.data.ray_data import Preprocess, ShardBatches, augment
+from raydra.data.device_batches import crop_flip
+from raydra.data.ray_data import Preprocess, ShardBatches
 from raydra.errors import RaydraError
 from test_config import composed
 
@@ -119,8 +121,19 @@ def test_ray_data_preprocess_decodes_struct_bytes_and_maps_plain_labels(tmp_path
     assert out["image"].shape == (6, 3, 4, 4) and out["image"].dtype == np.float32
     assert out["label"].tolist() == [1, 0, 1, 2, 0, 2]
     assert -1.0 <= out["image"].min() and out["image"].max() <= 1.0
-    flipped = augment(np.arange(2 * 3 * 4 * 4, dtype=np.float32).reshape(2, 3, 4, 4), 2, True, np.random.default_rng(0))
+    flipped = crop_flip(torch.arange(2 * 3 * 4 * 4, dtype=torch.float32).reshape(2, 3, 4, 4), 2, True,
+                        torch.Generator().manual_seed(0))
     assert flipped.shape == (2, 3, 4, 4)
+    # Ray Data's training preprocess augments with that same function: each image as it was or mirrored.
+    plain = Preprocess("image", "labels", size=4, channels=3, mean=[0.5] * 3, std=[0.5] * 3, label_values=["a", "b", "c"])
+    flips = Preprocess("image", "labels", size=4, channels=3, mean=[0.5] * 3, std=[0.5] * 3, label_values=["a", "b", "c"],
+                       augment=True, flip=True)
+    ordered, mirrored = plain(dict(batch))["image"], 0
+    for _ in range(5):  # 30 coin flips: all heads 1 time in 2**30
+        for before, after in zip(ordered, flips(dict(batch))["image"]):
+            assert np.array_equal(after, before) or np.array_equal(after, before[..., ::-1])
+            mirrored += not np.array_equal(after, before)
+    assert mirrored > 0
 
 
 def test_shard_lengths_match_what_an_equal_split_gives_each_worker():

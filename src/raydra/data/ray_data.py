@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
+import torch
 
+from raydra.data.device_batches import crop_flip
 from raydra.errors import RaydraError
 from raydra.lightning import pl
 
@@ -60,7 +62,11 @@ class Preprocess:
             labels = np.asarray(batch[self.label_column], dtype=np.int64)
         images = self._uint8(batch[self.image_column]).astype(np.float32)
         if self.augment:
-            images = augment(images, self.crop_padding, self.flip, np.random.default_rng())
+            # A fresh, randomly seeded generator per batch: Ray Data runs batches in any order on any
+            # process, so there is no stream of draws to continue.
+            generator = torch.Generator()
+            generator.seed()
+            images = crop_flip(torch.from_numpy(images), self.crop_padding, self.flip, generator).numpy()
         return {"image": (images - self.mean) / self.std, "label": labels}
 
     def _uint8(self, column: Any) -> np.ndarray:
@@ -81,22 +87,6 @@ class Preprocess:
 
             _PROCESSORS[self.processor] = image_processor(self.processor)
         return _PROCESSORS[self.processor]
-
-
-def augment(images: np.ndarray, crop_padding: int, flip: bool, rng: np.random.Generator) -> np.ndarray:
-    """Random crop with zero padding and horizontal flip, per image, as array ops over the batch."""
-    n, _, h, w = images.shape
-    if crop_padding:
-        p = crop_padding
-        padded = np.pad(images, ((0, 0), (0, 0), (p, p), (p, p)))
-        dy, dx = rng.integers(0, 2 * p + 1, n), rng.integers(0, 2 * p + 1, n)
-        rows = (dy[:, None] + np.arange(h))[:, None, :, None]
-        cols = (dx[:, None] + np.arange(w))[:, None, None, :]
-        images = padded[np.arange(n)[:, None, None, None], np.arange(images.shape[1])[None, :, None, None], rows, cols]
-    if flip:
-        flipped = rng.random(n) < 0.5
-        images[flipped] = images[flipped][..., ::-1]
-    return images
 
 
 def build(config: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, int]]:
