@@ -136,6 +136,29 @@ def test_ray_data_preprocess_decodes_struct_bytes_and_maps_plain_labels(tmp_path
     assert mirrored > 0
 
 
+class OwnRayData:
+    """A researcher's data module that builds its own Ray Data datasets: build must ask the class."""
+
+    @staticmethod
+    def ray_datasets(data):
+        return {"train": (StandIn(), 10, "train preprocess"), "val": (StandIn(), 0, "val preprocess")}
+
+
+class StandIn:
+    def map_batches(self, fn, **_):
+        return f"mapped with {fn}"
+
+
+def test_ray_data_datasets_come_from_the_data_modules_own_class():
+    from raydra.data.ray_data import build
+
+    datasets, rows = build({"data": {"_target_": "test_hf.OwnRayData", "loader": "ray_data"}, "verbose": True})
+    assert datasets == {"train": "mapped with train preprocess"} and rows == {"train": 10}  # an empty split is left out
+    with pytest.raises(RaydraError, match=r"^data.loader=ray_data needs raydra.data.digits.DigitsDataModule to build "
+                                          r"Ray Data datasets .*set data.loader=dataloader or add one.$"):
+        build({"data": {"_target_": "raydra.data.digits.DigitsDataModule", "loader": "ray_data"}, "verbose": True})
+
+
 def test_shard_lengths_match_what_an_equal_split_gives_each_worker():
     assert len(ShardBatches("train", rows=195, batch_size=16, world_size=2, train=True, seed=0)) == 97 // 16
     assert len(ShardBatches("val", rows=25, batch_size=8, world_size=2, train=False, seed=0)) == 2

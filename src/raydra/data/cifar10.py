@@ -9,7 +9,7 @@ import pickle
 import tarfile
 import urllib.request
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -106,3 +106,24 @@ class CIFAR10DataModule(DeviceSplitsDataModule):
             [*((role, train_x[index], train_y[index]) for role, index in cut.items()), ("test", test_x, test_y)],
             hp.batch_size, hp.split_seed, hp.augment, hp.mean, hp.std, hp.crop_padding, hp.flip,
         )
+
+    @staticmethod
+    def ray_datasets(data: Dict[str, Any]) -> Dict[str, Tuple[Any, int, Any]]:
+        """data.loader=ray_data: {split: (ray.data.Dataset, rows, its Preprocess)} from the same
+        arrays and split as setup, for raydra.data.ray_data.build."""
+        from raydra.data.ray_data import from_arrays, preprocess
+
+        folder = locate(data["root"], data["download"])
+        train_x, train_y = read_batches(folder, TRAIN_FILES)
+        test_x, test_y = read_batches(folder, [TEST_FILE])
+        cut = stratified_split(train_y, {"val": data["val_fraction"]}, data["split_seed"], f"data.root={data['root']}")
+        parts = {}
+        for role, x, y in (*((role, train_x[index], train_y[index]) for role, index in cut.items()), ("test", test_x, test_y)):
+            # Seeded shuffle once, so Ray's blocks are not one class after another; the local
+            # shuffle buffer and a random block order then vary it per epoch.
+            order = np.random.default_rng(data["split_seed"]).permutation(len(y)) if role == "train" else np.arange(len(y))
+            dataset = from_arrays(x[order], y[order])
+            if role == "train":
+                dataset = dataset.randomize_block_order()
+            parts[role] = (dataset, len(y), preprocess(data, role, "image", "label", 32, data["mean"], data["std"]))
+        return parts

@@ -332,3 +332,65 @@ class HFImageDataModule(DeviceSplitsDataModule):
         )
         self.loaders = place_splits(self.trainer, decoded, hp.batch_size, hp.split_seed, hp.augment, mean, std,
                                     hp.crop_padding, hp.flip)
+
+    @staticmethod
+    def ray_datasets(data: Dict[str, Any]) -> Dict[str, Tuple[Any, int, Any]]:
+        """data.loader=ray_data: {split: (ray.data.Dataset, rows, its Preprocess)}, for
+        raydra.data.ray_data.build: from_huggingface over the same splits as setup, or
+        read_parquet for a parquet source."""
+        import ray.data
+
+        from raydra.data.ray_data import preprocess
+
+        processor = image_processor(data.get("processor"))
+        mean, std = normalisation(processor, data["mean"], data["std"], data["num_channels"])
+        size = processor_shape(processor, data["image_size"])[0]
+        common = dict(image_column=data["image_column"], label_column=data["label_column"], size=size, mean=mean,
+                      std=std, processor=data.get("processor"))
+        name = data["name"]
+        if Path(name).expanduser().exists() and is_parquet(name):
+            return _ray_parquet(data, common)
+        parts, _ = splits(name, load(name, data.get("subset"), data.get("revision")), data["image_column"],
+                          data["label_column"], data.get("splits"), data["val_fraction"], data["test_fraction"],
+                          data["split_seed"])
+        out = {}
+        for role, part in parts.items():
+            if role == "train":
+                part = part.shuffle(seed=data["split_seed"])
+            keep = part.select_columns([data["image_column"], data["label_column"]]).flatten_indices()
+            dataset = ray.data.from_huggingface(keep)
+            out[role] = (dataset.randomize_block_order() if role == "train" else dataset, len(keep),
+                         preprocess(data, role, **common))
+        return out
+
+
+def _ray_parquet(data: Dict[str, Any], common: Dict[str, Any]) -> Dict[str, Tuple[Any, int, Any]]:
+    """read_parquet for every split. Parquet has no split names here, so val/test are cut by row:
+    a stratified seeded split over each row's deterministic hash (file path + position), chosen
+    from the label column alone before any image is read."""
+    import ray.data
+
+    from raydra.data.ray_data import preprocess
+
+    name, label_column = data["name"], data["label_column"]
+    _, values = parquet_classes(name, data["image_column"], label_column)
+    files = parquet_files(name)
+    try:
+        index = ray.data.read_parquet(files, columns=[label_column], include_row_hash=True).to_pandas()
+    except Exception as error:
+        raise RaydraError(f"data.name={name} is not readable parquet ({_first_line(error)}); write it again.") from None
+    lookup = {v: i for i, v in enumerate(values)} if values is not None else None
+    labels = np.asarray([lookup[v] for v in index[label_column]] if lookup else index[label_column], dtype=np.int64)
+    hashes = index["row_hash"].to_numpy()
+    cut = stratified_split(labels, {"val": data["val_fraction"], "test": data["test_fraction"]}, data["split_seed"],
+                           f"data.name={name}")
+    held = {role: hashes[index] for role, index in cut.items() if role != "train"}
+    dropped = np.concatenate(list(held.values())) if held else np.empty(0, dtype=hashes.dtype)
+    parts = {}
+    for role in ("train", *held):
+        dataset = ray.data.read_parquet(files, include_row_hash=True)
+        extra = dict(label_values=values, **({"drop_hashes": dropped} if role == "train" else {"keep_hashes": held[role]}))
+        if role == "train":
+            dataset = dataset.randomize_block_order()
+        parts[role] = (dataset, len(cut[role]), preprocess(data, role, **common, **extra))
+    return parts

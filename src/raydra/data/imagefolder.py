@@ -6,7 +6,7 @@ Without split subfolders, train/val/test come from a stratified split with a fix
 """
 
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -121,3 +121,25 @@ class ImageFolderDataModule(DeviceSplitsDataModule):
             hp.batch_size, hp.split_seed, hp.augment, hp.mean[: hp.num_channels], hp.std[: hp.num_channels],
             hp.crop_padding, hp.flip,
         )
+
+    @staticmethod
+    def ray_datasets(data: Dict[str, Any]) -> Dict[str, Tuple[Any, int, Any]]:
+        """data.loader=ray_data: {split: (ray.data.Dataset, rows, its Preprocess)}, the same split's
+        files through read_images, for raydra.data.ray_data.build."""
+        import ray.data
+
+        from raydra.data.ray_data import preprocess
+
+        _, splits = find_splits(data["root"], data["val_fraction"], data["test_fraction"], data["split_seed"])
+        size, channels = data["image_size"], data["num_channels"]
+        parts = {}
+        for role, (paths, labels) in splits.items():
+            order = np.random.default_rng(data["split_seed"]).permutation(len(paths)) if role == "train" else np.arange(len(paths))
+            files = [str(Path(paths[i]).resolve()) for i in order]
+            dataset = ray.data.read_images(files, size=(size, size), mode={1: "L", 3: "RGB"}[channels], include_paths=True)
+            if role == "train":
+                dataset = dataset.randomize_block_order()
+            by_path = {str(Path(p).resolve()): int(label) for p, label in zip(paths, labels)}
+            parts[role] = (dataset, len(files), preprocess(data, role, "image", "label", size, data["mean"][:channels],
+                                                           data["std"][:channels], labels_by_path=by_path))
+        return parts
