@@ -159,6 +159,19 @@ def test_ray_data_datasets_come_from_the_data_modules_own_class():
         build({"data": {"_target_": "raydra.data.digits.DigitsDataModule", "loader": "ray_data"}, "verbose": True})
 
 
+def test_ray_data_without_a_test_split_has_none_to_test():
+    from raydra.data.ray_data import RayDataModule
+    from raydra.worker.loop import _has_test_split
+
+    for rows in ({"train": 96, "val": 24}, {"train": 96, "val": 24, "test": 1}):  # one row cannot feed two workers
+        data = RayDataModule(rows, batch_size=16, world_size=2)
+        assert not _has_test_split(data) and data.val_dataloader() is data.loaders["val"]
+        with pytest.raises(RaydraError, match="has no test split"):
+            data.test_dataloader()
+    data = RayDataModule({"train": 96, "val": 24, "test": 24}, batch_size=16, world_size=2)
+    assert _has_test_split(data) and data.test_dataloader().split == "test"
+
+
 def test_shard_lengths_match_what_an_equal_split_gives_each_worker():
     assert len(ShardBatches("train", rows=195, batch_size=16, world_size=2, train=True, seed=0)) == 97 // 16
     assert len(ShardBatches("val", rows=25, batch_size=8, world_size=2, train=False, seed=0)) == 2
@@ -248,6 +261,7 @@ def test_streams_a_parquet_file_through_ray_data_on_two_workers(ray_cluster, tmp
     summary = summary_of(run_dir)
     assert summary["status"] == "completed"
     assert summary["data"]["rows"] == {"train": 192, "val": 24, "test": 24} and summary["data"]["loader"] == "ray_data"
+    assert summary["test_skipped"] is None
     assert summary["global_step"] == 2 * 6
     assert_each_sample_once_per_epoch(run_dir, 192, 2)
     assert summary["metrics"]["final"]["test/acc"] > 0.5

@@ -9,6 +9,7 @@ from typing import Any, Dict, Iterable, Iterator, Sequence, Tuple
 
 import torch
 
+from raydra.errors import RaydraError
 from raydra.lightning import pl
 
 
@@ -128,18 +129,30 @@ def place_splits(trainer: Any, splits: Iterable[Tuple[str, Any, Any]], batch_siz
 
 
 class DeviceSplitsDataModule(pl.LightningDataModule):
-    """A data module whose `setup` fills `self.loaders` (see place_splits). A data set without a
-    validation or a test split uses the other for both."""
+    """A data module whose `setup` fills `self.loaders` (see place_splits; RayDataModule fills it with
+    Ray Data shards instead) with a "train" split and "val" and/or "test". A data set without a validation split validates on its test split, so the
+    monitored metric exists; one without a test split is never tested (`has_test_split`), so no
+    other split's figures are reported as test ones."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.loaders: Dict[str, DeviceBatches] = {}
+        self.loaders: Dict[str, Any] = {}
 
-    def train_dataloader(self) -> DeviceBatches:
+    @property
+    def has_test_split(self) -> bool:
+        """Whether setup found a test split at least as large as the world; raydra's worker loop
+        runs `trainer.test` only then."""
+        return "test" in self.loaders
+
+    def train_dataloader(self) -> Any:
         return self.loaders["train"]
 
-    def val_dataloader(self) -> DeviceBatches:
-        return self.loaders.get("val") or self.loaders["test"]
+    # By key, not `or`: a loader with no batches is falsy.
+    def val_dataloader(self) -> Any:
+        return self.loaders["val" if "val" in self.loaders else "test"]
 
-    def test_dataloader(self) -> DeviceBatches:
-        return self.loaders.get("test") or self.loaders["val"]
+    def test_dataloader(self) -> Any:
+        if not self.has_test_split:
+            raise RaydraError(f"{type(self).__name__} has no test split (none in the data, data.test_fraction=0, or "
+                              "fewer test samples than workers); add one or set trainer.test=false.")
+        return self.loaders["test"]

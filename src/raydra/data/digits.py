@@ -8,6 +8,7 @@ from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, TensorDataset
 
 from raydra.data.splits import stratified_split
+from raydra.errors import RaydraError
 from raydra.lightning import pl
 
 
@@ -62,5 +63,12 @@ class DigitsDataModule(pl.LightningDataModule):
     def val_dataloader(self) -> DataLoader:
         return self._loader("val", shuffle=False)
 
+    @property
+    def has_test_split(self) -> bool:
+        """False with data.test_fraction=0; raydra's worker loop then runs no test."""
+        return "test" in self.splits
+
     def test_dataloader(self) -> DataLoader:
+        if not self.has_test_split:
+            raise RaydraError("data=digits has no test split with data.test_fraction=0; raise it or set trainer.test=false.")
         return self._loader("test", shuffle=False)

@@ -21,9 +21,8 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from raydra.data.device_batches import crop_flip
+from raydra.data.device_batches import DeviceSplitsDataModule, crop_flip
 from raydra.errors import RaydraError
-from raydra.lightning import pl
 
 ROLES = ("train", "val", "test")
 # Rows a worker shuffles among before batching (Ray's local shuffle): cheap, no all-to-all.
@@ -173,21 +172,13 @@ class ShardBatches:
             yield batch["image"], batch["label"]
 
 
-class RayDataModule(pl.LightningDataModule):
-    """What every worker trains from under data.loader=ray_data: the driver's datasets, sharded."""
+class RayDataModule(DeviceSplitsDataModule):
+    """What every worker trains from under data.loader=ray_data: the driver's datasets, sharded.
+    Splits are what the driver built (`rows`): one it left out is not there, as under setup."""
 
     def __init__(self, rows: Dict[str, int], batch_size: int, world_size: int, seed: int = 0) -> None:
         super().__init__()
         per_worker = batch_size // world_size
+        # As place_splits: a split with fewer rows than workers would leave some workers without a batch.
         self.loaders = {role: ShardBatches(role, count, per_worker, world_size, train=role == "train", seed=seed)
-                        for role, count in rows.items()}
-
-    def train_dataloader(self) -> ShardBatches:
-        return self.loaders["train"]
-
-    # By key, not `or`: a loader with no batches is falsy.
-    def val_dataloader(self) -> ShardBatches:
-        return self.loaders["val" if "val" in self.loaders else "test"]
-
-    def test_dataloader(self) -> ShardBatches:
-        return self.loaders["test" if "test" in self.loaders else "val"]
+                        for role, count in rows.items() if count >= world_size}
