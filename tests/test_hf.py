@@ -5,13 +5,15 @@ data.loader=ray_data streaming them (and CIFAR-10 pickles, image folders) throug
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from PIL import Image
 
 from conftest import run_dirs, run_train, summary_of
 from probe import seen_per_epoch
 from raydra.data import hf
 from raydra.data.hf import HFImageDataModule
-from raydra.data.ray_data import Preprocess, ShardBatches, augment
+from raydra.data.device_batches import crop_flip
+from raydra.data.ray_data import Preprocess, ShardBatches
 from raydra.errors import RaydraError
 from test_config import composed
 
@@ -119,8 +121,55 @@ def test_ray_data_preprocess_decodes_struct_bytes_and_maps_plain_labels(tmp_path
     assert out["image"].shape == (6, 3, 4, 4) and out["image"].dtype == np.float32
     assert out["label"].tolist() == [1, 0, 1, 2, 0, 2]
     assert -1.0 <= out["image"].min() and out["image"].max() <= 1.0
-    flipped = augment(np.arange(2 * 3 * 4 * 4, dtype=np.float32).reshape(2, 3, 4, 4), 2, True, np.random.default_rng(0))
+    flipped = crop_flip(torch.arange(2 * 3 * 4 * 4, dtype=torch.float32).reshape(2, 3, 4, 4), 2, True,
+                        torch.Generator().manual_seed(0))
     assert flipped.shape == (2, 3, 4, 4)
+    # Ray Data's training preprocess augments with that same function: each image as it was or mirrored.
+    plain = Preprocess("image", "labels", size=4, channels=3, mean=[0.5] * 3, std=[0.5] * 3, label_values=["a", "b", "c"])
+    flips = Preprocess("image", "labels", size=4, channels=3, mean=[0.5] * 3, std=[0.5] * 3, label_values=["a", "b", "c"],
+                       augment=True, flip=True)
+    ordered, mirrored = plain(dict(batch))["image"], 0
+    for _ in range(5):  # 30 coin flips: all heads 1 time in 2**30
+        for before, after in zip(ordered, flips(dict(batch))["image"]):
+            assert np.array_equal(after, before) or np.array_equal(after, before[..., ::-1])
+            mirrored += not np.array_equal(after, before)
+    assert mirrored > 0
+
+
+class OwnRayData:
+    """A researcher's data module that builds its own Ray Data datasets: build must ask the class."""
+
+    @staticmethod
+    def ray_datasets(data):
+        return {"train": (StandIn(), 10, "train preprocess"), "val": (StandIn(), 0, "val preprocess")}
+
+
+class StandIn:
+    def map_batches(self, fn, **_):
+        return f"mapped with {fn}"
+
+
+def test_ray_data_datasets_come_from_the_data_modules_own_class():
+    from raydra.data.ray_data import build
+
+    datasets, rows = build({"data": {"_target_": "test_hf.OwnRayData", "loader": "ray_data"}, "verbose": True})
+    assert datasets == {"train": "mapped with train preprocess"} and rows == {"train": 10}  # an empty split is left out
+    with pytest.raises(RaydraError, match=r"^data.loader=ray_data needs raydra.data.digits.DigitsDataModule to build "
+                                          r"Ray Data datasets .*set data.loader=dataloader or add one.$"):
+        build({"data": {"_target_": "raydra.data.digits.DigitsDataModule", "loader": "ray_data"}, "verbose": True})
+
+
+def test_ray_data_without_a_test_split_has_none_to_test():
+    from raydra.data.ray_data import RayDataModule
+    from raydra.worker.loop import _has_test_split
+
+    for rows in ({"train": 96, "val": 24}, {"train": 96, "val": 24, "test": 1}):  # one row cannot feed two workers
+        data = RayDataModule(rows, batch_size=16, world_size=2)
+        assert not _has_test_split(data) and data.val_dataloader() is data.loaders["val"]
+        with pytest.raises(RaydraError, match="has no test split"):
+            data.test_dataloader()
+    data = RayDataModule({"train": 96, "val": 24, "test": 24}, batch_size=16, world_size=2)
+    assert _has_test_split(data) and data.test_dataloader().split == "test"
 
 
 def test_shard_lengths_match_what_an_equal_split_gives_each_worker():
@@ -212,6 +261,7 @@ def test_streams_a_parquet_file_through_ray_data_on_two_workers(ray_cluster, tmp
     summary = summary_of(run_dir)
     assert summary["status"] == "completed"
     assert summary["data"]["rows"] == {"train": 192, "val": 24, "test": 24} and summary["data"]["loader"] == "ray_data"
+    assert summary["test_skipped"] is None
     assert summary["global_step"] == 2 * 6
     assert_each_sample_once_per_epoch(run_dir, 192, 2)
     assert summary["metrics"]["final"]["test/acc"] > 0.5

@@ -2,11 +2,14 @@
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from conftest import run_dirs, run_train, summary_of
 from raydra.data.imagefolder import ImageFolderDataModule
+from raydra.data.splits import stratified_split
 from raydra.errors import RaydraError
+from raydra.lightning import pl
 
 
 def write_folder(root, classes=("circle", "square", "stripe"), per_class=20, size=16):
@@ -29,6 +32,70 @@ def test_stratified_split_and_class_names(tmp_path):
         assert sorted(set(loader.labels.tolist())) == [0, 1, 2]
     images, labels = next(iter(data.train_dataloader()))
     assert images.shape == (4, 3, 8, 8) and labels.shape == (4,)
+
+
+def test_stratified_splits_are_fractions_of_the_whole_and_the_same_per_seed():
+    labels = np.repeat([0, 1, 2], [40, 20, 60])
+    cut = stratified_split(labels, {"val": 0.1, "test": 0.2}, seed=3, where="data.root=/x")
+    assert {role: len(index) for role, index in cut.items()} == {"train": 84, "val": 12, "test": 24}
+    assert sorted(np.concatenate(list(cut.values())).tolist()) == list(range(120))  # each sample in one split
+    for role, share in (("val", 0.1), ("test", 0.2)):  # every class in the whole's proportions
+        assert np.bincount(labels[cut[role]]).tolist() == [round(40 * share), round(20 * share), round(60 * share)]
+    again, other = (stratified_split(labels, {"val": 0.1, "test": 0.2}, seed, "data.root=/x") for seed in (3, 4))
+    assert all(np.array_equal(cut[r], again[r]) for r in cut)
+    assert not np.array_equal(np.sort(cut["val"]), np.sort(other["val"]))
+    assert list(stratified_split(labels, {"val": 0.1, "test": 0.0}, 0, "data.root=/x")) == ["train", "val"]
+    with pytest.raises(RaydraError, match=r"^data.root=/x cannot hold out data.val_fraction=0.1 .*add samples to the smallest class.$"):
+        stratified_split(np.array([0, 0, 0, 0, 1, 2]), {"val": 0.1, "test": 0.1}, 0, "data.root=/x")
+
+
+class TinyClassifier(pl.LightningModule):
+    """Logs val/acc and test/acc the way raydra's models do, so a test run's figures can be told apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(3 * 8 * 8, 3)
+
+    def training_step(self, batch, batch_idx):
+        images, labels = batch
+        return torch.nn.functional.cross_entropy(self.layer(images.flatten(1)), labels)
+
+    def _acc(self, batch):
+        images, labels = batch
+        return (self.layer(images.flatten(1)).argmax(-1) == labels).float().mean()
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val/acc", self._acc(batch))
+
+    def test_step(self, batch, batch_idx):
+        self.log("test/acc", self._acc(batch))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+@pytest.mark.parametrize("test_fraction", [0.0, 0.1])
+def test_validation_is_never_reported_as_test(tmp_path, test_fraction):
+    """Data without a test split runs no test: before, test_dataloader fell back to the validation
+    split and the run reported its figures as test/*."""
+    from raydra.worker import loop
+
+    data = ImageFolderDataModule(root=str(write_folder(tmp_path)), num_classes=3, image_size=8, batch_size=8,
+                                 test_fraction=test_fraction, augment=False)
+    model = TinyClassifier()
+    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model, datamodule=data)
+    assert loop._has_test_split(data) is bool(test_fraction)
+    metrics, skipped = loop.run_test(trainer, model, data, enabled=True, rank=0)
+    if test_fraction:
+        assert list(metrics) == ["test/acc"] and skipped is None
+        return
+    assert metrics == {} and skipped == "the data has no test split"
+    assert not any(key.startswith("test/") for key in trainer.callback_metrics)
+    with pytest.raises(RaydraError, match="has no test split"):
+        data.test_dataloader()
+    assert data.val_dataloader() is data.loaders["val"]
 
 
 @pytest.mark.parametrize("breakage, message", [

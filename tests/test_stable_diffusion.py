@@ -208,6 +208,10 @@ def test_sd_tiny_trains_samples_and_exports_on_two_workers(ray_cluster, tmp_path
     summary = summary_of(run_dir)
     assert summary["status"] == "completed" and summary["world_size"] == 2
     assert summary["global_step"] == 4 * 64  # 256 images, 2 per worker per step
+    # Captioned shapes have train and val only: no test, and no figure of another split under test/.
+    assert summary["test_skipped"] == "the data has no test split"
+    assert not [key for key in summary["metrics"]["final"] if key.startswith("test/")]
+    assert "no test: the data has no test split" in done.stdout + done.stderr
     epoch_losses = [float(r["train/loss_epoch"]) for r in csv.DictReader(open(run_dir / "metrics.csv"))
                     if r.get("train/loss_epoch")]
     assert len(epoch_losses) == 4 and epoch_losses[-1] < 0.85 * epoch_losses[0], epoch_losses

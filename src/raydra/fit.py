@@ -273,6 +273,8 @@ def _outcome(result: Any, config: Dict[str, Any]) -> Dict[str, Any]:
         "peak_memory_bytes": max((w["peak_bytes"] for w in memory), default=None),
         "memory_per_worker": memory,
         "epochs_completed": worker.get("epochs_completed"),
+        # Why final metrics hold no test/* (the data has no test split, trainer.test=false); null when tested.
+        "test_skipped": worker.get("test_skipped"),
         "global_step": worker.get("global_step"),
         "checkpoints": {
             "best": _ckpt_file(checkpoints, best_checkpoint),

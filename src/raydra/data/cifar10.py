@@ -9,11 +9,12 @@ import pickle
 import tarfile
 import urllib.request
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from raydra.data.device_batches import DeviceSplitsDataModule, place_splits
+from raydra.data.splits import stratified_split
 from raydra.errors import RaydraError
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
@@ -66,16 +67,6 @@ def locate(root: str, download: bool) -> Path:
     return base / "cifar-10-batches-py"
 
 
-def stratified_mask(labels: np.ndarray, num_classes: int, fraction: float, seed: int) -> np.ndarray:
-    """True for the held-out `fraction` of every class, chosen with a seeded permutation."""
-    order = np.random.default_rng(seed).permutation(len(labels))
-    mask = np.zeros(len(labels), dtype=bool)
-    for label in range(num_classes):
-        members = order[labels[order] == label]
-        mask[members[: int(round(len(members) * fraction))]] = True
-    return mask
-
-
 class CIFAR10DataModule(DeviceSplitsDataModule):
     """Train split = data_batch_1..5 less a stratified `val_fraction`; test = test_batch.
 
@@ -109,10 +100,30 @@ class CIFAR10DataModule(DeviceSplitsDataModule):
         folder = locate(hp.root, hp.download)
         train_x, train_y = read_batches(folder, TRAIN_FILES)
         test_x, test_y = read_batches(folder, [TEST_FILE])
-        val_mask = stratified_mask(train_y, hp.num_classes, hp.val_fraction, hp.split_seed)
+        cut = stratified_split(train_y, {"val": hp.val_fraction}, hp.split_seed, f"data.root={hp.root}")
         self.loaders = place_splits(
             self.trainer,
-            [("train", train_x[~val_mask], train_y[~val_mask]), ("val", train_x[val_mask], train_y[val_mask]),
-             ("test", test_x, test_y)],
+            [*((role, train_x[index], train_y[index]) for role, index in cut.items()), ("test", test_x, test_y)],
             hp.batch_size, hp.split_seed, hp.augment, hp.mean, hp.std, hp.crop_padding, hp.flip,
         )
+
+    @staticmethod
+    def ray_datasets(data: Dict[str, Any]) -> Dict[str, Tuple[Any, int, Any]]:
+        """data.loader=ray_data: {split: (ray.data.Dataset, rows, its Preprocess)} from the same
+        arrays and split as setup, for raydra.data.ray_data.build."""
+        from raydra.data.ray_data import from_arrays, preprocess
+
+        folder = locate(data["root"], data["download"])
+        train_x, train_y = read_batches(folder, TRAIN_FILES)
+        test_x, test_y = read_batches(folder, [TEST_FILE])
+        cut = stratified_split(train_y, {"val": data["val_fraction"]}, data["split_seed"], f"data.root={data['root']}")
+        parts = {}
+        for role, x, y in (*((role, train_x[index], train_y[index]) for role, index in cut.items()), ("test", test_x, test_y)):
+            # Seeded shuffle once, so Ray's blocks are not one class after another; the local
+            # shuffle buffer and a random block order then vary it per epoch.
+            order = np.random.default_rng(data["split_seed"]).permutation(len(y)) if role == "train" else np.arange(len(y))
+            dataset = from_arrays(x[order], y[order])
+            if role == "train":
+                dataset = dataset.randomize_block_order()
+            parts[role] = (dataset, len(y), preprocess(data, role, "image", "label", 32, data["mean"], data["std"]))
+        return parts

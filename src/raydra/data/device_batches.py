@@ -9,6 +9,7 @@ from typing import Any, Dict, Iterable, Iterator, Sequence, Tuple
 
 import torch
 
+from raydra.errors import RaydraError
 from raydra.lightning import pl
 
 
@@ -17,6 +18,37 @@ def worker_placement(trainer: Any) -> Tuple[torch.device, int, int]:
     if trainer is None:
         return torch.device("cpu"), 0, 1
     return trainer.strategy.root_device, trainer.global_rank, trainer.world_size
+
+
+def draw(n: int, crop_padding: int, flip: bool, generator: torch.Generator) -> Tuple[Any, Any, Any]:
+    """crop_flip's random draws for n images (row and column offsets, which to flip), on the CPU
+    generator whatever the images' device, so a batch's draws do not depend on where it runs."""
+    p = crop_padding
+    dy = torch.randint(0, 2 * p + 1, (n,), generator=generator) if p else None
+    dx = torch.randint(0, 2 * p + 1, (n,), generator=generator) if p else None
+    flipped = torch.rand(n, generator=generator) < 0.5 if flip else None
+    return dy, dx, flipped
+
+
+def crop_flip(images: torch.Tensor, crop_padding: int, flip: bool, generator: torch.Generator) -> torch.Tensor:
+    """Random crop with zero padding and horizontal flip, per image, as tensor ops over the (n, C, H, W)
+    batch: the one training augmentation, for batches on a worker's device and for Ray Data's
+    map_batches tasks alike."""
+    n, _, h, w = images.shape
+    dy, dx, flipped = draw(n, crop_padding, flip, generator)
+    if crop_padding:
+        p = crop_padding
+        padded = torch.nn.functional.pad(images, (p, p, p, p))
+        dy, dx = dy.to(images.device), dx.to(images.device)
+        rows = (dy.view(n, 1) + torch.arange(h, device=images.device)).view(n, 1, h, 1)
+        cols = (dx.view(n, 1) + torch.arange(w, device=images.device)).view(n, 1, 1, w)
+        batch = torch.arange(n, device=images.device).view(n, 1, 1, 1)
+        channel = torch.arange(images.shape[1], device=images.device).view(1, -1, 1, 1)
+        images = padded[batch, channel, rows, cols]
+    if flip:
+        flipped = flipped.to(images.device).view(n, 1, 1, 1)
+        images = torch.where(flipped, images.flip(-1), images)
+    return images
 
 
 class DeviceBatches:
@@ -66,36 +98,12 @@ class DeviceBatches:
             if number < skip:
                 if self.augment:
                     # A skipped batch still draws its augmentation, so later batches get the same draws.
-                    self._draw(len(index), generator)
+                    draw(len(index), self.crop_padding, self.flip, generator)
                 continue
             images = self.images[index].float()
             if self.augment:
-                images = self._augment(images, generator)
+                images = crop_flip(images, self.crop_padding, self.flip, generator)
             yield (images - self.mean) / self.std, self.labels[index]
-
-    def _draw(self, n: int, generator: torch.Generator) -> Tuple[Any, Any, Any]:
-        p = self.crop_padding
-        dy = torch.randint(0, 2 * p + 1, (n,), generator=generator) if p else None
-        dx = torch.randint(0, 2 * p + 1, (n,), generator=generator) if p else None
-        flip = torch.rand(n, generator=generator) < 0.5 if self.flip else None
-        return dy, dx, flip
-
-    def _augment(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        n, _, h, w = images.shape
-        dy, dx, flip = self._draw(n, generator)
-        if self.crop_padding:
-            p = self.crop_padding
-            padded = torch.nn.functional.pad(images, (p, p, p, p))
-            dy, dx = dy.to(images.device), dx.to(images.device)
-            rows = (dy.view(n, 1) + torch.arange(h, device=images.device)).view(n, 1, h, 1)
-            cols = (dx.view(n, 1) + torch.arange(w, device=images.device)).view(n, 1, 1, w)
-            batch = torch.arange(n, device=images.device).view(n, 1, 1, 1)
-            channel = torch.arange(images.shape[1], device=images.device).view(1, -1, 1, 1)
-            images = padded[batch, channel, rows, cols]
-        if self.flip:
-            flip = flip.to(images.device).view(n, 1, 1, 1)
-            images = torch.where(flip, images.flip(-1), images)
-        return images
 
 
 def place_splits(trainer: Any, splits: Iterable[Tuple[str, Any, Any]], batch_size: int, seed: int, augment: bool,
@@ -121,18 +129,30 @@ def place_splits(trainer: Any, splits: Iterable[Tuple[str, Any, Any]], batch_siz
 
 
 class DeviceSplitsDataModule(pl.LightningDataModule):
-    """A data module whose `setup` fills `self.loaders` (see place_splits). A data set without a
-    validation or a test split uses the other for both."""
+    """A data module whose `setup` fills `self.loaders` (see place_splits; RayDataModule fills it with
+    Ray Data shards instead) with a "train" split and "val" and/or "test". A data set without a validation split validates on its test split, so the
+    monitored metric exists; one without a test split is never tested (`has_test_split`), so no
+    other split's figures are reported as test ones."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.loaders: Dict[str, DeviceBatches] = {}
+        self.loaders: Dict[str, Any] = {}
 
-    def train_dataloader(self) -> DeviceBatches:
+    @property
+    def has_test_split(self) -> bool:
+        """Whether setup found a test split at least as large as the world; raydra's worker loop
+        runs `trainer.test` only then."""
+        return "test" in self.loaders
+
+    def train_dataloader(self) -> Any:
         return self.loaders["train"]
 
-    def val_dataloader(self) -> DeviceBatches:
-        return self.loaders.get("val") or self.loaders["test"]
+    # By key, not `or`: a loader with no batches is falsy.
+    def val_dataloader(self) -> Any:
+        return self.loaders["val" if "val" in self.loaders else "test"]
 
-    def test_dataloader(self) -> DeviceBatches:
-        return self.loaders.get("test") or self.loaders["val"]
+    def test_dataloader(self) -> Any:
+        if not self.has_test_split:
+            raise RaydraError(f"{type(self).__name__} has no test split (none in the data, data.test_fraction=0, or "
+                              "fewer test samples than workers); add one or set trainer.test=false.")
+        return self.loaders["test"]

@@ -5,9 +5,10 @@ from typing import Optional
 import numpy as np
 import torch
 from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 from torch.utils.data import DataLoader, TensorDataset
 
+from raydra.data.splits import stratified_split
+from raydra.errors import RaydraError
 from raydra.lightning import pl
 
 
@@ -41,16 +42,10 @@ class DigitsDataModule(pl.LightningDataModule):
         images, labels = load_digits(return_X_y=True)
         # Pixel values are 0..16; centre them so the patch embedding starts well conditioned.
         images = ((images / 16.0 - 0.5) / 0.5).astype(np.float32).reshape(-1, 1, 8, 8)
-        seed = self.hparams.split_seed
-        held_out = self.hparams.val_fraction + self.hparams.test_fraction
-        x_train, x_rest, y_train, y_rest = train_test_split(
-            images, labels, test_size=held_out, stratify=labels, random_state=seed
-        )
-        x_val, x_test, y_val, y_test = train_test_split(
-            x_rest, y_rest, test_size=self.hparams.test_fraction / held_out, stratify=y_rest, random_state=seed
-        )
-        for name, x, y in (("train", x_train, y_train), ("val", x_val, y_val), ("test", x_test, y_test)):
-            self.splits[name] = TensorDataset(torch.from_numpy(x), torch.from_numpy(y).long())
+        hp = self.hparams
+        cut = stratified_split(labels, {"val": hp.val_fraction, "test": hp.test_fraction}, hp.split_seed, "data=digits")
+        for name, index in cut.items():
+            self.splits[name] = TensorDataset(torch.from_numpy(images[index]), torch.from_numpy(labels[index]).long())
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         return DataLoader(
@@ -68,5 +63,12 @@ class DigitsDataModule(pl.LightningDataModule):
     def val_dataloader(self) -> DataLoader:
         return self._loader("val", shuffle=False)
 
+    @property
+    def has_test_split(self) -> bool:
+        """False with data.test_fraction=0; raydra's worker loop then runs no test."""
+        return "test" in self.splits
+
     def test_dataloader(self) -> DataLoader:
+        if not self.has_test_split:
+            raise RaydraError("data=digits has no test split with data.test_fraction=0; raise it or set trainer.test=false.")
         return self._loader("test", shuffle=False)

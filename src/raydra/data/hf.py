@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 import numpy as np
 
 from raydra.data.device_batches import DeviceSplitsDataModule, place_splits
+from raydra.data.splits import stratified_split
 from raydra.errors import RaydraError
 from raydra.private_apis import hub_offline
 
@@ -146,14 +147,9 @@ def splits(name: str, loaded: Any, image_column: str, label_column: str, split_n
         parts = {role: part.map(lambda row: {label_column: values.index(row[label_column])}).cast_column(label_column, feature)
                  for role, part in parts.items()}
     names = list(feature.names)
-    total = len(parts["train"])
-    for role, fraction in (("test", test_fraction), ("val", val_fraction)):
-        if role in parts or fraction <= 0:
-            continue
-        # Fractions are of the whole train split, not of what the previous cut left.
-        share = min(1.0, fraction * total / len(parts["train"]))
-        cut = parts["train"].train_test_split(test_size=share, stratify_by_column=label_column, seed=split_seed)
-        parts["train"], parts[role] = cut["train"], cut["test"]
+    missing = {role: fraction for role, fraction in (("val", val_fraction), ("test", test_fraction)) if role not in parts}
+    cut = stratified_split(np.asarray(parts["train"][label_column]), missing, split_seed, f"data.name={name}")
+    parts = {**parts, **{role: parts["train"].select(index) for role, index in cut.items()}}
     return parts, names
 
 
@@ -336,3 +332,65 @@ class HFImageDataModule(DeviceSplitsDataModule):
         )
         self.loaders = place_splits(self.trainer, decoded, hp.batch_size, hp.split_seed, hp.augment, mean, std,
                                     hp.crop_padding, hp.flip)
+
+    @staticmethod
+    def ray_datasets(data: Dict[str, Any]) -> Dict[str, Tuple[Any, int, Any]]:
+        """data.loader=ray_data: {split: (ray.data.Dataset, rows, its Preprocess)}, for
+        raydra.data.ray_data.build: from_huggingface over the same splits as setup, or
+        read_parquet for a parquet source."""
+        import ray.data
+
+        from raydra.data.ray_data import preprocess
+
+        processor = image_processor(data.get("processor"))
+        mean, std = normalisation(processor, data["mean"], data["std"], data["num_channels"])
+        size = processor_shape(processor, data["image_size"])[0]
+        common = dict(image_column=data["image_column"], label_column=data["label_column"], size=size, mean=mean,
+                      std=std, processor=data.get("processor"))
+        name = data["name"]
+        if Path(name).expanduser().exists() and is_parquet(name):
+            return _ray_parquet(data, common)
+        parts, _ = splits(name, load(name, data.get("subset"), data.get("revision")), data["image_column"],
+                          data["label_column"], data.get("splits"), data["val_fraction"], data["test_fraction"],
+                          data["split_seed"])
+        out = {}
+        for role, part in parts.items():
+            if role == "train":
+                part = part.shuffle(seed=data["split_seed"])
+            keep = part.select_columns([data["image_column"], data["label_column"]]).flatten_indices()
+            dataset = ray.data.from_huggingface(keep)
+            out[role] = (dataset.randomize_block_order() if role == "train" else dataset, len(keep),
+                         preprocess(data, role, **common))
+        return out
+
+
+def _ray_parquet(data: Dict[str, Any], common: Dict[str, Any]) -> Dict[str, Tuple[Any, int, Any]]:
+    """read_parquet for every split. Parquet has no split names here, so val/test are cut by row:
+    a stratified seeded split over each row's deterministic hash (file path + position), chosen
+    from the label column alone before any image is read."""
+    import ray.data
+
+    from raydra.data.ray_data import preprocess
+
+    name, label_column = data["name"], data["label_column"]
+    _, values = parquet_classes(name, data["image_column"], label_column)
+    files = parquet_files(name)
+    try:
+        index = ray.data.read_parquet(files, columns=[label_column], include_row_hash=True).to_pandas()
+    except Exception as error:
+        raise RaydraError(f"data.name={name} is not readable parquet ({_first_line(error)}); write it again.") from None
+    lookup = {v: i for i, v in enumerate(values)} if values is not None else None
+    labels = np.asarray([lookup[v] for v in index[label_column]] if lookup else index[label_column], dtype=np.int64)
+    hashes = index["row_hash"].to_numpy()
+    cut = stratified_split(labels, {"val": data["val_fraction"], "test": data["test_fraction"]}, data["split_seed"],
+                           f"data.name={name}")
+    held = {role: hashes[index] for role, index in cut.items() if role != "train"}
+    dropped = np.concatenate(list(held.values())) if held else np.empty(0, dtype=hashes.dtype)
+    parts = {}
+    for role in ("train", *held):
+        dataset = ray.data.read_parquet(files, include_row_hash=True)
+        extra = dict(label_values=values, **({"drop_hashes": dropped} if role == "train" else {"keep_hashes": held[role]}))
+        if role == "train":
+            dataset = dataset.randomize_block_order()
+        parts[role] = (dataset, len(cut[role]), preprocess(data, role, **common, **extra))
+    return parts

@@ -46,10 +46,12 @@ class CaptionedBatches:
 
 
 def split(count: int, val_fraction: float, seed: int) -> Tuple[np.ndarray, np.ndarray]:
-    """Train and validation indices: a seeded permutation, at least one validation sample."""
-    order = np.random.default_rng(seed).permutation(count)
-    n_val = max(1, int(round(count * val_fraction)))
-    return np.sort(order[n_val:]), np.sort(order[:n_val])
+    """Train and validation indices, sorted: a seeded split by scikit-learn (captions have no
+    classes to stratify by), at least one validation sample."""
+    from sklearn.model_selection import train_test_split
+
+    train, val = train_test_split(np.arange(count), test_size=max(1, int(round(count * val_fraction))), random_state=seed)
+    return np.sort(train), np.sort(val)
 
 
 def read_metadata(root: Path, caption_column: str) -> Tuple[List[Path], List[str]]:
@@ -104,6 +106,11 @@ def decode_square(paths: Sequence[Path], size: int) -> np.ndarray:
 
 
 class ImageCaptionsDataModule(pl.LightningDataModule):
+    """Captioned images on each worker's device as CaptionedBatches: "train" and "val".
+
+    Where the images come from is `captioned_splits`: a folder with a metadata.jsonl here;
+    data/shapes_captions.py makes them instead and shares the rest."""
+
     def __init__(
         self,
         root: str,
@@ -115,27 +122,32 @@ class ImageCaptionsDataModule(pl.LightningDataModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.loaders: dict = {}
+        self.seed = split_seed  # shuffles the training batches
+        self.loaders: Dict[str, CaptionedBatches] = {}
         self.train_captions: List[str] = []
         self.train_images: Optional[torch.Tensor] = None  # uint8 (n, 3, H, W), for fitting a VAE built from configs
 
-    def setup(self, stage: Optional[str] = None) -> None:
-        if self.loaders:
-            return
+    def captioned_splits(self) -> Iterator[Tuple[str, np.ndarray, List[str]]]:
+        """(split, uint8 images (n, 3, resolution, resolution), their captions) for train and val."""
         hp = self.hparams
         root = Path(hp.root).expanduser()
         if not root.is_dir():
             raise RaydraError(f"data.root={hp.root} is not a folder; point it at images with a metadata.jsonl.")
         files, captions = read_metadata(root, hp.caption_column)
         train, val = split(len(files), hp.val_fraction, hp.split_seed)
-        self.train_captions = [captions[i] for i in train]
-        device, rank, world_size = worker_placement(self.trainer)
         for name, index in (("train", train), ("val", val)):
-            images = torch.from_numpy(decode_square([files[i] for i in index], hp.resolution)).to(device)
+            yield name, decode_square([files[i] for i in index], hp.resolution), [captions[i] for i in index]
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        if self.loaders:
+            return
+        device, rank, world_size = worker_placement(self.trainer)
+        for name, images, captions in self.captioned_splits():
+            images = torch.from_numpy(images).to(device)
             if name == "train":
-                self.train_images = images
-            self.loaders[name] = CaptionedBatches(images, [captions[i] for i in index], hp.batch_size // world_size,
-                                                  rank, world_size, train=name == "train", seed=hp.split_seed)
+                self.train_captions, self.train_images = captions, images
+            self.loaders[name] = CaptionedBatches(images, captions, self.hparams.batch_size // world_size, rank,
+                                                  world_size, train=name == "train", seed=self.seed)
 
     def train_dataloader(self) -> CaptionedBatches:
         return self.loaders["train"]

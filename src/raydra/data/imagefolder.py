@@ -6,11 +6,12 @@ Without split subfolders, train/val/test come from a stratified split with a fix
 """
 
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from raydra.data.device_batches import DeviceSplitsDataModule, place_splits
+from raydra.data.splits import stratified_split
 from raydra.errors import RaydraError
 
 EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
@@ -63,16 +64,10 @@ def find_splits(root: str, val_fraction: float, test_fraction: float, seed: int)
         }
     found = scan(folder)
     classes = sorted(found)
-    rng = np.random.default_rng(seed)
-    splits: Dict[str, Tuple[List[Path], List[int]]] = {name: ([], []) for name in SPLITS}
-    for label, name in enumerate(classes):  # stratified: the same fractions of every class
-        files = [found[name][i] for i in rng.permutation(len(found[name]))]
-        n_val, n_test = int(round(len(files) * val_fraction)), int(round(len(files) * test_fraction))
-        for split, part in (("val", files[:n_val]), ("test", files[n_val:n_val + n_test]),
-                            ("train", files[n_val + n_test:])):
-            splits[split][0].extend(part)
-            splits[split][1].extend([label] * len(part))
-    return classes, {split: (paths, np.array(labels)) for split, (paths, labels) in splits.items() if paths}
+    paths = [p for name in classes for p in found[name]]
+    labels = np.array([label for label, name in enumerate(classes) for _ in found[name]])
+    cut = stratified_split(labels, {"val": val_fraction, "test": test_fraction}, seed, f"data.root={root}")
+    return classes, {split: ([paths[i] for i in index], labels[index]) for split, index in cut.items() if len(index)}
 
 
 def describe(root: str, **_: object) -> Dict[str, object]:
@@ -126,3 +121,25 @@ class ImageFolderDataModule(DeviceSplitsDataModule):
             hp.batch_size, hp.split_seed, hp.augment, hp.mean[: hp.num_channels], hp.std[: hp.num_channels],
             hp.crop_padding, hp.flip,
         )
+
+    @staticmethod
+    def ray_datasets(data: Dict[str, Any]) -> Dict[str, Tuple[Any, int, Any]]:
+        """data.loader=ray_data: {split: (ray.data.Dataset, rows, its Preprocess)}, the same split's
+        files through read_images, for raydra.data.ray_data.build."""
+        import ray.data
+
+        from raydra.data.ray_data import preprocess
+
+        _, splits = find_splits(data["root"], data["val_fraction"], data["test_fraction"], data["split_seed"])
+        size, channels = data["image_size"], data["num_channels"]
+        parts = {}
+        for role, (paths, labels) in splits.items():
+            order = np.random.default_rng(data["split_seed"]).permutation(len(paths)) if role == "train" else np.arange(len(paths))
+            files = [str(Path(paths[i]).resolve()) for i in order]
+            dataset = ray.data.read_images(files, size=(size, size), mode={1: "L", 3: "RGB"}[channels], include_paths=True)
+            if role == "train":
+                dataset = dataset.randomize_block_order()
+            by_path = {str(Path(p).resolve()): int(label) for p, label in zip(paths, labels)}
+            parts[role] = (dataset, len(files), preprocess(data, role, "image", "label", size, data["mean"][:channels],
+                                                           data["std"][:channels], labels_by_path=by_path))
+        return parts

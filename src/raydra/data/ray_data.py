@@ -1,10 +1,11 @@
 """`data.loader=ray_data`: the same data as a Ray Data stream instead of per-worker loading.
 
-The driver builds one `ray.data.Dataset` per split (`build`): CIFAR-10 arrays, image-folder files
-through `read_images`, a Hugging Face dataset through `from_huggingface`, parquet through
-`read_parquet`. Decoding, resizing, normalisation and training augmentation run as `map_batches`
-tasks on Ray's CPUs, apart from the training workers; TorchTrainer gets the datasets through
-`datasets=` and splits each one over the workers (`streaming_split(equal=True)`).
+The driver builds one `ray.data.Dataset` per split (`build`), as the data module's class says in
+its `ray_datasets` staticmethod: CIFAR-10 arrays, image-folder files through `read_images`, a
+Hugging Face dataset through `from_huggingface`, parquet through `read_parquet`. Decoding,
+resizing, normalisation and training augmentation run as `map_batches` tasks on Ray's CPUs, apart
+from the training workers; TorchTrainer gets the datasets through `datasets=` and splits each one
+over the workers (`streaming_split(equal=True)`).
 
 Each worker's `RayDataModule` hands Lightning one `ShardBatches` per split: an iterable over
 `get_dataset_shard(split).iter_torch_batches(...)` that knows its length from the split's row
@@ -15,13 +16,13 @@ Ray's split coordinator waiting for the rest (schema.validate refuses it).
 """
 
 import math
-from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
+import torch
 
+from raydra.data.device_batches import DeviceSplitsDataModule, crop_flip
 from raydra.errors import RaydraError
-from raydra.lightning import pl
 
 ROLES = ("train", "val", "test")
 # Rows a worker shuffles among before batching (Ray's local shuffle): cheap, no all-to-all.
@@ -60,7 +61,11 @@ class Preprocess:
             labels = np.asarray(batch[self.label_column], dtype=np.int64)
         images = self._uint8(batch[self.image_column]).astype(np.float32)
         if self.augment:
-            images = augment(images, self.crop_padding, self.flip, np.random.default_rng())
+            # A fresh, randomly seeded generator per batch: Ray Data runs batches in any order on any
+            # process, so there is no stream of draws to continue.
+            generator = torch.Generator()
+            generator.seed()
+            images = crop_flip(torch.from_numpy(images), self.crop_padding, self.flip, generator).numpy()
         return {"image": (images - self.mean) / self.std, "label": labels}
 
     def _uint8(self, column: Any) -> np.ndarray:
@@ -83,27 +88,12 @@ class Preprocess:
         return _PROCESSORS[self.processor]
 
 
-def augment(images: np.ndarray, crop_padding: int, flip: bool, rng: np.random.Generator) -> np.ndarray:
-    """Random crop with zero padding and horizontal flip, per image, as array ops over the batch."""
-    n, _, h, w = images.shape
-    if crop_padding:
-        p = crop_padding
-        padded = np.pad(images, ((0, 0), (0, 0), (p, p), (p, p)))
-        dy, dx = rng.integers(0, 2 * p + 1, n), rng.integers(0, 2 * p + 1, n)
-        rows = (dy[:, None] + np.arange(h))[:, None, :, None]
-        cols = (dx[:, None] + np.arange(w))[:, None, None, :]
-        images = padded[np.arange(n)[:, None, None, None], np.arange(images.shape[1])[None, :, None, None], rows, cols]
-    if flip:
-        flipped = rng.random(n) < 0.5
-        images[flipped] = images[flipped][..., ::-1]
-    return images
-
-
 def build(config: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, int]]:
     """{split: ray.data.Dataset} for TorchTrainer's `datasets=`, and each split's row count."""
     import logging
 
     import ray.data
+    from hydra.utils import get_class
 
     data = config["data"]
     if not config.get("verbose"):
@@ -111,57 +101,35 @@ def build(config: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, int]]:
         # (its SplitCoordinator still writes them to logs/ray.log).
         logging.getLogger("ray.data").setLevel(logging.ERROR)
         ray.data.DataContext.get_current().enable_progress_bars = False
-    target = data["_target_"].rsplit(".", 1)[-1]
-    if target == "CIFAR10DataModule":
-        parts = _cifar10(data)
-    elif target == "ImageFolderDataModule":
-        parts = _imagefolder(data)
-    elif target == "HFImageDataModule":
-        parts = _hf(data)
-    else:
-        raise RaydraError(f"data.loader=ray_data is not available for {data['_target_']}; use data=cifar10, "
-                          "imagefolder or hf, or data.loader=dataloader.")
+    # The data module's class says how its data becomes Ray Data datasets (its ray_datasets), as it
+    # says how it loads otherwise; nothing here knows the modules.
+    ray_datasets = getattr(get_class(data["_target_"]), "ray_datasets", None)
+    if ray_datasets is None:
+        raise RaydraError(f"data.loader=ray_data needs {data['_target_']} to build Ray Data datasets (a ray_datasets "
+                          "staticmethod, as data=cifar10, imagefolder and hf have); set data.loader=dataloader or add one.")
+    parts = ray_datasets(data)
     datasets, rows = {}, {}
-    for role, (dataset, count, preprocess) in parts.items():
+    for role, (dataset, count, prepare) in parts.items():
         if count == 0:
             continue
-        datasets[role] = dataset.map_batches(preprocess, batch_format="numpy", zero_copy_batch=False)
+        datasets[role] = dataset.map_batches(prepare, batch_format="numpy", zero_copy_batch=False)
         rows[role] = count
     if "train" not in rows:
         raise RaydraError("the training split is empty; add data or lower data.val_fraction and data.test_fraction.")
     return datasets, rows
 
 
-def _preprocess(data: Dict[str, Any], role: str, image_column: str, label_column: str, size: int,
-                mean: Sequence[float], std: Sequence[float], processor: Optional[str] = None, **extra: Any) -> Preprocess:
+def preprocess(data: Dict[str, Any], role: str, image_column: str, label_column: str, size: int,
+               mean: Sequence[float], std: Sequence[float], processor: Optional[str] = None, **extra: Any) -> Preprocess:
+    """The Preprocess for one split of `data` (the data config): only "train" is augmented."""
     train = role == "train"
     return Preprocess(image_column, label_column, size, data["num_channels"], mean, std, processor=processor,
                       augment=train and data.get("augment", False), crop_padding=data.get("crop_padding", 0),
                       flip=data.get("flip", False), **extra)
 
 
-def _cifar10(data: Dict[str, Any]) -> Dict[str, Tuple[Any, int, Preprocess]]:
-
-    from raydra.data.cifar10 import TEST_FILE, TRAIN_FILES, locate, read_batches, stratified_mask
-
-    folder = locate(data["root"], data["download"])
-    train_x, train_y = read_batches(folder, TRAIN_FILES)
-    test_x, test_y = read_batches(folder, [TEST_FILE])
-    held = stratified_mask(train_y, data["num_classes"], data["val_fraction"], data["split_seed"])
-    parts = {}
-    for role, x, y in (("train", train_x[~held], train_y[~held]), ("val", train_x[held], train_y[held]),
-                       ("test", test_x, test_y)):
-        # Seeded shuffle once, so Ray's blocks are not one class after another; the local
-        # shuffle buffer and a random block order then vary it per epoch.
-        order = np.random.default_rng(data["split_seed"]).permutation(len(y)) if role == "train" else np.arange(len(y))
-        dataset = _from_arrays(x[order], y[order])
-        if role == "train":
-            dataset = dataset.randomize_block_order()
-        parts[role] = (dataset, len(y), _preprocess(data, role, "image", "label", 32, data["mean"], data["std"]))
-    return parts
-
-
-def _from_arrays(images: np.ndarray, labels: np.ndarray, block_rows: int = 2048) -> Any:
+def from_arrays(images: np.ndarray, labels: np.ndarray, block_rows: int = 2048) -> Any:
+    """A ray.data.Dataset of in-memory images and labels, in blocks of `block_rows` rows."""
     import pyarrow as pa
     import ray.data
     from ray.data.extensions import ArrowTensorArray
@@ -169,94 +137,6 @@ def _from_arrays(images: np.ndarray, labels: np.ndarray, block_rows: int = 2048)
     tables = [pa.table({"image": ArrowTensorArray.from_numpy(images[i:i + block_rows]),
                         "label": pa.array(labels[i:i + block_rows])}) for i in range(0, max(len(labels), 1), block_rows)]
     return ray.data.from_arrow(tables)
-
-
-def _imagefolder(data: Dict[str, Any]) -> Dict[str, Tuple[Any, int, Preprocess]]:
-    import ray.data
-
-    from raydra.data.imagefolder import find_splits
-
-    _, splits = find_splits(data["root"], data["val_fraction"], data["test_fraction"], data["split_seed"])
-    size, channels = data["image_size"], data["num_channels"]
-    parts = {}
-    for role, (paths, labels) in splits.items():
-        order = np.random.default_rng(data["split_seed"]).permutation(len(paths)) if role == "train" else np.arange(len(paths))
-        files = [str(Path(paths[i]).resolve()) for i in order]
-        dataset = ray.data.read_images(files, size=(size, size), mode={1: "L", 3: "RGB"}[channels], include_paths=True)
-        if role == "train":
-            dataset = dataset.randomize_block_order()
-        by_path = {str(Path(p).resolve()): int(label) for p, label in zip(paths, labels)}
-        parts[role] = (dataset, len(files), _preprocess(data, role, "image", "label", size, data["mean"][:channels],
-                                                         data["std"][:channels], labels_by_path=by_path))
-    return parts
-
-
-def _hf(data: Dict[str, Any]) -> Dict[str, Tuple[Any, int, Preprocess]]:
-    import ray.data
-
-    from raydra.data import hf
-
-    processor = hf.image_processor(data.get("processor"))
-    mean, std = hf.normalisation(processor, data["mean"], data["std"], data["num_channels"])
-    size = hf.processor_shape(processor, data["image_size"])[0]
-    common = dict(image_column=data["image_column"], label_column=data["label_column"], size=size, mean=mean, std=std,
-                  processor=data.get("processor"))
-    name = data["name"]
-    if Path(name).expanduser().exists() and hf.is_parquet(name):
-        return _parquet(data, common)
-    parts, _ = hf.splits(name, hf.load(name, data.get("subset"), data.get("revision")), data["image_column"],
-                         data["label_column"], data.get("splits"), data["val_fraction"], data["test_fraction"],
-                         data["split_seed"])
-    out = {}
-    for role, part in parts.items():
-        if role == "train":
-            part = part.shuffle(seed=data["split_seed"])
-        keep = part.select_columns([data["image_column"], data["label_column"]]).flatten_indices()
-        dataset = ray.data.from_huggingface(keep)
-        out[role] = (dataset.randomize_block_order() if role == "train" else dataset, len(keep),
-                     _preprocess(data, role, **common))
-    return out
-
-
-def _parquet(data: Dict[str, Any], common: Dict[str, Any]) -> Dict[str, Tuple[Any, int, Preprocess]]:
-    """read_parquet for every split. Parquet has no split names here, so val/test are cut by row:
-    a stratified seeded split over each row's deterministic hash (file path + position), chosen
-    from the label column alone before any image is read."""
-    import ray.data
-
-    from raydra.data import hf
-    from raydra.data.cifar10 import stratified_mask
-
-    name, label_column = data["name"], data["label_column"]
-    class_names, values = hf.parquet_classes(name, data["image_column"], label_column)
-    files = hf.parquet_files(name)
-    try:
-        index = ray.data.read_parquet(files, columns=[label_column], include_row_hash=True).to_pandas()
-    except Exception as error:
-        raise RaydraError(f"data.name={name} is not readable parquet ({hf._first_line(error)}); write it again.") from None
-    lookup = {v: i for i, v in enumerate(values)} if values is not None else None
-    labels = np.asarray([lookup[v] for v in index[label_column]] if lookup else index[label_column], dtype=np.int64)
-    hashes = index["row_hash"].to_numpy()
-    held = {}
-    remaining = np.ones(len(labels), dtype=bool)
-    for role, fraction, seed in (("test", data["test_fraction"], data["split_seed"] + 1),
-                                 ("val", data["val_fraction"], data["split_seed"])):
-        if fraction <= 0:
-            continue
-        within = np.flatnonzero(remaining)
-        mask = stratified_mask(labels[within], len(class_names), fraction * len(labels) / len(within), seed)
-        held[role] = hashes[within[mask]]
-        remaining[within[mask]] = False
-    dropped = np.concatenate(list(held.values())) if held else np.empty(0, dtype=hashes.dtype)
-    parts = {}
-    for role in ("train", *held):
-        dataset = ray.data.read_parquet(files, include_row_hash=True)
-        extra = dict(label_values=values, **({"drop_hashes": dropped} if role == "train" else {"keep_hashes": held[role]}))
-        if role == "train":
-            dataset = dataset.randomize_block_order()
-        count = int(remaining.sum()) if role == "train" else len(held[role])
-        parts[role] = (dataset, count, _preprocess(data, role, **common, **extra))
-    return parts
 
 
 class ShardBatches:
@@ -292,21 +172,13 @@ class ShardBatches:
             yield batch["image"], batch["label"]
 
 
-class RayDataModule(pl.LightningDataModule):
-    """What every worker trains from under data.loader=ray_data: the driver's datasets, sharded."""
+class RayDataModule(DeviceSplitsDataModule):
+    """What every worker trains from under data.loader=ray_data: the driver's datasets, sharded.
+    Splits are what the driver built (`rows`): one it left out is not there, as under setup."""
 
     def __init__(self, rows: Dict[str, int], batch_size: int, world_size: int, seed: int = 0) -> None:
         super().__init__()
         per_worker = batch_size // world_size
+        # As place_splits: a split with fewer rows than workers would leave some workers without a batch.
         self.loaders = {role: ShardBatches(role, count, per_worker, world_size, train=role == "train", seed=seed)
-                        for role, count in rows.items()}
-
-    def train_dataloader(self) -> ShardBatches:
-        return self.loaders["train"]
-
-    # By key, not `or`: a loader with no batches is falsy.
-    def val_dataloader(self) -> ShardBatches:
-        return self.loaders["val" if "val" in self.loaders else "test"]
-
-    def test_dataloader(self) -> ShardBatches:
-        return self.loaders["test" if "test" in self.loaders else "val"]
+                        for role, count in rows.items() if count >= world_size}

@@ -10,7 +10,7 @@ import logging
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import ray.train
 import ray.train.torch
@@ -19,6 +19,7 @@ from hydra.utils import instantiate
 from ray.train.lightning import RayLightningEnvironment
 
 from raydra.checkpoints import checkpoint_meta
+from raydra.console import PROGRESS_MARK
 from raydra.errors import RaydraError
 from raydra.lightning import pl
 from raydra.run_record import WorkerMirror
@@ -120,14 +121,12 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
             f"resumed from {restored} at epoch {at['epoch']}, batch {at['batches']} of {at['of']} (global step {at['global_step']})"
         )
 
-    test_metrics: Dict[str, float] = {}
-    if trainer_cfg["test"] and _has_test_split(datamodule):
-        trainer.test(model, datamodule=datamodule, verbose=False)
-        test_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
+    test_metrics, test_skipped = run_test(trainer, model, datamodule, trainer_cfg["test"], rank)
 
     _finish_loggers(trainer)
     return {
         "test_metrics": test_metrics,
+        "test_skipped": test_skipped,
         "throughput": throughput.summary(),
         # Every worker's figure: sharding makes them differ, and the largest decides what fits.
         "memory_per_worker": _gather(trainer, {
@@ -202,8 +201,29 @@ def _gather(trainer: Any, figures: Dict[str, int]) -> List[Dict[str, int]]:
     return gathered
 
 
+def run_test(trainer: Any, model: Any, datamodule: Any, enabled: bool, rank: int) -> Tuple[Dict[str, float], Optional[str]]:
+    """The test/* metrics, and why there are none when the run tests nothing (None when it tested).
+
+    Data without a test split is not tested at all: no other split stands in for it, so nothing is
+    ever reported as a test figure that is not one."""
+    if not enabled:
+        return {}, "trainer.test=false"
+    if not _has_test_split(datamodule):
+        reason = "the data has no test split"
+        logging.getLogger("raydra").info(f"no test: {reason}")
+        if rank == 0:
+            print(f"{PROGRESS_MARK}no test: {reason}", flush=True)
+        return {}, reason
+    trainer.test(model, datamodule=datamodule, verbose=False)
+    return {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}, None
+
+
 def _has_test_split(datamodule: Any) -> bool:
-    return type(datamodule).test_dataloader is not pl.LightningDataModule.test_dataloader
+    """A test_dataloader of its own and, for a module that knows once set up (raydra's say so in
+    has_test_split), a test split behind it."""
+    if type(datamodule).test_dataloader is pl.LightningDataModule.test_dataloader:
+        return False
+    return bool(getattr(datamodule, "has_test_split", True))
 
 
 def _finish_loggers(trainer: Any) -> None:
