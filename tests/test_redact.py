@@ -159,3 +159,13 @@ def test_resume_compares_secrets_masked_and_never_prints_one():
     changed = OmegaConf.create({"model": {"lr": 0.2}, "logger": {"wandb": {"api_key": "LEAKME12345"}}})
     lines = changed_keys(recorded, changed)
     assert lines == ["model.lr: 0.1 -> 0.2"] and "LEAKME12345" not in " ".join(lines)
+
+
+def test_storage_uri_credentials_are_masked_and_its_other_options_kept():
+    """paths.storage may carry pyarrow's S3 options, credentials among them."""
+    uri = "s3://AKIDEXAMPLE:wJalrXUtnFEMI@bucket/p?endpoint_override=127.0.0.1:9000&secret_key=wJalrXUtnFEMI&scheme=http"
+    masked = redact({"paths": {"storage": uri}}, [])["paths"]["storage"]
+    assert "wJalrXUtnFEMI" not in masked and "AKIDEXAMPLE" not in masked
+    assert masked == "s3://***@bucket/p?endpoint_override=127.0.0.1:9000&secret_key=***&scheme=http"
+    override = 'paths.storage="s3://b/p?endpoint_override=127.0.0.1:9000&scheme=http"'
+    assert redact(override, []) == override

@@ -40,6 +40,11 @@ ASSIGNMENT = re.compile(
     re.MULTILINE,
 )
 
+# A storage URI's credentials: query options (`s3://b/p?access_key=...&secret_key=...`, pyarrow's
+# names) and user info (`s3://ACCESS:SECRET@bucket/p`).
+QUERY_OPTION = re.compile(r"(?<=[?&])(?P<name>[A-Za-z_][\w\-]*)=(?P<value>[^&\s#'\"]*)")
+USER_INFO = re.compile(r"(?<=://)[^/@\s:]+:[^/@\s]+@")
+
 
 def words(name: str) -> List[str]:
     return [w.lower() for w in re.split(r"[^A-Za-z0-9]+", CASE_CHANGE.sub("_", name)) if w]
@@ -74,6 +79,9 @@ def redact(value: Any, secrets: List[str] = None) -> Any:
     if isinstance(value, str):
         for secret in secrets:
             value = value.replace(secret, MASK)
+        # A URI's credentials, before the override rule reads `?secret_key=...` as part of a value.
+        value = QUERY_OPTION.sub(lambda m: f"{m['name']}={MASK}" if names_a_secret(m["name"]) and m["value"] else m[0], value)
+        value = USER_INFO.sub(f"{MASK}@", value)
         # An override like `logger.wandb.api_key=abc` names its secret in the same string.
         value = ASSIGNMENT.sub(_mask_assignment, value)
     return value

@@ -16,6 +16,7 @@ from typing import Any, Dict, List
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from raydra import storage
 from raydra import summary as run_summary
 from raydra.errors import RaydraError
 from raydra.redact import redact
@@ -35,6 +36,8 @@ def find(cfg: DictConfig) -> Path:
         if not mine:
             raise RaydraError(f"resume=latest found no run named {cfg.name} under {root}; pass resume=<run dir>.")
         run_dir = max(mine, key=lambda p: run_summary.read(p).get("started_at", ""))
+    elif storage.is_uri(cfg.resume):
+        run_dir = _fetch(cfg)
     else:
         run_dir = Path(cfg.resume).expanduser().resolve()
     if not (run_dir / run_summary.SUMMARY).is_file() or not (run_dir / ".hydra" / "config.yaml").is_file():
@@ -52,6 +55,36 @@ def find(cfg: DictConfig) -> Path:
             "resume with the original settings, or add resume_force=true to continue with the new ones."
         )
     return run_dir
+
+
+def _fetch(cfg: DictConfig) -> Path:
+    """resume=<storage URI>, from a driver that does not hold the run directory (a new machine):
+    the record is copied from storage into the same place under paths.outputs; the checkpoints stay
+    in storage, where Ray Train continues from them."""
+    root, uri = cfg.paths.storage, cfg.resume
+    relative = _below(uri, root) if root else None
+    if relative is None:
+        raise RaydraError(
+            f"resume={uri} lies outside paths.storage={root}; set paths.storage to the storage the run was started "
+            "with (the URI's prefix), so its checkpoints are found where Ray Train wrote them."
+        )
+    if not storage.exists(storage.join(uri, run_summary.SUMMARY)):
+        raise RaydraError(f"resume={uri}: no summary.json there; pass the storage URI of a run directory a raydra run wrote.")
+    run_dir = Path(cfg.paths.outputs, relative).resolve()
+    storage.copy_tree(uri, str(run_dir), skip=["checkpoints"])
+    return run_dir
+
+
+def _below(location: str, root: str) -> Any:
+    """`location`'s path relative to `root` (both URIs of one filesystem), or None if not below it."""
+    try:
+        fs_root, root_path = storage.filesystem(root)
+        fs_here, path = storage.filesystem(location)
+    except Exception:  # an unknown scheme: not below anything raydra can read
+        return None
+    if type(fs_root) is not type(fs_here) or not (path + "/").startswith(root_path.rstrip("/") + "/"):
+        return None
+    return path[len(root_path.rstrip("/")) + 1:] or None
 
 
 def changed_keys(old: Dict[str, Any], cfg: DictConfig) -> List[str]:
