@@ -50,7 +50,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str]) -> Dict[str, Any]:
         config = fit.resolve(cfg, run_dir, run_id)
         run = config["run"]
         if run["storage"]:
-            run_record.check_writable(run["storage"])
+            run_record.check_writable(cfg.paths.storage)
         fit.record_start(config, summary)
         log.info(f"run {run_id}\n  dir  {run_dir}" + (f"\n  storage  {run['storage']}" if run["storage"] else ""))
 
@@ -116,10 +116,10 @@ def _fail(summary: Dict[str, Any], run: Dict[str, Any], started: float, reason: 
     summary.update(status=status, error=reason, finished_at=run_summary.now(), wall_time_s=round(time.time() - started, 2))
     log.error(f"error: {reason}")
     if Path(run["dir"]).exists():
+        run_summary.write(Path(run["dir"]), summary)
         try:
-            fit.write_summary(run, summary)
-        except OSError as error:  # storage unreachable: the local record is written all the same
-            run_summary.write(Path(run["dir"]), summary)
+            run_record.push_driver_files(run)
+        except Exception as error:  # bad or unreachable storage: the local record stands all the same
             log.warning(f"could not copy the record to {run['storage']}: {error}")
 
 

@@ -20,6 +20,7 @@ import logging
 import os
 import tempfile
 import threading
+import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -130,10 +131,10 @@ class WorkerMirror:
 
 
 def check_writable(location_: str) -> None:
-    """Write, read back and delete a small file at the storage location, before any worker starts,
-    so a bad URI, endpoint, bucket or credentials fail in one sentence instead of at the first
-    checkpoint."""
-    probe = storage.join(location_, ".raydra-write-check")
+    """Write, read back and delete a small file at `location_` (paths.storage as the user gave it),
+    before any worker starts, so a bad URI, endpoint, bucket or credentials fail in one sentence
+    instead of at the first checkpoint."""
+    probe = storage.join(location_, f".raydra-write-check-{uuid.uuid4().hex[:8]}")
     try:
         storage.write_text(probe, "ok")
         storage.read_text(probe)
@@ -150,7 +151,7 @@ def storage_error(where: str, error: BaseException) -> str:
     key = f"paths.storage={where}"
     if "unrecognized filesystem type" in lower or "no filesystem" in lower or "unknown filesystem" in lower:
         return f"{key}: no installed filesystem serves this URI scheme ({text.splitlines()[0]}); use s3://, gs://, hdfs:// or a local/NFS path."
-    if "nosuchbucket" in lower or "bucket does not exist" in lower or "does not exist" in lower and "bucket" in lower:
+    if "nosuchbucket" in lower or ("bucket" in lower and ("not found" in lower or "does not exist" in lower)):
         return f"{key}: the bucket does not exist; create it first (e.g. `aws s3 mb`) or fix the bucket name."
     if any(word in lower for word in ("accessdenied", "access denied", "forbidden", "invalidaccesskeyid", "signaturedoesnotmatch", "credentials", "403")):
         return (

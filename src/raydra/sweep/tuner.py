@@ -84,7 +84,7 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
         # are pulled into this sweep directory as they go.
         sweep_run = {"dir": str(sweep_dir), "storage": run_record.location(cfg.paths.storage, cfg.paths.outputs, sweep_dir)}
         if sweep_run["storage"]:
-            run_record.check_writable(sweep_run["storage"])
+            run_record.check_writable(cfg.paths.storage)
             record["storage"] = sweep_run["storage"]
 
         connect(cfg.ray.address, cfg.ray.num_cpus, cfg.verbose)

@@ -1,0 +1,214 @@
+"""Runs on a cluster whose nodes share no disk, with paths.storage on a real S3 server (moto).
+
+The cluster (conftest.private_disk_cluster) is a head node, where the driver runs, and a worker
+node in its own mount namespace with a private tmpfs over the outputs directory: every training
+worker and Tune trial runs there and cannot see the driver's run directory. Whatever reaches the
+driver's disk went through storage or Ray. Bad storage input is refused before any worker starts.
+"""
+
+import csv
+import json
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import REPO, S3_ENV, base_env, run_dirs, run_train, summary_of
+from raydra import storage
+from raydra.errors import RaydraError
+from raydra.run_record import check_writable
+
+RUN = ("experiment=vit_digits_smoke", "trainer.max_epochs=3", "trainer.test=false", "scale.num_workers=2",
+       "logger=[csv,wandb]", "checkpoint.num_to_keep=2")
+
+
+def _storage(uri: str) -> str:
+    # Quoted for Hydra's override grammar: the URI's query holds '=' and '&'.
+    return f'paths.storage="{uri}"'
+
+
+def _start(*overrides, outputs, address):
+    args = [sys.executable, str(REPO / "train.py"), f"paths.outputs={outputs}", *overrides, f"ray.address={address}"]
+    return subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**base_env(), **S3_ENV})
+
+
+def _registered_checkpoints(run_storage: str) -> int:
+    """How many checkpoints Ray Train's controller has on record for the run, read from storage."""
+    for name in storage.list_files(storage.join(run_storage, "checkpoints")):
+        if name.endswith("checkpoint_manager_snapshot.json"):
+            snapshot = storage.join(run_storage, "checkpoints", name)
+            try:
+                return len(json.loads(storage.read_text(snapshot))["checkpoint_results"])
+            except (ValueError, KeyError, OSError):
+                return 0  # being written
+    return 0
+
+
+def _wait(condition, driver, what: str, timeout: float = 300):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert driver.poll() is None, driver.communicate()[0]
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.5)
+    driver.kill()
+    pytest.fail(f"waited in vain for {what}")
+
+
+def _train_workers() -> list:
+    return [p for p in psutil.process_iter(["cmdline"]) if "RayTrainWorker" in " ".join(p.info["cmdline"] or [])]
+
+
+@pytest.mark.e2e
+def test_a_run_without_storage_on_nodes_without_a_shared_disk_is_refused_before_any_worker_starts(private_disk_cluster):
+    outputs = private_disk_cluster.outputs / uuid.uuid4().hex[:8]
+    done = run_train(*RUN, outputs=outputs, address=private_disk_cluster.address, env=S3_ENV, timeout=120)
+    assert done.returncode == 1
+    assert "cannot see" in done.stdout and "set paths.storage" in done.stdout, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    (run_dir,) = run_dirs(outputs)
+    assert summary_of(run_dir)["status"] == "failed" and not (run_dir / "checkpoints").exists()
+
+
+@pytest.mark.e2e
+def test_a_run_on_s3_survives_a_worker_and_a_driver_kill_and_ends_whole_on_the_drivers_disk(private_disk_cluster, s3_bucket):
+    """Point 2 of the issue, item by item, on a run that lost a worker after its first checkpoint
+    (the group restarts from the checkpoint in storage) and then its driver (resume=latest from a
+    new process continues from storage)."""
+    import raydra
+
+    outputs = private_disk_cluster.outputs / uuid.uuid4().hex[:8]
+    address = private_disk_cluster.address
+    driver = _start(*RUN, _storage(s3_bucket), "failure.max_failures=1", outputs=outputs, address=address)
+    run_dir = _wait(lambda: next(iter(run_dirs(outputs)), None), driver, "the run directory")
+    run_storage = summary_of(run_dir)["storage"]
+    assert run_storage.startswith("s3://") and "/runs/" in run_storage
+    _wait(lambda: _registered_checkpoints(run_storage) >= 1 and _train_workers(), driver, "a checkpoint in storage")
+    # While it runs, the driver's metrics.csv follows (the workers push at each report).
+    _wait(lambda: (run_dir / "metrics.csv").exists(), driver, "metrics.csv on the driver", timeout=60)
+    victim = _train_workers()[0]
+    victim.kill()
+    _wait(lambda: _registered_checkpoints(run_storage) >= 2, driver, "a checkpoint after the restart")
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    assert summary_of(run_dir)["status"] == "running"  # killed outright: nothing recorded the end
+
+    done = run_train(*RUN, _storage(s3_bucket), "failure.max_failures=1", "resume=latest",
+                     outputs=outputs, address=address, env=S3_ENV)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    summary = summary_of(run_dir)
+    assert summary["status"] == "completed" and summary["epochs_completed"] == 3 and summary["resumed"]
+    checkpoints = summary["checkpoints"]
+    assert checkpoints["best"].startswith(run_storage.split("?")[0]) and checkpoints["last"].startswith("s3://")
+    assert checkpoints["upload"] == "background" and checkpoints["upload_s_mean"] is not None
+    assert (run_dir / ".hydra" / "config.yaml").is_file() and (run_dir / "driver.log").is_file()
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    assert sorted({int(r["epoch"]) for r in rows if r.get("val/acc")}) == [0, 1, 2]
+    assert {"worker_0.log", "worker_1.log", "ray.log"} <= {p.name for p in (run_dir / "logs").iterdir()}
+    assert "resumed from" in (run_dir / "logs" / "worker_0.log").read_text()
+    # W&B's offline run, so `wandb sync` works from the driver; the checkpoints stay in storage.
+    assert list(run_dir.glob("wandb/offline-run-*/*.wandb"))
+    assert not (run_dir / "checkpoints").exists()
+    # The storage copy is whole too, and it opens like a run directory.
+    assert {"summary.json", "metrics.csv", ".hydra/config.yaml", "logs/worker_1.log"} <= set(storage.list_files(run_storage))
+    model = raydra.load(checkpoints["best"])
+    assert sum(p.numel() for p in model.parameters()) > 0
+    compared = subprocess.run([sys.executable, "-m", "raydra.cli", "compare", s3_bucket], capture_output=True, text=True,
+                              env={**base_env(), **S3_ENV}, timeout=120)
+    assert compared.returncode == 0 and run_dir.name in compared.stdout, compared.stdout + compared.stderr
+
+
+@pytest.mark.e2e
+def test_sd_tiny_on_s3_leaves_samples_and_a_pipeline_that_loads_on_the_drivers_disk(private_disk_cluster, s3_bucket):
+    from diffusers import StableDiffusionPipeline
+
+    outputs = private_disk_cluster.outputs / uuid.uuid4().hex[:8]
+    done = run_train(
+        "experiment=sd_tiny", "data.num_samples=64", "data.batch_size=4", "trainer.max_epochs=2", "logger=csv",
+        _storage(s3_bucket), outputs=outputs, address=private_disk_cluster.address, env={**S3_ENV, "HF_HUB_OFFLINE": "1"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run_dir,) = run_dirs(outputs)
+    assert summary_of(run_dir)["status"] == "completed"
+    assert [p.name for p in sorted((run_dir / "samples").glob("epoch_*.png"))] == ["epoch_000.png", "epoch_001.png"]
+    pipe = StableDiffusionPipeline.from_pretrained(run_dir / "pipeline")
+    assert pipe("a red circle on a blue background", num_inference_steps=2).images[0].size == (32, 32)
+
+
+@pytest.mark.e2e
+def test_an_asha_sweep_on_s3_records_every_trial_on_the_drivers_disk(private_disk_cluster, s3_bucket):
+    outputs = private_disk_cluster.outputs / uuid.uuid4().hex[:8]
+    done = run_train(
+        "tune=asha", "tune.num_samples=2", "tune.space={model.optimizer.lr: {choice: [1e-5, 3e-3]}, data.batch_size: null}",
+        "trainer.max_epochs=2", "scale.num_workers=1", "logger=csv", "trainer.test=false", _storage(s3_bucket),
+        outputs=outputs, address=private_disk_cluster.address, env=S3_ENV, timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (sweep_dir,) = [p.parent for p in outputs.glob("sweeps/*/*/sweep.json")]
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    assert record["status"] == "completed" and record["storage"].startswith("s3://")
+    trials = sorted(sweep_dir.glob("trials/*/summary.json"))
+    assert len(trials) == 2
+    for path in trials:
+        trial = json.loads(path.read_text())
+        assert trial["status"] in ("completed", "stopped") and (path.parent / "metrics.csv").is_file()
+        assert (path.parent / ".hydra" / "config.yaml").is_file()
+    assert record["best"]["checkpoint"].startswith("s3://")
+    rows = list(csv.DictReader((sweep_dir / "trials.csv").open()))
+    assert len(rows) == 2
+
+
+def test_storage_that_cannot_be_written_is_named_in_one_sentence(s3_server, s3_bucket, monkeypatch):
+    """Before any worker starts: a bucket that does not exist, an endpoint nobody answers, a
+    scheme no filesystem serves."""
+    missing = s3_bucket.replace("s3://raydra-", "s3://absent-")
+    with pytest.raises(RaydraError, match=r"paths.storage=s3://absent-.*the bucket does not exist"):
+        check_writable(missing)
+    with socket_closed() as port:
+        unreachable = s3_bucket.split("?")[0] + f"?endpoint_override=127.0.0.1:{port}&scheme=http"
+        with pytest.raises(RaydraError, match=r"cannot be reached.*endpoint_override"):
+            check_writable(unreachable)
+    with pytest.raises(RaydraError, match=r"no installed filesystem serves this URI scheme"):
+        check_writable("nosuchfs://bucket/prefix")
+    check_writable(s3_bucket)  # and the good one passes, leaving nothing behind
+    assert storage.list_files(s3_bucket) == []
+
+
+class socket_closed:
+    """A loopback port with nothing listening on it."""
+
+    def __enter__(self) -> int:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+def test_a_bad_storage_uri_fails_the_run_before_ray_starts(s3_server, tmp_path):
+    done = run_train("experiment=vit_digits_smoke", 'paths.storage="nosuchfs://bucket/prefix"', outputs=tmp_path, timeout=120)
+    assert done.returncode == 1
+    assert "paths.storage=nosuchfs://bucket/prefix: no installed filesystem serves this URI scheme" in done.stdout
+    assert "started a local Ray" not in done.stdout
+    (run_dir,) = run_dirs(tmp_path)
+    assert summary_of(run_dir)["status"] == "failed"
+
+
+def test_the_storage_location_mirrors_the_run_directory_under_outputs(tmp_path):
+    from raydra.run_record import location
+
+    run_dir = tmp_path / "out" / "runs" / "2026-11-23" / "20-41-00_vit"
+    assert location("s3://b/p?scheme=http", str(tmp_path / "out"), run_dir) == "s3://b/p/runs/2026-11-23/20-41-00_vit?scheme=http"
+    assert location(None, str(tmp_path / "out"), run_dir) is None
+    assert location("/nfs/raydra", str(tmp_path / "elsewhere"), run_dir) == str(Path("/nfs/raydra/runs/20-41-00_vit"))
