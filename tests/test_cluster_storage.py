@@ -100,6 +100,9 @@ def test_a_run_on_s3_survives_a_worker_and_a_driver_kill_and_ends_whole_on_the_d
     driver.wait()
     assert summary_of(run_dir)["status"] == "running"  # killed outright: nothing recorded the end
 
+    # Resumed without its storage, it would find no checkpoint and train from the start: refused.
+    refused = run_train(*RUN, "resume=latest", outputs=outputs, address=address, env=S3_ENV, timeout=120)
+    assert refused.returncode == 1 and "add paths.storage=" in refused.stdout, refused.stdout + refused.stderr
     done = run_train(*RUN, _storage(s3_bucket), "failure.max_failures=1", "resume=latest",
                      outputs=outputs, address=address, env=S3_ENV)
     assert done.returncode == 0, done.stdout + done.stderr

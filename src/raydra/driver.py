@@ -16,7 +16,7 @@ import time
 import uuid
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig
 
@@ -25,7 +25,7 @@ from raydra import summary as run_summary
 from raydra.cluster import check_fits, check_room_for_data, connect
 from raydra.console import worker_output
 from raydra.errors import RaydraError
-from raydra.redact import redact_hydra_records
+from raydra.redact import redact, redact_hydra_records
 from raydra.schema import validate
 
 log = logging.getLogger("raydra")
@@ -49,6 +49,8 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str]) -> Dict[str, Any]:
             run_dir, run_id = _continue(cfg, summary, run_dir)
         config = fit.resolve(cfg, run_dir, run_id)
         run = config["run"]
+        if cfg.resume:
+            _check_same_storage(cfg, run_dir, run["storage"])
         if run["storage"]:
             run_record.check_writable(cfg.paths.storage)
         fit.record_start(config, summary)
@@ -97,6 +99,17 @@ def _continue(cfg: DictConfig, summary: Dict[str, Any], fresh_dir: Path) -> Any:
     )
     log.info(f"resuming {run_dir} (this invocation's driver.log: {fresh_dir})")
     return run_dir, previous["run_id"]
+
+
+def _check_same_storage(cfg: DictConfig, run_dir: Path, location: Optional[str]) -> None:
+    """A resumed run must find its checkpoints where they were written: with another (or no)
+    paths.storage, Ray Train would find none there and silently train from the start."""
+    before = run_summary.read(run_dir).get("storage")
+    # summary.json holds the location masked (a URI may carry credentials): compare it so.
+    location = redact(location) if location else None
+    if (before or None) != location:
+        hint = f"add paths.storage=<the storage it was started with> (its checkpoints are in {before})" if before else "drop paths.storage"
+        raise RaydraError(f"resume={cfg.resume}: the run kept its checkpoints in {before or 'its run directory'}, not {location or 'the run directory'}; {hint}.")
 
 
 def _sigterm_interrupts() -> Any:

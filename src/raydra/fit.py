@@ -9,6 +9,7 @@ the process or installs signal handlers: errors are raised for the caller to rec
 can call it as a library.
 """
 
+import contextlib
 import logging
 import netrc
 import os
@@ -61,8 +62,9 @@ def fit_and_record(
     """
     record_start(config, summary)
     try:
-        # With paths.storage, the workers' files reach this run directory while the run goes on.
-        with run_record.Follower(config["run"]):
+        # With paths.storage, the workers' files reach this run directory while the run goes on (a
+        # trial's process needs no copy: the sweep's driver follows the trial's storage itself).
+        with contextlib.nullcontext() if tune_trial else run_record.Follower(config["run"]):
             result = _fit(config, tune_trial, list(callbacks))
     finally:
         summary["data"] = _data_record(config)

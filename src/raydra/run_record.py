@@ -39,6 +39,9 @@ def location(storage_root: Optional[str], outputs: str, run_dir: Path) -> Option
     """The run's storage location, or None when paths.storage is unset."""
     if not storage_root:
         return None
+    if not storage.is_uri(storage_root):
+        # Workers resolve a relative path against their own working directory, not the driver's.
+        storage_root = os.path.abspath(os.path.expanduser(storage_root))
     try:
         relative = Path(run_dir).resolve().relative_to(Path(outputs).resolve())
     except ValueError:  # hydra.run.dir outside paths.outputs
