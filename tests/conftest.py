@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,184 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# ---------------------------------------------------------------------------------------------
+# Storage and clusters without a shared disk
+
+# Dummy credentials for the test S3 server (moto accepts any). A process that reaches it needs
+# them in its environment, or pyarrow falls back to AWS's credential chain (instance metadata),
+# which waits on network timeouts here. Hand them to subprocesses: run_train(..., env=S3_ENV).
+S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """moto's S3 server for the session, as a subprocess on a free port (so Ray workers and other
+    processes reach it too); yields its endpoint "127.0.0.1:PORT". Sets nothing global: processes
+    that use it take S3_ENV. moto[server] 5.2.5 at least (older ones break pyarrow's multipart uploads)."""
+    import urllib.request
+
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("s3") / "moto_server.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **S3_ENV},
+            start_new_session=True,
+        )
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    pytest.fail(f"the test S3 server did not start: {log_path.read_text()[-2000:]}")
+                time.sleep(0.2)
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop_process_tree(proc)
+
+
+@pytest.fixture
+def s3_bucket(s3_server, monkeypatch):
+    """A fresh bucket on the session's S3 server; yields a storage URI below it,
+    "s3://<bucket>/prefix?endpoint_override=127.0.0.1:PORT&scheme=http".
+
+    The URI carries the endpoint (pyarrow 26's S3 URIs accept endpoint_override, scheme, region,
+    allow_bucket_creation and allow_bucket_deletion, and refuse other keys); the credentials are
+    S3_ENV, set in this process's environment for the test and to be passed to subprocesses."""
+    import pyarrow.fs as pafs
+
+    for key, value in S3_ENV.items():
+        monkeypatch.setenv(key, value)
+    bucket = f"raydra-{secrets.token_hex(4)}"
+    s3 = pafs.S3FileSystem(
+        endpoint_override=s3_server,
+        scheme="http",
+        access_key=S3_ENV["AWS_ACCESS_KEY_ID"],
+        secret_key=S3_ENV["AWS_SECRET_ACCESS_KEY"],
+        region=S3_ENV["AWS_DEFAULT_REGION"],
+        allow_bucket_creation=True,
+    )
+    s3.create_dir(bucket)
+    yield f"s3://{bucket}/prefix?endpoint_override={s3_server}&scheme=http"
+
+
+@dataclass
+class PrivateDiskCluster:
+    address: str  # the head's GCS address, for ray.address= / ray.init(address=...)
+    outputs: Path  # a directory only the driver's side sees: the worker node has an empty tmpfs there
+    worker_temp_dir: Path  # the worker node's own Ray temp dir (its session logs)
+
+
+@pytest.fixture(scope="session")
+def private_disk_cluster(tmp_path_factory):
+    """A 2-node Ray cluster on this machine whose worker node cannot see the driver's outputs dir,
+    as on a cluster whose nodes share no disk (ray.cluster_utils.Cluster's nodes share one and cannot
+    show it).
+
+    - Head: `ray start --head --num-cpus=0`. Nothing that asks for CPU lands there, so every training
+      worker and Tune trial runs on the worker node; the Train controller asks for 0 CPU and is pinned
+      to the driver's node (the head) by Ray. A passing run therefore proves that no worker touched
+      the driver's disk.
+    - Worker: `unshare --mount --propagation private` (its own mount namespace, whose mounts do not
+      propagate back), a private tmpfs mounted over `outputs`, then `ray start --address=<head>
+      --num-cpus=2 --block`: one 2-worker x 1-CPU run, or two 1-worker trials, fit. Its own
+      --temp-dir, so its log monitor reads only its own workers' logs (two monitors on one session
+      dir publish every line twice), and free ports for everything, beside any other Ray here.
+
+    Both nodes get S3_ENV and the session's auth token. Linux and root only (unshare -m needs
+    CAP_SYS_ADMIN)."""
+    import shutil
+    import tempfile
+
+    if not sys.platform.startswith("linux") or os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("private_disk_cluster needs Linux, root and unshare (util-linux) to give a Ray node its own mounts")
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare --mount is refused here ({probe.stderr.strip()}); run as root with CAP_SYS_ADMIN")
+
+    ray = str(Path(sys.executable).parent / "ray")
+    env = {**base_env(), **S3_ENV}
+    logs = tmp_path_factory.mktemp("private_disk_cluster")
+    outputs = tmp_path_factory.mktemp("private_outputs")
+    # Short: Ray's unix sockets live below it, and a socket path may not exceed 107 bytes.
+    worker_temp = Path(tempfile.mkdtemp(prefix="rayw-"))
+
+    def node_ports() -> list:
+        return [
+            f"--node-manager-port={_free_port()}",
+            f"--object-manager-port={_free_port()}",
+            f"--metrics-export-port={_free_port()}",
+            f"--dashboard-agent-listen-port={_free_port()}",
+            f"--dashboard-agent-grpc-port={_free_port()}",
+            f"--runtime-env-agent-port={_free_port()}",
+            "--object-store-memory=300000000",
+            "--num-gpus=0",
+            "--disable-usage-stats",
+            "--block",
+        ]
+
+    def start(cmd: list, log_path: Path) -> subprocess.Popen:
+        with open(log_path, "w") as log:
+            return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def wait_started(proc: subprocess.Popen, log_path: Path, what: str) -> str:
+        deadline = time.time() + 120
+        while "Ray runtime started" not in log_path.read_text():
+            if proc.poll() is not None or time.time() > deadline:
+                pytest.fail(f"the private-disk cluster's {what} did not start: {log_path.read_text()[-2000:]}")
+            time.sleep(0.5)
+        return log_path.read_text()
+
+    head_log, worker_log = logs / "head.log", logs / "worker.log"
+    head = start(
+        [
+            ray,
+            "start",
+            "--head",
+            f"--port={_free_port()}",
+            f"--dashboard-port={_free_port()}",
+            f"--ray-client-server-port={_free_port()}",
+            "--num-cpus=0",
+            *node_ports(),
+        ],
+        head_log,
+    )
+    worker = None
+    try:
+        address = re.search(r"ray start --address='([^']+)'", wait_started(head, head_log, "head")).group(1)
+        # unshare execs sh, which execs `ray start`: one pid from Popen to the raylet's parent, so
+        # stop_process_tree reaches the whole node. The tmpfs lives as long as the namespace's processes.
+        worker = start(
+            [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                'mount -t tmpfs -o size=256m raydra-private-outputs "$1" && shift && exec "$@"',
+                "sh",
+                str(outputs),
+                ray,
+                "start",
+                f"--address={address}",
+                "--num-cpus=2",
+                f"--temp-dir={worker_temp}",
+                *node_ports(),
+            ],
+            worker_log,
+        )
+        wait_started(worker, worker_log, "worker node")
+        yield PrivateDiskCluster(address=address, outputs=outputs, worker_temp_dir=worker_temp)
+    finally:
+        if worker is not None:
+            stop_process_tree(worker)
+        stop_process_tree(head)
+        shutil.rmtree(worker_temp, ignore_errors=True)
