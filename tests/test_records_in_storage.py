@@ -5,16 +5,20 @@ import csv
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import REPO, S3_ENV
 from test_compare import make_run
 
+import raydra
 from raydra import compare, storage
 from raydra.cli import main
+from raydra.errors import RaydraError
 
 
 def upload(local: Path, uri: str) -> str:
@@ -191,3 +195,93 @@ def test_compare_of_storage_imports_pyarrow_but_not_the_training_stack(runs):
         "matplotlib",
     }
 
+
+# ---------------------------------------------------------------------------------------------
+# raydra.load
+
+
+def tiny_checkpoint(path: Path) -> "torch.nn.Module":
+    """A real Lightning checkpoint of a tiny ViT, written by pl.Trainer with raydra's Resumable callback
+    (which records the module class raydra.load rebuilds); returns the trained module."""
+    from raydra.lightning import pl
+    from raydra.models.vit import ViTClassifier
+    from raydra.worker.resumable import Resumable
+
+    torch.manual_seed(0)
+    module = ViTClassifier(
+        image_size=8,
+        num_channels=1,
+        num_classes=3,
+        patch_size=4,
+        hidden_size=8,
+        num_layers=1,
+        num_heads=1,
+        mlp_size=8,
+        optimizer={"_target_": "torch.optim.SGD", "_partial_": True, "lr": 0.5},
+    )
+    data = torch.utils.data.TensorDataset(torch.randn(8, 1, 8, 8), torch.randint(0, 3, (8,)))
+    trainer = pl.Trainer(
+        max_steps=2,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[Resumable()],
+    )
+    trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=4))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    trainer.save_checkpoint(path)
+    return module
+
+
+def same_weights(a, b) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_load_a_run_and_a_checkpoint_from_storage(tmp_path, s3_bucket):
+    run = tmp_path / "runs" / "2026-11-23" / "20-41-00_vit_digits"
+    ckpt = run / "checkpoints" / "r1" / "checkpoint_000001" / "checkpoint.ckpt"
+    trained = tiny_checkpoint(ckpt)
+    # "best" in the sharded layout fsdp writes (a folder: Lightning's meta.pt beside torch.distributed
+    # shards), with other weights (+1), so each load shows which checkpoint it read.
+    sharded = run / "checkpoints" / "r1" / "checkpoint_000000" / "checkpoint.ckpt"
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)
+    plus_one = {k: v + 1 if v.is_floating_point() else v for k, v in state.pop("state_dict").items()}
+    from raydra import private_apis
+
+    sharded.mkdir(parents=True)
+    private_apis.save_distributed_checkpoint({"state_dict": plus_one}, sharded)
+    torch.save(state, sharded / "meta.pt")
+    summary = {"run_dir": str(run), "status": "completed", "checkpoints": {"best": str(sharded), "last": str(ckpt)}}
+    (run / "summary.json").write_text(json.dumps(summary))
+    # On this disk, as always.
+    assert same_weights(raydra.load(run, "last"), trained)
+    run_uri = upload(run, storage.join(s3_bucket, "runs", "2026-11-23", "20-41-00_vit_digits"))
+    ckpt_uri = storage.join(run_uri, "checkpoints", "r1", "checkpoint_000001", "checkpoint.ckpt")
+
+    for loaded in (raydra.load(run_uri, "last"), raydra.load(ckpt_uri)):
+        assert not loaded.training and same_weights(loaded, trained)
+    best = raydra.load(run_uri, "best")
+    assert all(torch.equal(best.state_dict()[k], v) for k, v in plus_one.items())
+
+    # A run whose record is on this disk and whose checkpoints are in storage (paths.storage=).
+    local = tmp_path / "elsewhere"
+    local.mkdir()
+    (local / "summary.json").write_text(json.dumps({"checkpoints": {"best": ckpt_uri, "last": ckpt_uri}}))
+    assert same_weights(raydra.load(local), trained)
+
+    missing = storage.join(s3_bucket, "runs", "2026-01-01", "nothing")
+    with pytest.raises(RaydraError, match=re.escape(f"{missing} is neither a raydra run directory")):
+        raydra.load(missing)
+    fs, path = storage.filesystem(ckpt_uri)
+    fs.delete_file(path)
+    with pytest.raises(
+        RaydraError,
+        match=rf"{re.escape(run_uri)} has no last checkpoint \(summary.json lists {re.escape(str(ckpt))}, which is not there\)",
+    ):
+        raydra.load(run_uri, "last")
+    with pytest.raises(RaydraError, match=rf"{re.escape(str(local))} has no best checkpoint .*which is not there"):
+        raydra.load(local)
