@@ -4,7 +4,8 @@ __version__ = "0.1.0"
 
 
 def load(run_or_checkpoint, which="best"):
-    """The trained module of a run, for evaluation or inference: see raydra.checkpoints.load."""
+    """The trained module of a run (its directory, a checkpoint.ckpt, or either's storage URI), for
+    evaluation or inference: see raydra.checkpoints.load."""
     # Imported on use: `raydra compare` must start without torch.
     from raydra.checkpoints import load as load_checkpoint
 

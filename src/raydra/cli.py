@@ -1,7 +1,7 @@
 """The `raydra` command: `raydra compare PATH...` and `raydra show RUN_DIR`.
 
-Offline and quick: it reads run directories only (see raydra.compare) and never imports the
-training stack. Exit code 0 when at least one run was shown, 1 when none, 2 for a usage error.
+Offline and quick: it reads run directories only (see raydra.compare), on a disk or in storage
+(s3://bucket/prefix/...; pyarrow is imported only then), and never imports the training stack. Exit code 0 when at least one run was shown, 1 when none, 2 for a usage error.
 """
 
 import argparse
@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         "status, wall time and samples/s.",
         epilog="example: raydra compare outputs/sweeps/2026-11-22/14-10-00_vit_digits --metric val/acc --sort",
     )
-    c.add_argument("paths", nargs="+", metavar="PATH", help="run directories, sweep directories or globs")
+    c.add_argument("paths", nargs="+", metavar="PATH", help="run directories, sweep directories or globs; or their storage URIs (s3://...)")
     c.add_argument(
         "--metric", action="append", metavar="NAME", help="metric to show, repeatable (default: each run's monitor metric)"
     )
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=run_compare)
 
     s = commands.add_parser("show", help="one run: config, overrides, status, metrics, files")
-    s.add_argument("run_dir", metavar="RUN_DIR")
+    s.add_argument("run_dir", metavar="RUN_DIR", help="a run directory, or its storage URI (s3://...)")
     s.set_defaults(func=run_show)
     return parser
 
@@ -87,18 +87,30 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def run_show(args: argparse.Namespace) -> int:
     notes: List[str] = []
-    path = os.path.expanduser(args.run_dir)
-    if not cmp.is_run_dir(path):
-        below = cmp.runs_below(path) if os.path.isdir(path) else []
+    if cmp.is_uri(args.run_dir):
+        # A run in storage: one listing says what is there, then only its record files are fetched.
+        files, why = cmp.list_remote(args.run_dir, want="one run's directory")
+        below = cmp.run_dirs_in(files or [])
+        is_run, is_dir = below == [""], files is not None
+    else:
+        path = os.path.expanduser(args.run_dir)
+        is_run, is_dir = cmp.is_run_dir(path), os.path.isdir(path)
+        below, why = cmp.runs_below(path) if is_dir else [], "does not exist; pass the directory of one run"
+    if not is_run:
         if below:
             why = f"is a sweep directory with {len(below)} runs; show one of them, or use: raydra compare {args.run_dir}"
-        elif os.path.isdir(path):
+        elif is_dir:
             why = "is not a run directory (no summary.json or .hydra/config.yaml); pass the directory of one run"
-        else:
-            why = "does not exist; pass the directory of one run"
         report([f"{args.run_dir} {why}."], "show")
         return 1
-    run = cmp.load_run(path, notes)
+    if cmp.is_uri(args.run_dir):
+        loaded = cmp.load_remote_runs({args.run_dir: files}, notes)
+        if not loaded:
+            report(notes, "show")
+            return 1
+        run = loaded[args.run_dir]
+    else:
+        run = cmp.load_run(path, notes)
     print(cmp.show_text(run, notes))
     report(notes, "show")
     return 0

@@ -4,6 +4,10 @@ Reads `.hydra/config.yaml`, `.hydra/overrides.yaml`, `summary.json` and `metrics
 else. It never imports ray, torch, wandb or hydra, so it answers in well under a second for hundreds
 of runs, on any machine the run directories were copied to. matplotlib is imported only to draw.
 
+Runs in storage (`s3://bucket/prefix/runs/...?endpoint_override=...`, any URI raydra.storage reaches)
+are read the same way: their record files are downloaded into a scratch directory and read from
+there, while every path shown is the URI. pyarrow is imported only when a URI is given.
+
 Problems with one input (a path that holds no run, a corrupt file, a metric no run logged) become
 one-line notes for stderr, and the rest of the comparison still goes ahead.
 """
@@ -16,11 +20,16 @@ import io
 import json
 import math
 import os
+import posixpath
 import re
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -31,6 +40,11 @@ CORRUPT_SUMMARY = "unknown (corrupt summary.json)"
 FIXED_COLUMNS = ("status", "wall_s", "samples/s")
 MAX_CELL = 48
 MAX_LEGEND = 20
+# What marks a directory as a run's, and the files compare and show read. From storage only these
+# are downloaded; the rest of a run there (checkpoints, logs, samples, wandb: up to gigabytes) is
+# only listed, to say what exists.
+RUN_MARKERS = ("summary.json", ".hydra/config.yaml")
+RECORD_FILES = ("summary.json", "metrics.csv", ".hydra/config.yaml", ".hydra/overrides.yaml")
 
 
 @dataclass
@@ -44,6 +58,184 @@ class Run:
     label: str = ""
     flat: dict = field(default_factory=dict)
     curves: Optional[dict] = None  # metrics.csv as {metric: [(step, epoch, value)]}, read on first use
+    # The run as named: its directory, or its storage URI, in which case `dir` is a local copy of its
+    # record files and `listing` holds every file below the URI (relative to it).
+    source: str = ""
+    listing: Optional[frozenset] = None
+
+    def __post_init__(self) -> None:
+        self.source = self.source or str(self.dir)
+
+    def where(self, relative: str = "") -> str:
+        """A file of the run as shown to a person: below its directory or its URI."""
+        if self.listing is None:
+            return str(self.dir / relative) if relative else str(self.dir)
+        return join_location(self.source, relative) if relative else self.source
+
+    def has(self, relative: str) -> bool:
+        if self.listing is None:
+            return (self.dir / relative).exists()
+        return relative in self.listing or any(f.startswith(relative.rstrip("/") + "/") for f in self.listing)
+
+    def locate(self, recorded: str) -> Tuple[str, Optional[bool]]:
+        """Where a path summary.json names is now, and whether it is there (None: in storage beyond
+        this run, not checked, as that would cost a request per file)."""
+        if self.listing is None:
+            return (recorded, None) if is_uri(recorded) else (str(Path(recorded)), Path(recorded).exists())
+        location = relocated(recorded, self.summary.get("run_dir"), self.source)
+        base = self.source.split("?")[0].rstrip("/") + "/"
+        if location.split("?")[0].startswith(base):
+            return location, self.has(location.split("?")[0][len(base):])
+        return (location, None) if is_uri(location) else (str(Path(location)), Path(location).exists())
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs in storage
+
+
+def is_uri(location: Any) -> bool:
+    """raydra.storage.is_uri's rule (a scheme other than file://), here because importing
+    raydra.storage imports pyarrow, which compare does only when a URI is given."""
+    scheme = urlsplit(str(location)).scheme
+    return len(scheme) > 1 and scheme != "file"
+
+
+def join_location(location: str, relative: str) -> str:
+    """`relative` below a directory or a URI (a URI keeps its query: endpoint_override=...)."""
+    if not is_uri(location):
+        return os.path.join(location, relative)
+    from raydra import storage
+
+    return storage.join(location, *relative.split("/"))
+
+
+def relocated(recorded: str, recorded_run_dir: Any, run_location: str) -> str:
+    """Where a file that summary.json names lies once its run is at `run_location`: a run copied to
+    storage keeps a summary.json naming files on the disk it was written on (summary["run_dir"]);
+    the same files are below the copy. URIs and paths outside that run dir stay as recorded."""
+    if is_uri(recorded) or not isinstance(recorded_run_dir, str) or not recorded_run_dir:
+        return recorded
+    base = recorded_run_dir.rstrip("/") + "/"
+    return join_location(run_location, recorded[len(base):]) if recorded.startswith(base) else recorded
+
+
+def list_remote(uri: str, want: str = "a run or sweep directory") -> Tuple[Optional[List[str]], str]:
+    """(every file below `uri`, relative to it; "") or (None, why not: the end of a sentence
+    that names the problem and what to do, for "<uri> ...")."""
+    import pyarrow.fs as pafs
+
+    from raydra import storage
+
+    scheme = urlsplit(uri).scheme
+    try:
+        fs, root = storage.filesystem(uri)
+        kind = fs.get_file_info(root).type
+        if kind == pafs.FileType.NotFound:
+            bucket = root.strip("/").split("/")[0]
+            if scheme in ("s3", "gs", "gcs") and (
+                bucket == root.strip("/") or fs.get_file_info(bucket).type == pafs.FileType.NotFound
+            ):
+                return None, (
+                    f"does not exist: there is no bucket {bucket!r} at this endpoint; check the bucket name and "
+                    "the URI's endpoint_override (or AWS_ENDPOINT_URL)"
+                )
+            return None, f"does not exist; pass the storage URI of {want}"
+        if kind != pafs.FileType.Directory:
+            return None, f"is a file; pass the storage URI of {want}"
+        root = root.rstrip("/") + "/"
+        infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
+    except (OSError, ValueError) as error:  # pyarrow: OSError from the store, ArrowInvalid (a ValueError) for the URI
+        return None, (
+            f"cannot be read ({one_line(error)}); check the URI, its endpoint and the credentials "
+            "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for s3://)"
+        )
+    return sorted(i.path[len(root):] for i in infos if i.type == pafs.FileType.File and i.path.startswith(root)), ""
+
+
+def run_dirs_in(files: List[str]) -> List[str]:
+    """The run directories among `files` (relative paths), as runs_below finds them on a disk:
+    "" when the top is a run; a sweep's sweep.json makes it no run; hidden folders and a run's
+    own subfolders are not searched; natural order."""
+    files_set = set(files)
+    dirs = set()
+    for f in files:
+        for marker in RUN_MARKERS:
+            if f == marker:
+                dirs.add("")
+            elif f.endswith("/" + marker):
+                dirs.add(f[: -len(marker) - 1])
+    dirs = {d for d in dirs if posixpath.join(d, "sweep.json") not in files_set}
+    if "" in dirs:
+        return [""]
+    dirs = {d for d in dirs if not any(part.startswith(".") for part in d.split("/"))}
+    dirs = {d for d in dirs if not any(d.startswith(other + "/") for other in dirs)}
+    return sorted(dirs, key=lambda d: [natural_key(part) for part in d.split("/")])
+
+
+def remote_run_dirs(arg: str, notes: List[str]) -> Dict[str, List[str]]:
+    """{run URI: its files} for the runs at or below storage URI `arg`, from one listing."""
+    files, why = list_remote(arg)
+    if files is None:
+        notes.append(f"{arg} {why}.")
+        return {}
+    dirs = run_dirs_in(files)
+    if not dirs:
+        notes.append(
+            f"{arg} is not a run or sweep directory (no summary.json or .hydra/config.yaml in it or below); "
+            "pass the storage URI of a run or sweep directory."
+        )
+    found = {}
+    for d in dirs:
+        prefix = d + "/" if d else ""
+        found[join_location(arg, d) if d else arg] = [f[len(prefix):] for f in files if f.startswith(prefix)]
+    return found
+
+
+_scratch: Optional[str] = None
+
+
+def scratch_dir() -> str:
+    """This process's directory for the record files of runs in storage, removed at exit: a fresh
+    download every time, so a run still going on is never shown from a stale copy."""
+    global _scratch
+    if _scratch is None:
+        import atexit
+
+        _scratch = tempfile.mkdtemp(prefix="raydra-compare-")
+        atexit.register(shutil.rmtree, _scratch, True)
+    return _scratch
+
+
+def fetch_records(runs: Dict[str, List[str]], notes: List[str]) -> Dict[str, str]:
+    """{run URI: local directory holding its RECORD_FILES}, downloaded side by side (a request
+    costs a round trip; hundreds of runs one after another would take minutes)."""
+    from raydra import storage
+
+    def fetch(uri: str) -> str:
+        local = tempfile.mkdtemp(prefix="run-", dir=scratch_dir())
+        fs, root = storage.filesystem(uri)
+        for relative in RECORD_FILES:
+            if relative in runs[uri]:
+                target = Path(local, relative)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with fs.open_input_stream(posixpath.join(root, relative)) as stream:
+                    target.write_bytes(stream.read())
+        return local
+
+    fetched = {}
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        futures = {uri: pool.submit(fetch, uri) for uri in runs}
+    for uri, future in futures.items():
+        try:
+            fetched[uri] = future.result()
+        except (OSError, ValueError) as error:
+            notes.append(f"{uri} could not be downloaded ({one_line(error)}); it is left out. Check the storage and run again.")
+    return fetched
+
+
+def load_remote_runs(runs: Dict[str, List[str]], notes: List[str]) -> Dict[str, "Run"]:
+    fetched = fetch_records(runs, notes)
+    return {uri: load_run(local, notes, source=uri, listing=runs[uri]) for uri, local in fetched.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -80,10 +272,17 @@ def runs_below(path: str) -> List[str]:
     return found
 
 
-def find_run_dirs(paths: List[str], notes: List[str]) -> List[str]:
-    """Run dirs named by `paths` (run dirs, sweep dirs, globs), in order, each once."""
+def find_run_dirs(paths: List[str], notes: List[str], listings: Optional[Dict[str, List[str]]] = None) -> List[str]:
+    """Run dirs named by `paths` (run dirs, sweep dirs, globs, storage URIs), in order, each once.
+    A run in storage comes back as its URI, with its files put in `listings`."""
     found: Dict[str, str] = {}
     for arg in paths:
+        if is_uri(arg):
+            for uri, files in remote_run_dirs(arg, notes).items():
+                found.setdefault(uri, uri)
+                if listings is not None:
+                    listings[uri] = files
+            continue
         path = os.path.expanduser(arg)
         if any(c in path for c in "*?[") and not os.path.exists(path):
             matches = [m for m in sorted(glob.glob(path, recursive=True), key=natural_key) if os.path.isdir(m)]
@@ -112,27 +311,31 @@ def one_line(error: Exception) -> str:
     return " ".join(str(error).split())[:200]
 
 
-def read_yaml(path: Path, kind: type, notes: List[str]) -> Any:
+def read_yaml(path: Path, kind: type, notes: List[str], shown: Optional[str] = None) -> Any:
+    """`shown`: how notes name the file (its URI, for a run in storage)."""
+    shown = shown or str(path)
     if not path.is_file():
         return None
     try:
         data = yaml.load(path.read_text(), Loader=YAML_LOADER)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-        notes.append(f"{path} is not readable YAML ({one_line(error)}); the run is shown without it.")
+        notes.append(f"{shown} is not readable YAML ({one_line(error)}); the run is shown without it.")
         return None
     if data is None:  # an empty file: no overrides, or an empty config
         return kind()
     if not isinstance(data, kind):
-        notes.append(f"{path} holds a {type(data).__name__}, not a {kind.__name__}; the run is shown without it.")
+        notes.append(f"{shown} holds a {type(data).__name__}, not a {kind.__name__}; the run is shown without it.")
         return None
     return data
 
 
-def load_run(run_dir: str, notes: List[str]) -> Run:
-    run = Run(Path(run_dir))
-    run.config = read_yaml(run.dir / ".hydra" / "config.yaml", dict, notes)
+def load_run(run_dir: str, notes: List[str], source: Optional[str] = None, listing: Optional[List[str]] = None) -> Run:
+    """A run from its directory; for a run in storage, `run_dir` is the local copy of its record
+    files, `source` its URI and `listing` every file below that URI."""
+    run = Run(Path(run_dir), source=source or "", listing=None if listing is None else frozenset(listing))
+    run.config = read_yaml(run.dir / ".hydra" / "config.yaml", dict, notes, run.where(".hydra/config.yaml"))
     run.flat = flatten(run.config) if run.config is not None else {}
-    overrides = read_yaml(run.dir / ".hydra" / "overrides.yaml", list, notes)
+    overrides = read_yaml(run.dir / ".hydra" / "overrides.yaml", list, notes, run.where(".hydra/overrides.yaml"))
     path = run.dir / "summary.json"
     if path.is_file():
         try:
@@ -140,7 +343,7 @@ def load_run(run_dir: str, notes: List[str]) -> Run:
             if not isinstance(summary, dict):
                 raise ValueError(f"it holds a JSON {type(summary).__name__}, not an object")
         except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            notes.append(f"{path} is corrupt ({one_line(error)}); the run is listed as unknown. Rewrite or delete it.")
+            notes.append(f"{run.where('summary.json')} is corrupt ({one_line(error)}); the run is listed as unknown. Rewrite or delete it.")
             run.status = CORRUPT_SUMMARY
         else:
             run.summary = summary
@@ -192,7 +395,10 @@ def matches(run: Run, filters: List[Tuple[str, str]]) -> bool:
 def collect(paths: List[str], filters: List[str], notes: List[str]) -> List[Run]:
     """Discover, load and filter the runs `paths` name; label each relative to what they share."""
     wanted = parse_filters(filters)
-    runs = [load_run(d, notes) for d in find_run_dirs(paths, notes)]
+    listings: Dict[str, List[str]] = {}
+    dirs = find_run_dirs(paths, notes, listings)
+    remote = load_remote_runs({d: listings[d] for d in dirs if d in listings}, notes) if listings else {}
+    runs = [remote[d] if d in listings else load_run(d, notes) for d in dirs if d in remote or d not in listings]
     for key, _ in wanted:
         if key != "status" and runs and not any(key in r.flat for r in runs):
             notes.append(f"no run has config key {key!r}, so --filter {key}=... matches nothing; check its spelling.")
@@ -203,10 +409,18 @@ def collect(paths: List[str], filters: List[str], notes: List[str]) -> List[Run]
     return shown
 
 
+def label_path(run: Run) -> str:
+    """The path labels are cut from: a URI as /bucket/path, so runs in storage share prefixes like files."""
+    if run.listing is None:
+        return os.path.abspath(run.dir)
+    split = urlsplit(run.source)
+    return "/" + posixpath.normpath(split.netloc + "/" + split.path.strip("/"))
+
+
 def set_labels(runs: List[Run]) -> None:
-    dirs = [os.path.abspath(r.dir) for r in runs]
+    dirs = [label_path(r) for r in runs]
     common = os.path.commonpath(dirs) if len(dirs) > 1 else None
-    for run, d in zip(runs, dirs):
+    for run, d in zip(runs, dirs, strict=True):
         run.label = os.path.relpath(d, common) if common and d != common else os.path.basename(d)
 
 
@@ -251,7 +465,7 @@ def read_curves(run: Run, notes: List[str]) -> Dict[str, List[Tuple[Optional[flo
                     if value is not None:
                         points.append((step, epoch, value))
     except (OSError, UnicodeDecodeError, csv.Error) as error:
-        notes.append(f"{path} is not readable CSV ({one_line(error)}); its curves are left out.")
+        notes.append(f"{run.where('metrics.csv')} is not readable CSV ({one_line(error)}); its curves are left out.")
     return run.curves
 
 
@@ -413,7 +627,7 @@ def render_table(columns: List[str], rows: List[Tuple[Run, dict]], keys: List[st
     cells = [[shorten(c, cell_text(c, row[c], keys)) for c in columns] for _, row in rows]
     widths = [max([len(c)] + [len(line[i]) for line in cells]) for i, c in enumerate(columns)]
     right = [is_numeric(c, rows) for c in columns]
-    fmt = lambda line: "  ".join(t.rjust(w) if r else t.ljust(w) for t, w, r in zip(line, widths, right)).rstrip()  # noqa: E731
+    fmt = lambda line: "  ".join(t.rjust(w) if r else t.ljust(w) for t, w, r in zip(line, widths, right, strict=True)).rstrip()  # noqa: E731
     return "\n".join([fmt(columns), "  ".join("-" * w for w in widths), *(fmt(line) for line in cells)])
 
 
@@ -429,12 +643,12 @@ def render_csv(columns: List[str], rows: List[Tuple[Run, dict]], keys: List[str]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([*columns, "run_dir"])
-    writer.writerows([*(export_text(c, row[c], keys) for c in columns), str(run.dir)] for run, row in rows)
+    writer.writerows([*(export_text(c, row[c], keys) for c in columns), run.source] for run, row in rows)
     return out.getvalue().rstrip("\n")
 
 
 def render_json(columns: List[str], rows: List[Tuple[Run, dict]], keys: List[str]) -> str:
-    records = [{**{c: row[c] for c in columns}, "run_dir": str(run.dir), "overrides": run.overrides} for run, row in rows]
+    records = [{**{c: row[c] for c in columns}, "run_dir": run.source, "overrides": run.overrides} for run, row in rows]
     return json.dumps(records, indent=2, default=str)
 
 
@@ -471,7 +685,7 @@ def render_curves(runs: List[Run], metrics: List[str], keys: List[str], x: str, 
 
     for run in runs:
         if not (run.dir / "metrics.csv").is_file():
-            notes.append(f"{run.dir} has no metrics.csv (no csv logger, or it stopped before logging); its curves are left out.")
+            notes.append(f"{run.source} has no metrics.csv (no csv logger, or it stopped before logging); its curves are left out.")
     pngs = {}
     for metric in metrics:
         fig = Figure(figsize=(8, 4.5), dpi=100, layout="constrained")
@@ -505,22 +719,22 @@ def write_plots(pngs: Dict[str, bytes], out_dir: str) -> List[Path]:
     return written
 
 
-def run_files(run: Run) -> List[Tuple[str, Path, bool]]:
-    """(what, path, exists) for the files a person looks for; paths summary.json names are kept even
-    when gone (the run dir was moved), others only when present."""
+def run_files(run: Run) -> List[Tuple[str, str, Optional[bool]]]:
+    """(what, location, exists) for the files a person looks for; paths summary.json names are kept
+    even when gone (the run dir was moved), others only when present. exists is None for a URI
+    outside the run's own listing: not checked."""
     named = [(f"{which} checkpoint", dig(run.summary, "checkpoints", which)) for which in ("best", "last")]
-    local = [
-        ("checkpoints", dig(run.summary, "checkpoints", "dir") or run.dir / "checkpoints"),
-        ("metrics.csv", run.dir / "metrics.csv"),
-        ("samples", run.dir / "samples"),
-        ("wandb", run.dir / "wandb"),
-        ("driver log", run.dir / "driver.log"),
-        ("logs", run.dir / "logs"),
-        ("config", run.dir / ".hydra" / "config.yaml"),
-        ("summary", run.dir / "summary.json"),
-    ]
-    files = [(what, Path(p), Path(p).exists()) for what, p in named if isinstance(p, str) and p]
-    return files + [(what, Path(p), True) for what, p in local if isinstance(p, (str, Path)) and Path(p).exists()]
+    files = [(what, *run.locate(p)) for what, p in named if isinstance(p, str) and p]
+    recorded_dir = dig(run.summary, "checkpoints", "dir")
+    if isinstance(recorded_dir, str) and recorded_dir:
+        location, exists = run.locate(recorded_dir)
+        if exists is not False:
+            files.append(("checkpoints", location, exists))
+    elif run.has("checkpoints"):
+        files.append(("checkpoints", run.where("checkpoints"), True))
+    own = [("metrics.csv", "metrics.csv"), ("samples", "samples"), ("wandb", "wandb"), ("driver log", "driver.log"),
+           ("logs", "logs"), ("config", ".hydra/config.yaml"), ("summary", "summary.json")]
+    return files + [(what, run.where(relative), True) for what, relative in own if run.has(relative)]
 
 
 CSS = """
@@ -546,11 +760,13 @@ def status_class(run: Run) -> str:
     return word if word in ("completed", "failed", "running", "interrupted") else "unknown"
 
 
-def file_link(path: Path, exists: bool) -> str:
-    text = html.escape(str(path))
-    if not exists:
+def file_link(location: str, exists: Optional[bool]) -> str:
+    text = html.escape(str(location))
+    if exists is False:
         return f"{text} (missing)"
-    return f'<a href="{html.escape(path.resolve().as_uri())}">{text}</a>'
+    if exists is None or is_uri(location):  # no browser opens s3://; the URI is shown to copy
+        return text
+    return f'<a href="{html.escape(Path(location).resolve().as_uri())}">{text}</a>'
 
 
 def render_html(
@@ -586,7 +802,7 @@ def render_html(
     for i, (run, _) in enumerate(rows):
         status = f'<span class="{status_class(run)}">{e(status_text(run))}</span>'
         out.append(f'<details id="run-{i}"><summary>{e(run.label)} &mdash; {status}</summary>')
-        out.append(f"<p>directory: {file_link(run.dir, True)}</p>")
+        out.append(f"<p>directory: {file_link(run.source, True)}</p>")
         out.append("<p>overrides:</p><pre>" + (e("\n".join(run.overrides)) or "(none)") + "</pre>")
         out.append("<ul>" + "".join(f"<li>{e(what)}: {file_link(p, ok)}</li>" for what, p, ok in run_files(run)) + "</ul>")
         config = config_source(run)
@@ -612,7 +828,7 @@ def config_source(run: Run) -> str:
 
 def show_text(run: Run, notes: List[str]) -> str:
     s = run.summary
-    lines = [f"run       {run.dir}", f"status    {status_text(run)}"]
+    lines = [f"run       {run.source}", f"status    {status_text(run)}"]
     for label, key in (("name", "name"), ("run id", "run_id"), ("started", "started_at"), ("finished", "finished_at")):
         if s.get(key):
             lines.append(f"{label:<10}{s[key]}")
@@ -647,11 +863,13 @@ def show_text(run: Run, notes: List[str]) -> str:
 
     lines += ["", "overrides"] + [f"  {o}" for o in run.overrides or ["(none)"]]
     lines += ["", "files"]
-    for what, path, exists in run_files(run):
-        lines.append(f"  {what:<16}{path}{'' if exists else '  (missing)'}")
-    offline = sorted((run.dir / "wandb").glob("offline-run-*"))
-    if offline:
-        lines.append(f"  upload W&B with: wandb sync {run.dir / 'wandb'}/offline-run-*")
+    for what, location, exists in run_files(run):
+        lines.append(f"  {what:<16}{location}{'  (missing)' if exists is False else ''}")
+    if run.listing is None:
+        if sorted((run.dir / "wandb").glob("offline-run-*")):
+            lines.append(f"  upload W&B with: wandb sync {run.dir / 'wandb'}/offline-run-*")
+    elif any(f.startswith("wandb/offline-run-") for f in run.listing):
+        lines.append(f"  upload W&B: copy {run.where('wandb')} to a disk, then run wandb sync on its offline-run-* folders")
     config = config_source(run)
     lines += ["", "config (.hydra/config.yaml)"] + ([f"  {line}" for line in config.rstrip().splitlines()] or ["  (none)"])
     return "\n".join(lines)
