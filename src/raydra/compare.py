@@ -33,6 +33,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from raydra.storage import is_uri
+
 # libyaml's loader is ~10x faster than the pure-Python one, which matters at hundreds of configs.
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 NO_SUMMARY = "unknown (no summary.json)"
@@ -91,13 +93,6 @@ class Run:
 
 # ---------------------------------------------------------------------------------------------
 # Runs in storage
-
-
-def is_uri(location: Any) -> bool:
-    """raydra.storage.is_uri's rule (a scheme other than file://), here because importing
-    raydra.storage imports pyarrow, which compare does only when a URI is given."""
-    scheme = urlsplit(str(location)).scheme
-    return len(scheme) > 1 and scheme != "file"
 
 
 def join_location(location: str, relative: str) -> str:

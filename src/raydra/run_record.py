@@ -178,9 +178,11 @@ def check_shared(run_dir: Path) -> None:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]
-    if len(nodes) < 2:
-        return
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    if len(alive) < 2:
+        return  # one machine: the driver's own disk
+    # Every node a worker could land on (one with CPUs), the head among them only if it has any.
+    nodes = [n for n in alive if n["Resources"].get("CPU", 0) > 0]
     marker = Path(run_dir, ".raydra-shared-check")
     marker.write_text("ok")
 

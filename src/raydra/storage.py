@@ -4,15 +4,19 @@ filesystems reach (s3://, gs://, hdfs://, ...), the same way Ray Train reaches i
 A URI may carry pyarrow's options as a query (`s3://bucket/prefix?endpoint_override=host:port&scheme=http`
 for an S3-compatible store); the standard AWS_* environment variables (credentials, AWS_ENDPOINT_URL,
 AWS_DEFAULT_REGION) are read by pyarrow as well. Every function takes a plain path or a URI alike,
-so callers never branch on which one they hold.
+so callers never branch on which one they hold. pyarrow is imported by the functions that use it,
+so `raydra compare` tells a URI from a path without loading it.
 """
+
+from __future__ import annotations
 
 import os
 import posixpath
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit, urlunsplit
 
-import pyarrow.fs as pafs
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 
 def is_uri(location: str) -> bool:
@@ -23,6 +27,8 @@ def is_uri(location: str) -> bool:
 
 def filesystem(location: str) -> Tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem serving `location` and the path within it."""
+    import pyarrow.fs as pafs
+
     location = str(location)
     if not is_uri(location):
         return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(location.removeprefix("file://")))
@@ -48,11 +54,15 @@ def location_of(base: str, fs_path: str) -> str:
 
 
 def exists(location: str) -> bool:
+    import pyarrow.fs as pafs
+
     fs, path = filesystem(location)
     return fs.get_file_info(path).type != pafs.FileType.NotFound
 
 
 def is_dir(location: str) -> bool:
+    import pyarrow.fs as pafs
+
     fs, path = filesystem(location)
     return fs.get_file_info(path).type == pafs.FileType.Directory
 
@@ -70,6 +80,8 @@ def read_text(location: str) -> str:
 def write_bytes(location: str, data: bytes) -> None:
     """Write a whole file. Object stores make it visible at once and whole; a local file is
     written beside and renamed over, so a reader never sees half of it."""
+    import pyarrow.fs as pafs
+
     fs, path = filesystem(location)
     fs.create_dir(posixpath.dirname(path), recursive=True)
     if isinstance(fs, pafs.LocalFileSystem):
@@ -88,6 +100,8 @@ def write_text(location: str, text: str) -> None:
 
 def _files(location: str) -> Dict[str, Tuple[int, Optional[int]]]:
     """{relative path: (size, modification time in ns)} of every file below `location`."""
+    import pyarrow.fs as pafs
+
     fs, path = filesystem(location)
     if fs.get_file_info(path).type != pafs.FileType.Directory:
         return {}
@@ -112,6 +126,8 @@ def copy_tree(
     checkpoints/ folder of gigabytes can be mirrored without it. `seen`: a dict this function
     keeps between calls, so that a repeated mirror copies only the files that changed since.
     """
+    import pyarrow.fs as pafs
+
     source_fs, source_path = filesystem(source)
     destination_fs, destination_path = filesystem(destination)
     copied = []
