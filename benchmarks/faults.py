@@ -45,9 +45,14 @@ class Run:
     def __init__(self, out: Path, *overrides: str, extra_env: dict = None) -> None:
         self.out = out
         self.started = time.time()
-        self.proc = subprocess.Popen([sys.executable, str(REPO / "train.py"), *overrides], cwd=REPO,
-                                     env={**env(), **(extra_env or {})},
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(REPO / "train.py"), *overrides],
+            cwd=REPO,
+            env={**env(), **(extra_env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         self.lines: list = []
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -61,7 +66,7 @@ class Run:
                 if f"epoch {epoch}/{epochs} " in line:
                     return at
             if self.proc.poll() is not None:
-                sys.exit(f"the run ended before epoch {epoch}:\n" + "\n".join(l for _, l in self.lines[-40:]))
+                sys.exit(f"the run ended before epoch {epoch}:\n" + "\n".join(line for _, line in self.lines[-40:]))
             time.sleep(0.1)
 
     def finish(self, timeout: float = 1200) -> float:
@@ -86,8 +91,12 @@ def outcome(run_dir: Path) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
     val_epochs = [int(r["epoch"]) for r in rows if r.get("val/acc")]
-    return {"status": summary["status"], "global_step": summary.get("global_step"), "val_epochs": val_epochs,
-            "val_acc": summary.get("metrics", {}).get("final", {}).get("val/acc")}
+    return {
+        "status": summary["status"],
+        "global_step": summary.get("global_step"),
+        "val_epochs": val_epochs,
+        "val_acc": summary.get("metrics", {}).get("final", {}).get("val/acc"),
+    }
 
 
 def row(name: str, fault: dict, baseline: dict, fault_s: float, baseline_s: float, epochs: int) -> str:
@@ -119,7 +128,7 @@ def driver_kill(out: Path, common: list, epochs: int, after_epoch: int, epoch_s:
     resumed = Run(out, *common, "resume=latest")
     second = resumed.finish()
     if resumed.proc.returncode:
-        print("\n".join(l for _, l in resumed.lines[-30:]), file=sys.stderr)
+        print("\n".join(line for _, line in resumed.lines[-30:]), file=sys.stderr)
     return outcome(run.run_dir()), first + second
 
 
@@ -127,7 +136,9 @@ def node_of(cluster, pid: int):
     import psutil
 
     parents = {p.pid for p in psutil.Process(pid).parents()}
-    return next(n for n in [cluster.head_node, *cluster.worker_nodes] if n.all_processes["raylet"][0].process.pid in parents)
+    return next(
+        n for n in [cluster.head_node, *cluster.worker_nodes] if n.all_processes["raylet"][0].process.pid in parents
+    )
 
 
 def node_runs(out: Path, common: list, epochs: int, after_epoch: int, epoch_s: float) -> tuple:
@@ -136,17 +147,25 @@ def node_runs(out: Path, common: list, epochs: int, after_epoch: int, epoch_s: f
 
     results = []
     for remove in (False, True):
-        cluster = Cluster(initialize_head=True,
-                          head_node_args={"num_cpus": 0, "gcs_server_port": free_port(), "dashboard_port": free_port()})
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 0, "gcs_server_port": free_port(), "dashboard_port": free_port()},
+        )
         try:
             for _ in range(3):
                 cluster.add_node(num_cpus=1)
             cluster.wait_for_nodes()
             target = out / ("node_removed" if remove else "node_baseline")
-            run = Run(target, f"paths.outputs={target}", *common, f"ray.address={cluster.address}",
-                      "scale.placement_strategy=SPREAD", "failure.max_failures=1",
-                      # Cluster's nodes, started from this process, expect no auth token.
-                      extra_env={"RAY_AUTH_MODE": "disabled"})
+            run = Run(
+                target,
+                f"paths.outputs={target}",
+                *common,
+                f"ray.address={cluster.address}",
+                "scale.placement_strategy=SPREAD",
+                "failure.max_failures=1",
+                # Cluster's nodes, started from this process, expect no auth token.
+                extra_env={"RAY_AUTH_MODE": "disabled"},
+            )
             if remove:
                 run.wait_for_epoch(after_epoch, epochs)
                 time.sleep(epoch_s / 2)
@@ -170,11 +189,17 @@ def main() -> None:
     epochs = args.epochs
 
     root = Path(tempfile.mkdtemp(prefix="raydra-faults-bench-"))
-    common = ["experiment=vit_digits_smoke", f"trainer.max_epochs={epochs}", "trainer.test=false", "seed=0",
-              "checkpoint.num_to_keep=1"]
+    common = [
+        "experiment=vit_digits_smoke",
+        f"trainer.max_epochs={epochs}",
+        "trainer.test=false",
+        "seed=0",
+        "checkpoint.num_to_keep=1",
+    ]
     rows = []
     proc, address = start_cluster(args.cpus, root / "ray_start.log")
     try:
+
         def on_cluster(name: str) -> tuple:
             out = root / name
             return out, [f"paths.outputs={out}", *common, f"ray.address={address}"]
@@ -183,7 +208,7 @@ def main() -> None:
         base_run = Run(out, *overrides)
         base_s = base_run.finish()
         base = outcome(base_run.run_dir())
-        lines = dict((l.split()[1], at) for at, l in base_run.lines if re.search(r"^epoch \d+/", l.strip()))
+        lines = dict((line.split()[1], at) for at, line in base_run.lines if re.search(r"^epoch \d+/", line.strip()))
         epoch_s = (lines[f"{epochs}/{epochs}"] - lines[f"1/{epochs}"]) / (epochs - 1)
         rows.append(row("none (uninterrupted)", base, base, base_s, base_s, epochs))
         print(f"uninterrupted: {base_s:.1f} s, {epoch_s:.1f} s an epoch", file=sys.stderr)
@@ -195,24 +220,48 @@ def main() -> None:
             print(rows[-1], file=sys.stderr)
         out, overrides = on_cluster("worker_steps")
         result, wall = worker_kill(out, overrides, epochs, epochs // 2, epoch_s, "checkpoint.every_n_steps=10")
-        rows.append(row(f"worker SIGKILL, middle (epoch {epochs // 2 + 1}), checkpoint.every_n_steps=10", result, base, wall,
-                        base_s, epochs))
+        rows.append(
+            row(
+                f"worker SIGKILL, middle (epoch {epochs // 2 + 1}), checkpoint.every_n_steps=10",
+                result,
+                base,
+                wall,
+                base_s,
+                epochs,
+            )
+        )
         print(rows[-1], file=sys.stderr)
         out, overrides = on_cluster("driver")
         result, wall = driver_kill(out, overrides, epochs, epochs // 2, epoch_s)
-        rows.append(row(f"driver SIGKILL (epoch {epochs // 2 + 1}), then resume=latest", result, base, wall, base_s, epochs))
+        rows.append(
+            row(f"driver SIGKILL (epoch {epochs // 2 + 1}), then resume=latest", result, base, wall, base_s, epochs)
+        )
         print(rows[-1], file=sys.stderr)
     finally:
         stop_cluster(proc)
 
     (node_base, node_base_s), (node_fault, node_s) = node_runs(root, common, epochs, epochs // 2, epoch_s)
-    rows.append(row("none, 3-node cluster, SPREAD (uninterrupted)", node_base, node_base, node_base_s, node_base_s, epochs))
-    rows.append(row(f"node removal (epoch {epochs // 2 + 1}), 3-node cluster, SPREAD", node_fault, node_base, node_s,
-                    node_base_s, epochs))
+    rows.append(
+        row("none, 3-node cluster, SPREAD (uninterrupted)", node_base, node_base, node_base_s, node_base_s, epochs)
+    )
+    rows.append(
+        row(
+            f"node removal (epoch {epochs // 2 + 1}), 3-node cluster, SPREAD",
+            node_fault,
+            node_base,
+            node_s,
+            node_base_s,
+            epochs,
+        )
+    )
 
-    print(f"digits ViT, {epochs} epochs, 2 CPU workers, seed 0; faults half an epoch after the epoch shown began "
-          f"(one epoch: {epoch_s:.1f} s); run directories under {root}\n")
-    print("| fault | completed | epochs lost / repeated | global step | final val/acc (vs uninterrupted) | wall s | extra wall s |")
+    print(
+        f"digits ViT, {epochs} epochs, 2 CPU workers, seed 0; faults half an epoch after the epoch shown began "
+        f"(one epoch: {epoch_s:.1f} s); run directories under {root}\n"
+    )
+    print(
+        "| fault | completed | epochs lost / repeated | global step | final val/acc (vs uninterrupted) | wall s | extra wall s |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|")
     print("\n".join(rows))
 

@@ -25,10 +25,28 @@ sys.path.insert(0, str(REPO / "src"))
 
 WORKLOADS = {
     # name: (image_size, patch, layers, heads, hidden, mlp, classes, batch, epoch samples)
-    "seed002": dict(image_size=32, patch_size=4, num_layers=12, num_heads=8, hidden_size=384, mlp_size=768,
-                    num_classes=10, batch=512, epoch=50_000),
-    "vit_b16": dict(image_size=224, patch_size=16, num_layers=12, num_heads=12, hidden_size=768, mlp_size=3072,
-                    num_classes=1000, batch=128, epoch=None),
+    "seed002": dict(
+        image_size=32,
+        patch_size=4,
+        num_layers=12,
+        num_heads=8,
+        hidden_size=384,
+        mlp_size=768,
+        num_classes=10,
+        batch=512,
+        epoch=50_000,
+    ),
+    "vit_b16": dict(
+        image_size=224,
+        patch_size=16,
+        num_layers=12,
+        num_heads=12,
+        hidden_size=768,
+        mlp_size=3072,
+        num_classes=1000,
+        batch=128,
+        epoch=None,
+    ),
 }
 PRECISIONS = ("32-true", "bf16-mixed")
 
@@ -43,14 +61,26 @@ def plain_loop(workload: dict, precision: str, compiled: bool, steps: int = 40) 
     torch.set_float32_matmul_precision("high")
     device = torch.device("cuda")
     w = workload
-    net = ViTForImageClassification(ViTConfig(
-        image_size=w["image_size"], patch_size=w["patch_size"], num_hidden_layers=w["num_layers"],
-        num_attention_heads=w["num_heads"], hidden_size=w["hidden_size"], intermediate_size=w["mlp_size"],
-        num_labels=w["num_classes"], num_channels=3,
-    )).to(device)
+    net = ViTForImageClassification(
+        ViTConfig(
+            image_size=w["image_size"],
+            patch_size=w["patch_size"],
+            num_hidden_layers=w["num_layers"],
+            num_attention_heads=w["num_heads"],
+            hidden_size=w["hidden_size"],
+            intermediate_size=w["mlp_size"],
+            num_labels=w["num_classes"],
+            num_channels=3,
+        )
+    ).to(device)
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=1e-2, fused=True)
-    pool = [(torch.randn(w["batch"], 3, w["image_size"], w["image_size"], device=device),
-             torch.randint(0, w["num_classes"], (w["batch"],), device=device)) for _ in range(4)]
+    pool = [
+        (
+            torch.randn(w["batch"], 3, w["image_size"], w["image_size"], device=device),
+            torch.randint(0, w["num_classes"], (w["batch"],), device=device),
+        )
+        for _ in range(4)
+    ]
     forward = torch.compile(net) if compiled else net
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16-mixed")
 
@@ -85,14 +115,28 @@ def raydra_run(workload: dict, precision: str, compiled: bool, steps: int = 60) 
     w = workload
     with tempfile.TemporaryDirectory() as outputs:
         overrides = [
-            f"paths.outputs={outputs}", "scale=gpu", "scale.cpus_per_worker=8", "logger=none", "data=synthetic",
-            f"data.image_size={w['image_size']}", f"data.num_classes={w['num_classes']}",
-            f"data.batch_size={w['batch']}", f"data.num_samples={w['epoch'] or w['batch'] * steps}",
-            f"data.val_samples={w['batch']}", "data.num_channels=3", f"model.patch_size={w['patch_size']}",
-            f"model.num_layers={w['num_layers']}", f"model.num_heads={w['num_heads']}",
-            f"model.hidden_size={w['hidden_size']}", f"model.mlp_size={w['mlp_size']}",
-            "model.optimizer.weight_decay=0.01", "model.scheduler=null", f"trainer.precision={precision}",
-            f"trainer.compile={str(compiled).lower()}", "trainer.max_epochs=1", "trainer.test=false",
+            f"paths.outputs={outputs}",
+            "scale=gpu",
+            "scale.cpus_per_worker=8",
+            "logger=none",
+            "data=synthetic",
+            f"data.image_size={w['image_size']}",
+            f"data.num_classes={w['num_classes']}",
+            f"data.batch_size={w['batch']}",
+            f"data.num_samples={w['epoch'] or w['batch'] * steps}",
+            f"data.val_samples={w['batch']}",
+            "data.num_channels=3",
+            f"model.patch_size={w['patch_size']}",
+            f"model.num_layers={w['num_layers']}",
+            f"model.num_heads={w['num_heads']}",
+            f"model.hidden_size={w['hidden_size']}",
+            f"model.mlp_size={w['mlp_size']}",
+            "model.optimizer.weight_decay=0.01",
+            "model.scheduler=null",
+            f"trainer.precision={precision}",
+            f"trainer.compile={str(compiled).lower()}",
+            "trainer.max_epochs=1",
+            "trainer.test=false",
         ]
         done = subprocess.run([sys.executable, "train.py", *overrides], cwd=REPO, capture_output=True, text=True)
         if done.returncode:
@@ -100,8 +144,11 @@ def raydra_run(workload: dict, precision: str, compiled: bool, steps: int = 60) 
         (summary_file,) = Path(outputs).glob("runs/*/*/summary.json")
         summary = json.loads(summary_file.read_text())
     throughput = summary["throughput"]
-    return {"samples_per_s": throughput["samples_per_s"], "mfu": throughput.get("mfu"),
-            "peak_memory_gib": summary["peak_memory_bytes"] / 2**30}
+    return {
+        "samples_per_s": throughput["samples_per_s"],
+        "mfu": throughput.get("mfu"),
+        "peak_memory_gib": summary["peak_memory_bytes"] / 2**30,
+    }
 
 
 def main() -> None:
@@ -132,8 +179,11 @@ def main() -> None:
                     epoch = f"{50_000 / r['samples_per_s']:.1f}" if WORKLOADS[name]["epoch"] else "-"
                     ratio = f"{r['samples_per_s'] / plain['samples_per_s']:.2f}x" if plain else "-"
                     mfu = f"{r['mfu']:.1%}" if r.get("mfu") else "-"
-                    print(f"| {name} | {precision} | {compiled} | {way} | {r['samples_per_s']:.0f} | {mfu} | "
-                          f"{r['peak_memory_gib']:.1f} | {epoch} | {ratio} |", flush=True)
+                    print(
+                        f"| {name} | {precision} | {compiled} | {way} | {r['samples_per_s']:.0f} | {mfu} | "
+                        f"{r['peak_memory_gib']:.1f} | {epoch} | {ratio} |",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

@@ -43,10 +43,23 @@ def write_cifar(root: Path, images: int) -> Path:
 
 
 def data_config(root: Path, loader: str, batch_size: int) -> dict:
-    return {"_target_": "raydra.data.cifar10.CIFAR10DataModule", "root": str(root), "download": False,
-            "batch_size": batch_size, "val_fraction": 0.1, "split_seed": 0, "augment": True, "crop_padding": 4,
-            "flip": True, "mean": [0.4914, 0.4822, 0.4465], "std": [0.2470, 0.2435, 0.2616], "image_size": 32,
-            "num_channels": 3, "num_classes": 10, "loader": loader}
+    return {
+        "_target_": "raydra.data.cifar10.CIFAR10DataModule",
+        "root": str(root),
+        "download": False,
+        "batch_size": batch_size,
+        "val_fraction": 0.1,
+        "split_seed": 0,
+        "augment": True,
+        "crop_padding": 4,
+        "flip": True,
+        "mean": [0.4914, 0.4822, 0.4465],
+        "std": [0.2470, 0.2435, 0.2616],
+        "image_size": 32,
+        "num_channels": 3,
+        "num_classes": 10,
+        "loader": loader,
+    }
 
 
 def read_loop(config: dict) -> dict:
@@ -59,14 +72,18 @@ def read_loop(config: dict) -> dict:
     if config["loader"] == "ray_data":
         from raydra.data.ray_data import ShardBatches
 
-        loader = ShardBatches("train", config["rows"]["train"], config["data"]["batch_size"] // world_size,
-                              world_size, train=True, seed=0)
+        loader = ShardBatches(
+            "train", config["rows"]["train"], config["data"]["batch_size"] // world_size, world_size, train=True, seed=0
+        )
     else:
         from raydra.data.cifar10 import CIFAR10DataModule
 
         data = CIFAR10DataModule(**{k: v for k, v in config["data"].items() if k != "_target_"})
-        data.trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=ray.train.torch.get_device()),
-                                       global_rank=context.get_world_rank(), world_size=world_size)
+        data.trainer = SimpleNamespace(
+            strategy=SimpleNamespace(root_device=ray.train.torch.get_device()),
+            global_rank=context.get_world_rank(),
+            world_size=world_size,
+        )
         data.setup()
         loader = data.train_dataloader()
     rows, seconds = 0, 0.0
@@ -92,26 +109,48 @@ def measure(root: Path, loader: str, workers: int, batch_size: int, epochs: int,
         datasets = {"train": datasets["train"]}
 
     trainer = TorchTrainer(
-        read_loop, train_loop_config=config, datasets=datasets,
-        scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=use_gpu,
-                                               resources_per_worker={"CPU": 0.5, **({"GPU": 1} if use_gpu else {})}),
-        run_config=ray.train.RunConfig(name=f"ingest_{loader}_{workers}_{time.time_ns()}",
-                                       storage_path=tempfile.mkdtemp(prefix="ingest_")),
+        read_loop,
+        train_loop_config=config,
+        datasets=datasets,
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=workers, use_gpu=use_gpu, resources_per_worker={"CPU": 0.5, **({"GPU": 1} if use_gpu else {})}
+        ),
+        run_config=ray.train.RunConfig(
+            name=f"ingest_{loader}_{workers}_{time.time_ns()}", storage_path=tempfile.mkdtemp(prefix="ingest_")
+        ),
     )
     result = trainer.fit()
     if result.error:
         raise result.error
     out = result.return_value  # rank 0's figures; every worker reads the same share
-    return {"loader": loader, "workers": workers, "rows_per_worker": out["rows"], "epoch_s": out["seconds"],
-            "samples_per_s": out["rows"] * workers / out["seconds"]}
+    return {
+        "loader": loader,
+        "workers": workers,
+        "rows_per_worker": out["rows"],
+        "epoch_s": out["seconds"],
+        "samples_per_s": out["rows"] * workers / out["seconds"],
+    }
 
 
 def gpu_epoch(root: Path, loader: str) -> dict:
     """Seed 002's run (experiment=vit_cifar10) on one GPU worker through train.py: its epoch time."""
     out = Path(tempfile.mkdtemp(prefix="ingest_gpu_"))
-    subprocess.run([sys.executable, str(REPO / "train.py"), "experiment=vit_cifar10", f"data.root={root}",
-                    f"data.loader={loader}", "scale=gpu", "scale.num_workers=1", "logger=csv", "trainer.test=false",
-                    f"paths.outputs={out}"], cwd=REPO, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "train.py"),
+            "experiment=vit_cifar10",
+            f"data.root={root}",
+            f"data.loader={loader}",
+            "scale=gpu",
+            "scale.num_workers=1",
+            "logger=csv",
+            "trainer.test=false",
+            f"paths.outputs={out}",
+        ],
+        cwd=REPO,
+        check=True,
+    )
     summary = json.loads(next(out.glob("runs/**/summary.json")).read_text())
     throughput = summary["throughput"]
     return {"loader": loader, "samples_per_s": throughput.get("samples_per_s"), "wall_s": summary["wall_time_s"]}
@@ -132,15 +171,27 @@ def main() -> None:
     import ray
 
     logging.getLogger("ray").setLevel(logging.ERROR)
-    ray.init(address="local", num_cpus=None if args.gpu or args.gpu_epoch else 2, log_to_driver=False, include_dashboard=False)
+    ray.init(
+        address="local",
+        num_cpus=None if args.gpu or args.gpu_epoch else 2,
+        log_to_driver=False,
+        include_dashboard=False,
+    )
     root = write_cifar(Path(tempfile.mkdtemp(prefix="ingest_cifar_")), args.images)
-    rows = [measure(root, loader, n, args.batch_size, args.epochs, args.gpu)
-            for n in args.workers for loader in ("dataloader", "ray_data")]
-    print(f"\n{date.today()}  python benchmarks/ingest.py {' '.join(sys.argv[1:])}  "
-          f"({args.images} CIFAR-shaped train images less 10% val, global batch {args.batch_size}, last of {args.epochs} epochs)\n")
+    rows = [
+        measure(root, loader, n, args.batch_size, args.epochs, args.gpu)
+        for n in args.workers
+        for loader in ("dataloader", "ray_data")
+    ]
+    print(
+        f"\n{date.today()}  python benchmarks/ingest.py {' '.join(sys.argv[1:])}  "
+        f"({args.images} CIFAR-shaped train images less 10% val, global batch {args.batch_size}, last of {args.epochs} epochs)\n"
+    )
     print("| loader | workers | rows per worker | epoch s | samples/s |\n|---|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['loader']} | {r['workers']} | {r['rows_per_worker']} | {r['epoch_s']:.2f} | {r['samples_per_s']:.0f} |")
+        print(
+            f"| {r['loader']} | {r['workers']} | {r['rows_per_worker']} | {r['epoch_s']:.2f} | {r['samples_per_s']:.0f} |"
+        )
     if args.gpu_epoch:
         ray.shutdown()
         full = write_cifar(Path(tempfile.mkdtemp(prefix="ingest_cifar50k_")), 50_000)

@@ -22,8 +22,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-MODEL = dict(image_size=8, num_channels=1, num_classes=10, patch_size=2, hidden_size=64, num_layers=4,
-             num_heads=4, mlp_size=128)
+MODEL = dict(
+    image_size=8, num_channels=1, num_classes=10, patch_size=2, hidden_size=64, num_layers=4, num_heads=4, mlp_size=128
+)
 OPTIMIZER = {"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3, "weight_decay": 0.05}
 BATCH, WARMUP = 32, 5
 
@@ -61,17 +62,24 @@ def plain_torch(epochs: int, launched: float) -> dict:
 def plain_lightning(epochs: int, launched: float) -> dict:
     import torch
 
-    from raydra.worker.throughput import Throughput
     from raydra.data.digits import DigitsDataModule
     from raydra.lightning import pl
     from raydra.models.vit import ViTClassifier
+    from raydra.worker.throughput import Throughput
 
     torch.set_num_threads(1)
     pl.seed_everything(0, verbose=False)
     throughput = Throughput(world_size=1)
     trainer = pl.Trainer(
-        max_epochs=epochs, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, callbacks=[throughput],
+        max_epochs=epochs,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[throughput],
     )
     trainer.fit(ViTClassifier(optimizer=OPTIMIZER, **MODEL), datamodule=DigitsDataModule(batch_size=BATCH))
     summary = throughput.summary()
@@ -82,23 +90,39 @@ def raydra(epochs: int, workers: int) -> dict:
     with tempfile.TemporaryDirectory() as outputs:
         launched = time.time()
         subprocess.run(
-            [sys.executable, "train.py", f"paths.outputs={outputs}", f"scale.num_workers={workers}",
-             f"data.batch_size={BATCH * workers}", f"trainer.max_epochs={epochs}", "trainer.test=false",
-             "logger=none"],
-            cwd=REPO, check=True, capture_output=True,
+            [
+                sys.executable,
+                "train.py",
+                f"paths.outputs={outputs}",
+                f"scale.num_workers={workers}",
+                f"data.batch_size={BATCH * workers}",
+                f"trainer.max_epochs={epochs}",
+                "trainer.test=false",
+                "logger=none",
+            ],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
         )
         wall = time.time() - launched
         (summary_file,) = Path(outputs).glob("runs/*/*/summary.json")
         throughput = json.loads(summary_file.read_text())["throughput"]
-    return {"startup_s": throughput["first_step_at"] - launched, "samples_per_s": throughput["samples_per_s"],
-            "workers": workers, "wall_s": wall}
+    return {
+        "startup_s": throughput["first_step_at"] - launched,
+        "samples_per_s": throughput["samples_per_s"],
+        "workers": workers,
+        "wall_s": wall,
+    }
 
 
 def in_subprocess(way: str, epochs: int) -> dict:
     launched = time.time()
     out = subprocess.run(
         [sys.executable, __file__, "--way", way, "--epochs", str(epochs), "--launched", str(launched)],
-        cwd=REPO, check=True, capture_output=True, text=True,
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     result = json.loads(out.strip().splitlines()[-1])
     result["wall_s"] = time.time() - launched
@@ -113,8 +137,11 @@ def main() -> None:
     parser.add_argument("--launched", type=float)
     args = parser.parse_args()
     if args.way:
-        print(json.dumps({"plain_torch": plain_torch, "plain_lightning": plain_lightning}[args.way](
-            args.epochs, args.launched)))
+        print(
+            json.dumps(
+                {"plain_torch": plain_torch, "plain_lightning": plain_lightning}[args.way](args.epochs, args.launched)
+            )
+        )
         return
     ways = {
         "plain PyTorch loop": lambda: in_subprocess("plain_torch", args.epochs),
@@ -125,17 +152,26 @@ def main() -> None:
     rounds = []
     for i in range(args.repeats):
         rounds.append({name: run() for name, run in ways.items()})
-        print(f"round {i + 1}/{args.repeats}: " + ", ".join(
-            f"{name} {r['samples_per_s'] / r['workers']:.0f}" for name, r in rounds[-1].items()), file=sys.stderr)
-    print(f"digits ViT, {args.epochs} epochs, {BATCH} samples/worker/step, 1 CPU thread per worker, "
-          f"median of {args.repeats} rounds\n")
-    print("| way | start-up s | steady samples/s | per worker | per worker vs Lightning (range) | wall s | wall vs Lightning |")
+        print(
+            f"round {i + 1}/{args.repeats}: "
+            + ", ".join(f"{name} {r['samples_per_s'] / r['workers']:.0f}" for name, r in rounds[-1].items()),
+            file=sys.stderr,
+        )
+    print(
+        f"digits ViT, {args.epochs} epochs, {BATCH} samples/worker/step, 1 CPU thread per worker, "
+        f"median of {args.repeats} rounds\n"
+    )
+    print(
+        "| way | start-up s | steady samples/s | per worker | per worker vs Lightning (range) | wall s | wall vs Lightning |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name in ways:
         ratio, low, high = _median(rounds, name, "samples_per_s", per_worker=True, vs_lightning=True)
-        print(f"| {name} | {_median(rounds, name, 'startup_s')[0]:.1f} | {_median(rounds, name, 'samples_per_s')[0]:.0f} | "
-              f"{_median(rounds, name, 'samples_per_s', per_worker=True)[0]:.0f} | {ratio:.2f}x ({low:.2f}-{high:.2f}) | "
-              f"{_median(rounds, name, 'wall_s')[0]:.1f} | {_median(rounds, name, 'wall_s', vs_lightning=True)[0]:.2f}x |")
+        print(
+            f"| {name} | {_median(rounds, name, 'startup_s')[0]:.1f} | {_median(rounds, name, 'samples_per_s')[0]:.0f} | "
+            f"{_median(rounds, name, 'samples_per_s', per_worker=True)[0]:.0f} | {ratio:.2f}x ({low:.2f}-{high:.2f}) | "
+            f"{_median(rounds, name, 'wall_s')[0]:.1f} | {_median(rounds, name, 'wall_s', vs_lightning=True)[0]:.2f}x |"
+        )
 
 
 def _median(rounds: list, name: str, key: str, per_worker: bool = False, vs_lightning: bool = False) -> tuple:

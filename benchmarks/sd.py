@@ -55,16 +55,25 @@ FULL_SIZE = [
 def run(workers: int, gpu: bool, epochs: int) -> dict:
     per_worker = 8 if gpu else 4
     overrides = [
-        "experiment=sd_tiny", "logger=csv", f"scale.num_workers={workers}", f"data.batch_size={per_worker * workers}",
-        f"trainer.max_epochs={epochs}", "model.export_pipeline=false", "model.sample_prompts=[]",
+        "experiment=sd_tiny",
+        "logger=csv",
+        f"scale.num_workers={workers}",
+        f"data.batch_size={per_worker * workers}",
+        f"trainer.max_epochs={epochs}",
+        "model.export_pipeline=false",
+        "model.sample_prompts=[]",
         # One step per worker per batch: a fixed number of steps whatever the worker count.
         f"data.num_samples={per_worker * workers * (50 if gpu else 40)}",
     ]
     if gpu:
         overrides += FULL_SIZE
     with tempfile.TemporaryDirectory() as outputs:
-        done = subprocess.run([sys.executable, "train.py", *overrides, f"paths.outputs={outputs}"], cwd=REPO,
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "train.py", *overrides, f"paths.outputs={outputs}"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
         if done.returncode:
             sys.exit(f"train.py {' '.join(overrides)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
         (summary_file,) = Path(outputs).glob("runs/*/*/summary.json")
@@ -87,15 +96,22 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     args = parser.parse_args()
     workers = args.workers or ([1] if args.gpu else [1, 2])
-    what = "SD 2 base sizes, 256 px, bf16-mixed, 8 images/GPU" if args.gpu else "sd_tiny, 32 px, 4 images/worker, 1 CPU thread each"
+    what = (
+        "SD 2 base sizes, 256 px, bf16-mixed, 8 images/GPU"
+        if args.gpu
+        else "sd_tiny, 32 px, 4 images/worker, 1 CPU thread each"
+    )
     memory = "peak CUDA GiB (rank 0)" if args.gpu else "peak RSS GiB (rank 0)"
     print(f"{what}\n")
     print(f"| workers | steps/s | images/s | images/s per worker | {memory} |")
     print("|---:|---:|---:|---:|---:|")
     for count in workers:
         r = run(count, args.gpu, args.epochs)
-        print(f"| {count} | {r['steps_per_s']:.2f} | {r['images_per_s']:.1f} | {r['images_per_s_per_worker']:.1f} "
-              f"| {r['peak_memory_gib']:.2f} |", flush=True)
+        print(
+            f"| {count} | {r['steps_per_s']:.2f} | {r['images_per_s']:.1f} | {r['images_per_s_per_worker']:.1f} "
+            f"| {r['peak_memory_gib']:.2f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -41,8 +41,13 @@ def start_s3(log_path: Path) -> tuple:
     """moto's S3 server on a free loopback port; returns (process, "127.0.0.1:port")."""
     port = free_port()
     log = open(log_path, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **S3_ENV}, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **S3_ENV},
+        start_new_session=True,
+    )
     deadline = time.time() + 60
     while True:
         try:
@@ -58,8 +63,13 @@ def make_bucket(endpoint: str) -> str:
     import pyarrow.fs
 
     bucket = f"bench-{uuid.uuid4().hex[:8]}"
-    fs = pyarrow.fs.S3FileSystem(endpoint_override=endpoint, scheme="http", access_key=S3_ENV["AWS_ACCESS_KEY_ID"],
-                                 secret_key=S3_ENV["AWS_SECRET_ACCESS_KEY"], region="us-east-1")
+    fs = pyarrow.fs.S3FileSystem(
+        endpoint_override=endpoint,
+        scheme="http",
+        access_key=S3_ENV["AWS_ACCESS_KEY_ID"],
+        secret_key=S3_ENV["AWS_SECRET_ACCESS_KEY"],
+        region="us-east-1",
+    )
     fs.create_dir(bucket)
     return f"s3://{bucket}/runs?endpoint_override={endpoint}&scheme=http"
 
@@ -67,15 +77,25 @@ def make_bucket(endpoint: str) -> str:
 def run(out: Path, address: str, common: list, *overrides: str) -> dict:
     before = set(out.glob("runs/*/*/summary.json"))
     started = time.time()
-    done = subprocess.run([sys.executable, str(REPO / "train.py"), f"paths.outputs={out}", f"ray.address={address}",
-                           *common, *overrides], cwd=REPO, capture_output=True, text=True, env={**env(), **S3_ENV})
+    done = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), f"paths.outputs={out}", f"ray.address={address}", *common, *overrides],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**env(), **S3_ENV},
+    )
     wall = time.time() - started
     if done.returncode:
         sys.exit(f"train.py {' '.join(overrides)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
     (path,) = set(out.glob("runs/*/*/summary.json")) - before
     summary = json.loads(path.read_text())
     ckpt = summary["checkpoints"]
-    return {"wait_s": ckpt["save_s_mean"], "upload_s": ckpt["upload_s_mean"], "wall_s": wall, "run_s": summary["wall_time_s"]}
+    return {
+        "wait_s": ckpt["save_s_mean"],
+        "upload_s": ckpt["upload_s_mean"],
+        "wall_s": wall,
+        "run_s": summary["wall_time_s"],
+    }
 
 
 def main() -> None:
@@ -86,9 +106,16 @@ def main() -> None:
     args = parser.parse_args()
 
     out = Path(tempfile.mkdtemp(prefix="raydra-storage-bench-"))
-    common = ["logger=csv", "scale.num_workers=1", "trainer.test=false", f"trainer.max_epochs={args.epochs}",
-              f"model.hidden_size={args.hidden}", f"model.mlp_size={args.hidden * 2}", f"model.num_layers={args.layers}",
-              "checkpoint.num_to_keep=null"]
+    common = [
+        "logger=csv",
+        "scale.num_workers=1",
+        "trainer.test=false",
+        f"trainer.max_epochs={args.epochs}",
+        f"model.hidden_size={args.hidden}",
+        f"model.mlp_size={args.hidden * 2}",
+        f"model.num_layers={args.layers}",
+        "checkpoint.num_to_keep=null",
+    ]
     s3, endpoint = start_s3(out / "moto.log")
     cluster, address = start_cluster(2, out / "ray_start.log")
     try:
@@ -105,12 +132,18 @@ def main() -> None:
         stop_cluster(cluster)
         stop_cluster(s3)
     local_wait = rows[0][2]["wait_s"]
-    print(f"\n{args.epochs} epochs, ViT hidden {args.hidden} x {args.layers} layers, 1 worker, a checkpoint per epoch; "
-          f"{time.strftime('%Y-%m-%d')}\n")
-    print("| storage | upload | training waits per checkpoint | upload per checkpoint | wait vs local disk | run wall time |")
+    print(
+        f"\n{args.epochs} epochs, ViT hidden {args.hidden} x {args.layers} layers, 1 worker, a checkpoint per epoch; "
+        f"{time.strftime('%Y-%m-%d')}\n"
+    )
+    print(
+        "| storage | upload | training waits per checkpoint | upload per checkpoint | wait vs local disk | run wall time |"
+    )
     print("|---|---|---:|---:|---:|---:|")
     for where, mode, r in rows:
-        print(f"| {where} | {mode} | {r['wait_s']:.3f} s | {r['upload_s']:.3f} s | {r['wait_s'] / local_wait:.2f}x | {r['run_s']:.1f} s |")
+        print(
+            f"| {where} | {mode} | {r['wait_s']:.3f} s | {r['upload_s']:.3f} s | {r['wait_s'] / local_wait:.2f}x | {r['run_s']:.1f} s |"
+        )
 
 
 if __name__ == "__main__":

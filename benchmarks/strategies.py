@@ -21,13 +21,33 @@ REPO = Path(__file__).resolve().parents[1]
 
 MODELS = {
     # ~10 M parameters: big enough that sharding shows, small enough for 2 CPU cores.
-    "cpu": ["model.hidden_size=384", "model.num_layers=6", "model.num_heads=6", "model.mlp_size=1536",
-            "model.patch_size=8", "data.image_size=32", "data.num_samples=1024", "data.val_samples=256",
-            "data.batch_size=32", "trainer.max_epochs=2"],
+    "cpu": [
+        "model.hidden_size=384",
+        "model.num_layers=6",
+        "model.num_heads=6",
+        "model.mlp_size=1536",
+        "model.patch_size=8",
+        "data.image_size=32",
+        "data.num_samples=1024",
+        "data.val_samples=256",
+        "data.batch_size=32",
+        "trainer.max_epochs=2",
+    ],
     # ViT-L/16: 304 M parameters, 4.9 GB of fp32 weights + AdamW state.
-    "gpu": ["model.hidden_size=1024", "model.num_layers=24", "model.num_heads=16", "model.mlp_size=4096",
-            "model.patch_size=16", "data.image_size=224", "data.num_samples=4096", "data.val_samples=256",
-            "data.batch_size=64", "trainer.max_epochs=2", "scale=gpu", "scale.num_workers=2"],
+    "gpu": [
+        "model.hidden_size=1024",
+        "model.num_layers=24",
+        "model.num_heads=16",
+        "model.mlp_size=4096",
+        "model.patch_size=16",
+        "data.image_size=224",
+        "data.num_samples=4096",
+        "data.val_samples=256",
+        "data.batch_size=64",
+        "trainer.max_epochs=2",
+        "scale=gpu",
+        "scale.num_workers=2",
+    ],
 }
 STRATEGIES = {
     "ddp": ["strategy=ddp"],
@@ -40,9 +60,17 @@ STRATEGIES = {
 
 
 def run(name: str, overrides: list, outputs: Path) -> dict:
-    args = [sys.executable, str(REPO / "train.py"), "data=synthetic", "logger=csv", "trainer.test=false",
-            "checkpoint.num_to_keep=1", f"paths.outputs={outputs}", f"name=bench_{len(list(outputs.glob('runs/*/*')))}",
-            *overrides]
+    args = [
+        sys.executable,
+        str(REPO / "train.py"),
+        "data=synthetic",
+        "logger=csv",
+        "trainer.test=false",
+        "checkpoint.num_to_keep=1",
+        f"paths.outputs={outputs}",
+        f"name=bench_{len(list(outputs.glob('runs/*/*')))}",
+        *overrides,
+    ]
     done = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
     summaries = sorted(outputs.glob("runs/*/*/summary.json"), key=lambda p: p.stat().st_mtime)
     summary = json.loads(summaries[-1].read_text())
@@ -78,15 +106,19 @@ def main() -> None:
             rows.append(run(name, overrides + MODELS[device], Path(tmp)))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     ddp = next((r for r in rows if r["strategy"] == "ddp" and "error" not in r), None)
-    print("| strategy | param+optim state per worker MB | vs ddp | peak memory per worker MB | samples/s | checkpoint MB | save s |")
+    print(
+        "| strategy | param+optim state per worker MB | vs ddp | peak memory per worker MB | samples/s | checkpoint MB | save s |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         if "error" in r:
             print(f"| {r['strategy']} | {r['error']} | | | | | |")
             continue
         ratio = f"{r['state_mb'] / ddp['state_mb']:.2f}x" if ddp else ""
-        print(f"| {r['strategy']} | {r['state_mb']:.1f} | {ratio} | {r['peak_mb']:.0f} | {r['samples_per_s']:.0f} "
-              f"| {r['ckpt_mb']:.1f} | {r['save_s']:.2f} |")
+        print(
+            f"| {r['strategy']} | {r['state_mb']:.1f} | {ratio} | {r['peak_mb']:.0f} | {r['samples_per_s']:.0f} "
+            f"| {r['ckpt_mb']:.1f} | {r['save_s']:.2f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -30,9 +30,18 @@ def free_port() -> int:
 
 
 def start_cluster(cpus: int, log_path: Path) -> tuple:
-    cmd = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", f"--port={free_port()}",
-           f"--dashboard-port={free_port()}", f"--ray-client-server-port={free_port()}",
-           f"--num-cpus={cpus}", "--num-gpus=0", "--disable-usage-stats"]
+    cmd = [
+        str(Path(sys.executable).parent / "ray"),
+        "start",
+        "--head",
+        "--block",
+        f"--port={free_port()}",
+        f"--dashboard-port={free_port()}",
+        f"--ray-client-server-port={free_port()}",
+        f"--num-cpus={cpus}",
+        "--num-gpus=0",
+        "--disable-usage-stats",
+    ]
     log = open(log_path, "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env(), start_new_session=True)
     while "Ray runtime started" not in log_path.read_text():
@@ -61,7 +70,9 @@ def env() -> dict:
 
 def train(*overrides: str) -> float:
     started = time.time()
-    done = subprocess.run([sys.executable, str(REPO / "train.py"), *overrides], cwd=REPO, capture_output=True, text=True, env=env())
+    done = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *overrides], cwd=REPO, capture_output=True, text=True, env=env()
+    )
     if done.returncode:
         sys.exit(f"train.py {' '.join(overrides)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
     return time.time() - started
@@ -92,16 +103,21 @@ def main() -> None:
 
     sequential_s = sum(one_by_one)
     stopped = sum(t["status"] == "stopped" for t in trials)
-    print(f"{args.samples} trials of the digits ViT, {args.epochs} epochs, 1 worker each, on a {args.cpus}-CPU Ray cluster "
-          f"(search space: {', '.join(keys)}); sweep: {record['max_concurrent']} trials at a time, {stopped} stopped early by ASHA\n")
+    print(
+        f"{args.samples} trials of the digits ViT, {args.epochs} epochs, 1 worker each, on a {args.cpus}-CPU Ray cluster "
+        f"(search space: {', '.join(keys)}); sweep: {record['max_concurrent']} trials at a time, {stopped} stopped early by ASHA\n"
+    )
     print("| way | wall s | vs one after another |")
     print("|---|---:|---:|")
     print(f"| the same {len(trials)} configs one after another (`python train.py` each) | {sequential_s:.1f} | 1.00x |")
     print(f"| `python train.py tune=asha` | {sweep_s:.1f} | {sequential_s / sweep_s:.2f}x |")
     print("\nper trial (sweep):")
     for trial, alone in zip(trials, one_by_one):
-        print(f"  {trial['trial']}  " + "  ".join(f"{k}={trial[k]}" for k in keys)
-              + f"  {trial['status']} after {trial['epochs']} epochs, {trial['wall_s']} s in the sweep; {alone:.1f} s alone")
+        print(
+            f"  {trial['trial']}  "
+            + "  ".join(f"{k}={trial[k]}" for k in keys)
+            + f"  {trial['status']} after {trial['epochs']} epochs, {trial['wall_s']} s in the sweep; {alone:.1f} s alone"
+        )
 
 
 if __name__ == "__main__":

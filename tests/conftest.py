@@ -36,8 +36,12 @@ def base_env() -> dict:
     # RAY_AUTH_MODE=token: Ray sends its token to an explicitly named cluster address only when
     # told to, as a user joining a `ray start` cluster by address must also do.
     env.update(
-        WANDB_MODE="offline", WANDB_SILENT="true", RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1",
-        RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=RAY_AUTH_TOKEN,
+        WANDB_MODE="offline",
+        WANDB_SILENT="true",
+        RAY_USAGE_STATS_ENABLED="0",
+        PYTHONUNBUFFERED="1",
+        RAY_AUTH_MODE="token",
+        RAY_AUTH_TOKEN=RAY_AUTH_TOKEN,
     )
     env.pop("WANDB_API_KEY", None)
     env.pop("RAY_ADDRESS", None)
@@ -49,9 +53,16 @@ def ray_cluster(tmp_path_factory):
     """A 2-CPU Ray head node for the session; yields its address. Only this node is stopped."""
     port, dashboard_port = _free_port(), _free_port()
     cmd = [
-        str(Path(sys.executable).parent / "ray"), "start", "--head", "--block",
-        f"--port={port}", f"--dashboard-port={dashboard_port}", f"--ray-client-server-port={_free_port()}",
-        "--num-cpus=2", "--num-gpus=0", "--disable-usage-stats",
+        str(Path(sys.executable).parent / "ray"),
+        "start",
+        "--head",
+        "--block",
+        f"--port={port}",
+        f"--dashboard-port={dashboard_port}",
+        f"--ray-client-server-port={_free_port()}",
+        "--num-cpus=2",
+        "--num-gpus=0",
+        "--disable-usage-stats",
     ]
     log_path = tmp_path_factory.mktemp("ray") / "ray_start.log"
     with open(log_path, "w") as log:

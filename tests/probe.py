@@ -26,6 +26,6 @@ def seen_per_epoch(run_dir):
     """{epoch: {rank: [fingerprints]}} from a finished run."""
     out = {}
     for path in sorted(Path(run_dir, "seen").glob("rank*_epoch*.txt")):
-        rank, epoch = (int(part[len(prefix):]) for part, prefix in zip(path.stem.split("_"), ("rank", "epoch")))
+        rank, epoch = (int(part[len(prefix) :]) for part, prefix in zip(path.stem.split("_"), ("rank", "epoch")))
         out.setdefault(epoch, {})[rank] = path.read_text().split()
     return out

@@ -5,8 +5,8 @@ import pickle
 import numpy as np
 import pytest
 import torch
-
 from conftest import run_dirs, run_train, summary_of
+
 from raydra.data.cifar10 import TEST_FILE, TRAIN_FILES, CIFAR10DataModule, read_batches
 from raydra.data.device_batches import DeviceBatches
 from raydra.errors import RaydraError
@@ -38,8 +38,20 @@ def test_worker_shards_cover_the_split_once_and_batches_are_augmented_on_the_dev
     labels = torch.arange(10)
     seen = []
     for rank in range(2):
-        batches = DeviceBatches(images, labels, batch_size=5, rank=rank, world_size=2, train=True, augment=True,
-                                seed=0, mean=(0, 0, 0), std=(1 / 255,) * 3, crop_padding=4, flip=True)
+        batches = DeviceBatches(
+            images,
+            labels,
+            batch_size=5,
+            rank=rank,
+            world_size=2,
+            train=True,
+            augment=True,
+            seed=0,
+            mean=(0, 0, 0),
+            std=(1 / 255,) * 3,
+            crop_padding=4,
+            flip=True,
+        )
         assert len(batches) == 1
         for x, y in batches:
             assert x.shape == (5, 3, 32, 32)
@@ -60,9 +72,17 @@ def test_a_missing_root_or_a_corrupt_file_is_named(tmp_path):
 def test_trains_on_two_workers_from_the_files(ray_cluster, tmp_path):
     root = write_cifar(tmp_path / "cifar", per_batch=64)
     done = run_train(
-        "experiment=vit_cifar10", f"data.root={root}", "data.batch_size=64", "model.num_layers=2",
-        "model.hidden_size=64", "model.mlp_size=128", "model.num_heads=4", "trainer.max_epochs=2",
-        "logger=csv", outputs=tmp_path / "out", address=ray_cluster,
+        "experiment=vit_cifar10",
+        f"data.root={root}",
+        "data.batch_size=64",
+        "model.num_layers=2",
+        "model.hidden_size=64",
+        "model.mlp_size=128",
+        "model.num_heads=4",
+        "trainer.max_epochs=2",
+        "logger=csv",
+        outputs=tmp_path / "out",
+        address=ray_cluster,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     (run_dir,) = run_dirs(tmp_path / "out")
@@ -75,8 +95,13 @@ def test_trains_on_two_workers_from_the_files(ray_cluster, tmp_path):
 
 @pytest.mark.e2e
 def test_a_missing_root_fails_the_run_with_one_sentence(ray_cluster, tmp_path):
-    done = run_train("experiment=vit_cifar10", f"data.root={tmp_path}/nowhere", "logger=csv",
-                     outputs=tmp_path / "out", address=ray_cluster)
+    done = run_train(
+        "experiment=vit_cifar10",
+        f"data.root={tmp_path}/nowhere",
+        "logger=csv",
+        outputs=tmp_path / "out",
+        address=ray_cluster,
+    )
     assert done.returncode == 1
     assert f"error: data.root={tmp_path}/nowhere holds no CIFAR-10 batch files" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr

@@ -17,14 +17,20 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import REPO, S3_ENV, base_env, run_dirs, run_train, summary_of
+
 from raydra import storage
 from raydra.errors import RaydraError
 from raydra.run_record import check_writable
 
-RUN = ("experiment=vit_digits_smoke", "trainer.max_epochs=3", "trainer.test=false", "scale.num_workers=2",
-       "logger=[csv,wandb]", "checkpoint.num_to_keep=2")
+RUN = (
+    "experiment=vit_digits_smoke",
+    "trainer.max_epochs=3",
+    "trainer.test=false",
+    "scale.num_workers=2",
+    "logger=[csv,wandb]",
+    "checkpoint.num_to_keep=2",
+)
 
 
 def _storage(uri: str) -> str:
@@ -34,8 +40,9 @@ def _storage(uri: str) -> str:
 
 def _start(*overrides, outputs, address):
     args = [sys.executable, str(REPO / "train.py"), f"paths.outputs={outputs}", *overrides, f"ray.address={address}"]
-    return subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**base_env(), **S3_ENV})
+    return subprocess.Popen(
+        args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**base_env(), **S3_ENV}
+    )
 
 
 def _registered_checkpoints(run_storage: str) -> int:
@@ -78,7 +85,9 @@ def test_a_run_without_storage_on_nodes_without_a_shared_disk_is_refused_before_
 
 
 @pytest.mark.e2e
-def test_a_run_on_s3_survives_a_worker_and_a_driver_kill_and_ends_whole_on_the_drivers_disk(private_disk_cluster, s3_bucket):
+def test_a_run_on_s3_survives_a_worker_and_a_driver_kill_and_ends_whole_on_the_drivers_disk(
+    private_disk_cluster, s3_bucket
+):
     """Point 2 of the issue, item by item, on a run that lost a worker after its first checkpoint
     (the group restarts from the checkpoint in storage) and then its driver (resume=latest from a
     new process continues from storage)."""
@@ -103,8 +112,15 @@ def test_a_run_on_s3_survives_a_worker_and_a_driver_kill_and_ends_whole_on_the_d
     # Resumed without its storage, it would find no checkpoint and train from the start: refused.
     refused = run_train(*RUN, "resume=latest", outputs=outputs, address=address, env=S3_ENV, timeout=120)
     assert refused.returncode == 1 and "add paths.storage=" in refused.stdout, refused.stdout + refused.stderr
-    done = run_train(*RUN, _storage(s3_bucket), "failure.max_failures=1", "resume=latest",
-                     outputs=outputs, address=address, env=S3_ENV)
+    done = run_train(
+        *RUN,
+        _storage(s3_bucket),
+        "failure.max_failures=1",
+        "resume=latest",
+        outputs=outputs,
+        address=address,
+        env=S3_ENV,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
     summary = summary_of(run_dir)
@@ -121,11 +137,18 @@ def test_a_run_on_s3_survives_a_worker_and_a_driver_kill_and_ends_whole_on_the_d
     assert list(run_dir.glob("wandb/offline-run-*/*.wandb"))
     assert not (run_dir / "checkpoints").exists()
     # The storage copy is whole too, and it opens like a run directory.
-    assert {"summary.json", "metrics.csv", ".hydra/config.yaml", "logs/worker_1.log"} <= set(storage.list_files(run_storage))
+    assert {"summary.json", "metrics.csv", ".hydra/config.yaml", "logs/worker_1.log"} <= set(
+        storage.list_files(run_storage)
+    )
     model = raydra.load(checkpoints["best"])
     assert sum(p.numel() for p in model.parameters()) > 0
-    compared = subprocess.run([sys.executable, "-m", "raydra.cli", "compare", s3_bucket], capture_output=True, text=True,
-                              env={**base_env(), **S3_ENV}, timeout=120)
+    compared = subprocess.run(
+        [sys.executable, "-m", "raydra.cli", "compare", s3_bucket],
+        capture_output=True,
+        text=True,
+        env={**base_env(), **S3_ENV},
+        timeout=120,
+    )
     assert compared.returncode == 0 and run_dir.name in compared.stdout, compared.stdout + compared.stderr
 
 
@@ -135,8 +158,15 @@ def test_sd_tiny_on_s3_leaves_samples_and_a_pipeline_that_loads_on_the_drivers_d
 
     outputs = private_disk_cluster.outputs / uuid.uuid4().hex[:8]
     done = run_train(
-        "experiment=sd_tiny", "data.num_samples=64", "data.batch_size=4", "trainer.max_epochs=2", "logger=csv",
-        _storage(s3_bucket), outputs=outputs, address=private_disk_cluster.address, env={**S3_ENV, "HF_HUB_OFFLINE": "1"},
+        "experiment=sd_tiny",
+        "data.num_samples=64",
+        "data.batch_size=4",
+        "trainer.max_epochs=2",
+        "logger=csv",
+        _storage(s3_bucket),
+        outputs=outputs,
+        address=private_disk_cluster.address,
+        env={**S3_ENV, "HF_HUB_OFFLINE": "1"},
     )
     assert done.returncode == 0, done.stdout + done.stderr
     (run_dir,) = run_dirs(outputs)
@@ -150,9 +180,18 @@ def test_sd_tiny_on_s3_leaves_samples_and_a_pipeline_that_loads_on_the_drivers_d
 def test_an_asha_sweep_on_s3_records_every_trial_on_the_drivers_disk(private_disk_cluster, s3_bucket):
     outputs = private_disk_cluster.outputs / uuid.uuid4().hex[:8]
     done = run_train(
-        "tune=asha", "tune.num_samples=2", "tune.space={model.optimizer.lr: {choice: [1e-5, 3e-3]}, data.batch_size: null}",
-        "trainer.max_epochs=2", "scale.num_workers=1", "logger=csv", "trainer.test=false", _storage(s3_bucket),
-        outputs=outputs, address=private_disk_cluster.address, env=S3_ENV, timeout=600,
+        "tune=asha",
+        "tune.num_samples=2",
+        "tune.space={model.optimizer.lr: {choice: [1e-5, 3e-3]}, data.batch_size: null}",
+        "trainer.max_epochs=2",
+        "scale.num_workers=1",
+        "logger=csv",
+        "trainer.test=false",
+        _storage(s3_bucket),
+        outputs=outputs,
+        address=private_disk_cluster.address,
+        env=S3_ENV,
+        timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     (sweep_dir,) = [p.parent for p in outputs.glob("sweeps/*/*/sweep.json")]
@@ -200,7 +239,9 @@ class socket_closed:
 
 
 def test_a_bad_storage_uri_fails_the_run_before_ray_starts(s3_server, tmp_path):
-    done = run_train("experiment=vit_digits_smoke", 'paths.storage="nosuchfs://bucket/prefix"', outputs=tmp_path, timeout=120)
+    done = run_train(
+        "experiment=vit_digits_smoke", 'paths.storage="nosuchfs://bucket/prefix"', outputs=tmp_path, timeout=120
+    )
     assert done.returncode == 1
     assert "paths.storage=nosuchfs://bucket/prefix: no installed filesystem serves this URI scheme" in done.stdout
     assert "started a local Ray" not in done.stdout
@@ -212,6 +253,9 @@ def test_the_storage_location_mirrors_the_run_directory_under_outputs(tmp_path):
     from raydra.run_record import location
 
     run_dir = tmp_path / "out" / "runs" / "2026-11-23" / "20-41-00_vit"
-    assert location("s3://b/p?scheme=http", str(tmp_path / "out"), run_dir) == "s3://b/p/runs/2026-11-23/20-41-00_vit?scheme=http"
+    assert (
+        location("s3://b/p?scheme=http", str(tmp_path / "out"), run_dir)
+        == "s3://b/p/runs/2026-11-23/20-41-00_vit?scheme=http"
+    )
     assert location(None, str(tmp_path / "out"), run_dir) is None
     assert location("/nfs/raydra", str(tmp_path / "elsewhere"), run_dir) == str(Path("/nfs/raydra/runs/20-41-00_vit"))

@@ -38,9 +38,15 @@ def make_run(
     run = root / job
     (run / ".hydra").mkdir(parents=True)
     config = {
-        "name": "vit_digits", "seed": 42, "tags": ["sweep", "digits"],
-        "model": {"_target_": f"raydra.models.{model}.Classifier", "name": model, "hidden_size": 64,
-                  "optimizer": {"_target_": "torch.optim.AdamW", "_partial_": True, "lr": lr, "weight_decay": 0.05}},
+        "name": "vit_digits",
+        "seed": 42,
+        "tags": ["sweep", "digits"],
+        "model": {
+            "_target_": f"raydra.models.{model}.Classifier",
+            "name": model,
+            "hidden_size": 64,
+            "optimizer": {"_target_": "torch.optim.AdamW", "_partial_": True, "lr": lr, "weight_decay": 0.05},
+        },
         "data": {"batch_size": 32, "image_size": 8},
         "strategy": {"name": "ddp", "backend": None},
         "scale": {"num_workers": 2, "use_gpu": False, "resources_per_worker": {}},
@@ -66,7 +72,9 @@ def make_run(
         rows.append({"epoch": len(accs), "step": step, "test/acc": accs[-1] + 0.005})
     if metrics_csv:
         with open(run / "metrics.csv", "w", newline="") as f:
-            writer = csv.DictWriter(f, ["epoch", "step", "test/acc", "train/loss", "train/samples_per_s", "val/acc", "val/loss"])
+            writer = csv.DictWriter(
+                f, ["epoch", "step", "test/acc", "train/loss", "train/samples_per_s", "val/acc", "val/loss"]
+            )
             writer.writeheader()
             writer.writerows(rows)
 
@@ -74,18 +82,31 @@ def make_run(
         best_epoch = max(range(len(accs)), key=lambda i: accs[i])
         done = status == "completed"
         data = {
-            "name": "vit_digits", "run_id": f"2026-11-22_15-20-01_vit_digits_{job}", "run_dir": str(run),
-            "status": status, "error": error, "started_at": "2026-11-22T15:20:01",
+            "name": "vit_digits",
+            "run_id": f"2026-11-22_15-20-01_vit_digits_{job}",
+            "run_dir": str(run),
+            "status": status,
+            "error": error,
+            "started_at": "2026-11-22T15:20:01",
             "monitor": {"metric": monitor[0], "mode": monitor[1]},
-            "world_size": 2, "strategy": "ddp", "config_hash": "sha256:00", "git_commit": "abc123",
+            "world_size": 2,
+            "strategy": "ddp",
+            "config_hash": "sha256:00",
+            "git_commit": "abc123",
             "versions": {"torch": "2.13.0"},
         }
         if done:
             data.update(
-                finished_at="2026-11-22T15:21:12", wall_time_s=71.3,
+                finished_at="2026-11-22T15:21:12",
+                wall_time_s=71.3,
                 metrics={
-                    "final": {"val/acc": accs[-1], "val/loss": round(1 - accs[-1], 4), "test/acc": accs[-1] + 0.005,
-                              "epoch": len(accs) - 1, "step": step},
+                    "final": {
+                        "val/acc": accs[-1],
+                        "val/loss": round(1 - accs[-1], 4),
+                        "test/acc": accs[-1] + 0.005,
+                        "epoch": len(accs) - 1,
+                        "step": step,
+                    },
                     "best": {"val/acc": accs[best_epoch], "val/loss": round(1 - accs[best_epoch], 4)},
                 },
                 throughput={"samples_per_s": 812.4},
@@ -122,8 +143,15 @@ def test_columns_are_the_differing_config_keys_and_metrics_match_summary(sweep, 
     assert err == ""
     assert [r["run"] for r in records] == ["0", "1", "2"]
     assert list(records[0]) == [
-        "run", "model.optimizer.lr", "final val/acc", "best val/acc", "status", "wall_s", "samples/s",
-        "run_dir", "overrides",
+        "run",
+        "model.optimizer.lr",
+        "final val/acc",
+        "best val/acc",
+        "status",
+        "wall_s",
+        "samples/s",
+        "run_dir",
+        "overrides",
     ]
     for record in records:
         summary = json.loads((Path(record["run_dir"]) / "summary.json").read_text())
@@ -142,8 +170,22 @@ def test_plain_table_shows_only_what_differs(sweep, tmp_path, capsys):
     assert code == 0 and err == ""
     header, rule, *lines = out.strip().splitlines()
     assert header.split() == [
-        "run", "model._target_", "model.name", "model.optimizer.lr", "trainer.max_epochs",
-        "final", "val/acc", "best", "val/acc", "final", "test/acc", "best", "test/acc", "status", "wall_s", "samples/s",
+        "run",
+        "model._target_",
+        "model.name",
+        "model.optimizer.lr",
+        "trainer.max_epochs",
+        "final",
+        "val/acc",
+        "best",
+        "val/acc",
+        "final",
+        "test/acc",
+        "best",
+        "test/acc",
+        "status",
+        "wall_s",
+        "samples/s",
     ]
     assert set(rule) == {"-", " "}
     assert len(lines) == 4
@@ -174,7 +216,9 @@ def test_filter_keeps_matching_runs_and_says_when_none_match(sweep, tmp_path, ca
     assert [r["run"] for r in records] == ["0", "1", "2"]
     records, _ = as_json(capsys, sweep, "--filter", "model.optimizer.lr=0.01", "--filter", "model.name=cnn")
     assert [r["run"] for r in records] == ["3"]
-    records, _ = as_json(capsys, sweep, "--filter", "model.optimizer._partial_=True", "--filter", "strategy.backend=null")
+    records, _ = as_json(
+        capsys, sweep, "--filter", "model.optimizer._partial_=True", "--filter", "strategy.backend=null"
+    )
     assert len(records) == 4
 
     code, out, err = compare(capsys, sweep, "--filter", "model.name=resnet")
@@ -223,7 +267,9 @@ def test_failed_running_corrupt_and_bad_paths_are_reported_and_the_table_still_p
     not_a_run.mkdir()
     (not_a_run / "readme.txt").write_text("nothing here")
 
-    code, out, err = compare(capsys, sweep, not_a_run, tmp_path / "missing", "--metric", "val/acc", "--metric", "val/acx")
+    code, out, err = compare(
+        capsys, sweep, not_a_run, tmp_path / "missing", "--metric", "val/acc", "--metric", "val/acx"
+    )
     assert code == 0
     lines = {line.split()[0]: line for line in out.strip().splitlines()[2:]}
     assert sorted(lines) == ["0", "1", "2", "3", "4", "5", "6", "7"]
@@ -235,10 +281,10 @@ def test_failed_running_corrupt_and_bad_paths_are_reported_and_the_table_still_p
 
     err_lines = err.strip().splitlines()
     assert len(err_lines) == 4, err
-    assert any(str(not_a_run) in l and "is not a run or sweep directory" in l for l in err_lines)
-    assert any(str(tmp_path / "missing") in l and "does not exist" in l for l in err_lines)
-    assert any(str(corrupt / "summary.json") in l and "corrupt" in l for l in err_lines)
-    assert any("'val/acx'" in l and "val/acc" in l for l in err_lines)
+    assert any(str(not_a_run) in line and "is not a run or sweep directory" in line for line in err_lines)
+    assert any(str(tmp_path / "missing") in line and "does not exist" in line for line in err_lines)
+    assert any(str(corrupt / "summary.json") in line and "corrupt" in line for line in err_lines)
+    assert any("'val/acx'" in line and "val/acc" in line for line in err_lines)
 
     records, _ = as_json(capsys, sweep, "--filter", "status=failed")
     assert [r["run"] for r in records] == ["3"]
@@ -257,7 +303,10 @@ def test_globs_and_several_sweeps(sweep, tmp_path, capsys):
     make_run(other, "0", lr=0.001, epochs=4)
     records, _ = as_json(capsys, tmp_path / "sweeps" / "*" / "*")
     assert [r["run"] for r in records] == [
-        "15-20-01_vit_digits/0", "15-20-01_vit_digits/1", "15-20-01_vit_digits/2", "16-00-00_vit_digits/0",
+        "15-20-01_vit_digits/0",
+        "15-20-01_vit_digits/1",
+        "15-20-01_vit_digits/2",
+        "16-00-00_vit_digits/0",
     ]
     records, _ = as_json(capsys, sweep / "*", sweep / "1")  # the same run twice is shown once
     assert len(records) == 3
@@ -327,10 +376,24 @@ def test_html_report_renders_in_headless_chromium(sweep, tmp_path, capsys):
     write_report(sweep, report, capsys)
     shot = tmp_path / "shot.png"
     subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1280,2000", report.as_uri()],
-        capture_output=True, timeout=120, check=True,
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={shot}",
+            "--window-size=1280,2000",
+            report.as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
     )
     image = Image.open(shot).convert("RGB")
     assert image.size == (1280, 2000)
@@ -369,7 +432,10 @@ def test_python_m_raydra_compare_runs_without_the_training_stack(sweep):
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "raydra", "compare", str(sweep), "--format", "csv"],
-        capture_output=True, text=True, timeout=60, env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert [r["run"] for r in csv.DictReader(io.StringIO(proc.stdout))] == ["0", "1", "2"]

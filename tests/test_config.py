@@ -4,12 +4,12 @@ import subprocess
 import sys
 
 import pytest
+from conftest import REPO
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
-from conftest import REPO
 from raydra.errors import RaydraError
 from raydra.schema import register_schemas, validate
 
@@ -84,7 +84,6 @@ def test_validation_names_the_key_and_the_fix(override, message):
         validate(composed(override))
 
 
-
 def test_the_trainer_group_reaches_lightnings_trainer_as_it_is(tmp_path):
     """Every trainer.* key but raydra's own is a pl.Trainer argument, passed through by name."""
     import inspect
@@ -95,17 +94,39 @@ def test_the_trainer_group_reaches_lightnings_trainer_as_it_is(tmp_path):
     parameters = set(inspect.signature(pl.Trainer.__init__).parameters)
     fields = set(TrainerConfig.__dataclass_fields__)
     assert RAYDRA_TRAINER_KEYS <= fields and not RAYDRA_TRAINER_KEYS & parameters
-    assert fields - RAYDRA_TRAINER_KEYS <= parameters, f"not pl.Trainer arguments: {fields - RAYDRA_TRAINER_KEYS - parameters}"
-    cfg = composed("trainer.max_epochs=5", "trainer.gradient_clip_val=1.0", "trainer.accumulate_grad_batches=2",
-                   "trainer.precision=bf16-mixed", "trainer.compile=true")
+    assert fields - RAYDRA_TRAINER_KEYS <= parameters, (
+        f"not pl.Trainer arguments: {fields - RAYDRA_TRAINER_KEYS - parameters}"
+    )
+    cfg = composed(
+        "trainer.max_epochs=5",
+        "trainer.gradient_clip_val=1.0",
+        "trainer.accumulate_grad_batches=2",
+        "trainer.precision=bf16-mixed",
+        "trainer.compile=true",
+    )
     arguments = lightning_trainer_arguments(OmegaConf.to_container(cfg.trainer))
     assert not RAYDRA_TRAINER_KEYS & set(arguments)
-    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         default_root_dir=str(tmp_path), **arguments)
-    assert (trainer.max_epochs, trainer.gradient_clip_val, trainer.accumulate_grad_batches, trainer.precision) == (5, 1.0, 2, "bf16-mixed")
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        default_root_dir=str(tmp_path),
+        **arguments,
+    )
+    assert (trainer.max_epochs, trainer.gradient_clip_val, trainer.accumulate_grad_batches, trainer.precision) == (
+        5,
+        1.0,
+        2,
+        "bf16-mixed",
+    )
+
 
 def test_checkpoint_frequency_is_said_one_way():
-    with pytest.raises(RaydraError, match=r"checkpoint.every_n_epochs=2 and checkpoint.every_n_steps=50 are both set; keep one"):
+    with pytest.raises(
+        RaydraError, match=r"checkpoint.every_n_epochs=2 and checkpoint.every_n_steps=50 are both set; keep one"
+    ):
         validate(composed("checkpoint.every_n_epochs=2", "checkpoint.every_n_steps=50"))
     validate(composed("checkpoint.every_n_steps=50"))
     validate(composed("checkpoint.every_n_epochs=2"))
@@ -122,16 +143,28 @@ def test_help_lists_groups_and_cfg_job_prints_the_config():
     help_text = subprocess.run(
         [sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout
-    groups = dict(line.split(": ", 1) for line in help_text.splitlines() if line.startswith(tuple("delmst")) and ": " in line)
-    for group, option in [("model", "vit"), ("data", "digits"), ("data", "cifar10"), ("strategy", "ddp"),
-                          ("scale", "gpu"), ("logger", "wandb"), ("logger", "none"), ("experiment", "vit_digits_smoke")]:
+    groups = dict(
+        line.split(": ", 1) for line in help_text.splitlines() if line.startswith(tuple("delmst")) and ": " in line
+    )
+    for group, option in [
+        ("model", "vit"),
+        ("data", "digits"),
+        ("data", "cifar10"),
+        ("strategy", "ddp"),
+        ("scale", "gpu"),
+        ("logger", "wandb"),
+        ("logger", "none"),
+        ("experiment", "vit_digits_smoke"),
+    ]:
         assert option in groups[group].split(", ")
     job = subprocess.run(
         [sys.executable, "train.py", "--cfg", "job", "scale.num_workers=4"],
-        cwd=REPO, capture_output=True, text=True, check=True,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert OmegaConf.create(job).scale.num_workers == 4
-
 
 
 def test_help_lists_only_the_groups_a_user_can_pick():
@@ -146,6 +179,7 @@ def test_help_lists_only_the_groups_a_user_can_pick():
     assert {"model", "data", "strategy", "scale", "trainer", "logger", "tune", "experiment"} <= groups
     # Every group offered is a folder of option files under conf/ (hydra/ is Hydra's own, under --hydra-help).
     assert groups == {path.name for path in (REPO / "conf").iterdir() if path.is_dir() and path.name != "hydra"}
+
 
 def test_launches_in_the_same_second_each_get_their_own_run_directory(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
@@ -201,18 +235,31 @@ def test_group_options_set_only_what_they_change_from_the_schema():
                 yield f"{prefix}{key}", value
 
     options = {
-        "train.yaml": schema.RaydraConfig, "trainer/default.yaml": schema.TrainerConfig,
-        "scale/cpu.yaml": schema.ScaleConfig, "scale/gpu.yaml": schema.ScaleConfig,
-        "strategy/ddp.yaml": schema.DDPConfig, "strategy/fsdp.yaml": schema.FSDPConfig,
+        "train.yaml": schema.RaydraConfig,
+        "trainer/default.yaml": schema.TrainerConfig,
+        "scale/cpu.yaml": schema.ScaleConfig,
+        "scale/gpu.yaml": schema.ScaleConfig,
+        "strategy/ddp.yaml": schema.DDPConfig,
+        "strategy/fsdp.yaml": schema.FSDPConfig,
         "strategy/deepspeed.yaml": schema.DeepSpeedConfig,
-        "tune/asha.yaml": schema.TuneConfig, "tune/optuna.yaml": schema.TuneConfig, "tune/random.yaml": schema.TuneConfig,
+        "tune/asha.yaml": schema.TuneConfig,
+        "tune/optuna.yaml": schema.TuneConfig,
+        "tune/random.yaml": schema.TuneConfig,
     }
     # Every option of the typed groups is checked, including ones added later.
-    found = {f"{group}/{p.name}" for group in ("scale", "strategy", "trainer", "tune") for p in (REPO / "conf" / group).glob("*.yaml")}
+    found = {
+        f"{group}/{p.name}"
+        for group in ("scale", "strategy", "trainer", "tune")
+        for p in (REPO / "conf" / group).glob("*.yaml")
+    }
     assert found | {"train.yaml"} == set(options)
     for path, dataclass in options.items():
         option = OmegaConf.to_container(OmegaConf.load(REPO / "conf" / path))
         option.pop("defaults", None)
         defaults = OmegaConf.to_container(OmegaConf.structured(dataclass))
-        repeated = [key for key, value in leaves(option) if OmegaConf.select(OmegaConf.create(defaults), key, default="<absent>") == value]
+        repeated = [
+            key
+            for key, value in leaves(option)
+            if OmegaConf.select(OmegaConf.create(defaults), key, default="<absent>") == value
+        ]
         assert not repeated, f"conf/{path} repeats the schema's defaults for {repeated}"

@@ -1,21 +1,20 @@
 """data=hf on datasets written on the spot with save_to_disk and as parquet (no network), and
 data.loader=ray_data streaming them (and CIFAR-10 pickles, image folders) through Ray Data."""
 
-
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from PIL import Image
-
 from conftest import run_dirs, run_train, summary_of
+from PIL import Image
 from probe import seen_per_epoch
+from test_config import composed
+
 from raydra.data import hf
-from raydra.data.hf import HFImageDataModule
 from raydra.data.device_batches import crop_flip
+from raydra.data.hf import HFImageDataModule
 from raydra.data.ray_data import Preprocess, ShardBatches
 from raydra.errors import RaydraError
-from test_config import composed
 
 COLOURS = ("red", "green", "blue")
 
@@ -28,8 +27,10 @@ def dataset(n=240, size=8, seed=0):
     rng = np.random.default_rng(seed)
     labels = np.arange(n) % 3
     images = [Image.fromarray((rng.integers(0, 80, (size, size, 3)) + label * 80).astype(np.uint8)) for label in labels]
-    return Dataset.from_dict({"image": images, "labels": labels.tolist()},
-                             features=Features({"image": HFImage(), "labels": ClassLabel(names=list(COLOURS))}))
+    return Dataset.from_dict(
+        {"image": images, "labels": labels.tolist()},
+        features=Features({"image": HFImage(), "labels": ClassLabel(names=list(COLOURS))}),
+    )
 
 
 def save_to_disk(root, **kwargs):
@@ -47,11 +48,17 @@ def to_parquet(path, **kwargs):
 def test_save_to_disk_and_parquet_give_stratified_splits_and_classlabel_names(tmp_path):
     for name in (save_to_disk(tmp_path / "disk"), to_parquet(tmp_path / "beans.parquet")):
         assert HFImageDataModule.describe(name=str(name), label_column="labels") == {
-            "num_classes": 3, "class_names": list(COLOURS)}
+            "num_classes": 3,
+            "class_names": list(COLOURS),
+        }
         data = HFImageDataModule(name=str(name), num_classes=3, label_column="labels", image_size=8, batch_size=8)
         data.setup()
         assert data.classes == list(COLOURS)
-        assert {role: len(loader.labels) for role, loader in data.loaders.items()} == {"train": 192, "val": 24, "test": 24}
+        assert {role: len(loader.labels) for role, loader in data.loaders.items()} == {
+            "train": 192,
+            "val": 24,
+            "test": 24,
+        }
         for loader in data.loaders.values():  # every class in every split, in equal shares
             assert np.bincount(loader.labels.numpy()).tolist() == [len(loader.labels) // 3] * 3
         images, labels = next(iter(data.train_dataloader()))
@@ -61,9 +68,18 @@ def test_save_to_disk_and_parquet_give_stratified_splits_and_classlabel_names(tm
 def test_a_pretrained_models_image_processor_sets_size_and_normalisation(tmp_path):
     from transformers import ViTImageProcessor
 
-    ViTImageProcessor(size={"height": 16, "width": 16}, image_mean=[0.2] * 3, image_std=[0.1] * 3).save_pretrained(tmp_path / "vit")
-    data = HFImageDataModule(name=str(save_to_disk(tmp_path / "disk")), num_classes=3, label_column="labels",
-                             processor=str(tmp_path / "vit"), image_size=8, batch_size=8, augment=False)
+    ViTImageProcessor(size={"height": 16, "width": 16}, image_mean=[0.2] * 3, image_std=[0.1] * 3).save_pretrained(
+        tmp_path / "vit"
+    )
+    data = HFImageDataModule(
+        name=str(save_to_disk(tmp_path / "disk")),
+        num_classes=3,
+        label_column="labels",
+        processor=str(tmp_path / "vit"),
+        image_size=8,
+        batch_size=8,
+        augment=False,
+    )
     data.setup()
     images, _ = next(iter(data.val_dataloader()))
     assert images.shape == (8, 3, 16, 16)
@@ -87,26 +103,34 @@ def test_plain_string_labels_become_sorted_classes(tmp_path):
     assert sorted(set(data.loaders["train"].labels.tolist())) == [0, 1, 2]
 
 
-@pytest.mark.parametrize("breakage, message", [
-    ("missing", "data.name={root}/nowhere does not exist"),
-    ("empty", "data.name={root}/empty could not be read as a dataset"),
-    ("column", "data.label_column=label is not a column of {root}/disk (columns: image, labels)"),
-    ("parquet_column", "data.image_column=picture is not a column of {root}/beans.parquet (columns: image, labels"),
-    ("corrupt", "data.name={root}/broken.parquet is not readable parquet"),
-    ("offline", "data.name=beans is not in the local Hugging Face cache and this machine is offline (HF_HUB_OFFLINE)"),
-])
+@pytest.mark.parametrize(
+    "breakage, message",
+    [
+        ("missing", "data.name={root}/nowhere does not exist"),
+        ("empty", "data.name={root}/empty could not be read as a dataset"),
+        ("column", "data.label_column=label is not a column of {root}/disk (columns: image, labels)"),
+        ("parquet_column", "data.image_column=picture is not a column of {root}/beans.parquet (columns: image, labels"),
+        ("corrupt", "data.name={root}/broken.parquet is not readable parquet"),
+        (
+            "offline",
+            "data.name=beans is not in the local Hugging Face cache and this machine is offline (HF_HUB_OFFLINE)",
+        ),
+    ],
+)
 def test_bad_datasets_are_named_in_one_sentence(tmp_path, monkeypatch, breakage, message):
     save_to_disk(tmp_path / "disk", n=30)
     to_parquet(tmp_path / "beans.parquet", n=30)
     (tmp_path / "empty").mkdir()
     (tmp_path / "broken.parquet").write_bytes(b"PAR1 this is not parquet")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    kwargs = {"missing": dict(name=f"{tmp_path}/nowhere", label_column="labels"),
-              "empty": dict(name=f"{tmp_path}/empty", label_column="labels"),
-              "column": dict(name=f"{tmp_path}/disk"),
-              "parquet_column": dict(name=f"{tmp_path}/beans.parquet", label_column="labels", image_column="picture"),
-              "corrupt": dict(name=f"{tmp_path}/broken.parquet", label_column="labels"),
-              "offline": dict(name="beans", label_column="labels")}[breakage]
+    kwargs = {
+        "missing": dict(name=f"{tmp_path}/nowhere", label_column="labels"),
+        "empty": dict(name=f"{tmp_path}/empty", label_column="labels"),
+        "column": dict(name=f"{tmp_path}/disk"),
+        "parquet_column": dict(name=f"{tmp_path}/beans.parquet", label_column="labels", image_column="picture"),
+        "corrupt": dict(name=f"{tmp_path}/broken.parquet", label_column="labels"),
+        "offline": dict(name="beans", label_column="labels"),
+    }[breakage]
     with pytest.raises(RaydraError) as error:
         hf.describe(**kwargs)
     assert message.format(root=tmp_path) in str(error.value)
@@ -116,18 +140,31 @@ def test_bad_datasets_are_named_in_one_sentence(tmp_path, monkeypatch, breakage,
 def test_ray_data_preprocess_decodes_struct_bytes_and_maps_plain_labels(tmp_path):
     rows = pd.read_parquet(to_parquet(tmp_path / "b.parquet", n=6))
     batch = {"image": np.array(list(rows["image"]), dtype=object), "labels": np.array(["b", "a", "b", "c", "a", "c"])}
-    out = Preprocess("image", "labels", size=4, channels=3, mean=[0.5] * 3, std=[0.5] * 3,
-                     label_values=["a", "b", "c"])(batch)
+    out = Preprocess(
+        "image", "labels", size=4, channels=3, mean=[0.5] * 3, std=[0.5] * 3, label_values=["a", "b", "c"]
+    )(batch)
     assert out["image"].shape == (6, 3, 4, 4) and out["image"].dtype == np.float32
     assert out["label"].tolist() == [1, 0, 1, 2, 0, 2]
     assert -1.0 <= out["image"].min() and out["image"].max() <= 1.0
-    flipped = crop_flip(torch.arange(2 * 3 * 4 * 4, dtype=torch.float32).reshape(2, 3, 4, 4), 2, True,
-                        torch.Generator().manual_seed(0))
+    flipped = crop_flip(
+        torch.arange(2 * 3 * 4 * 4, dtype=torch.float32).reshape(2, 3, 4, 4), 2, True, torch.Generator().manual_seed(0)
+    )
     assert flipped.shape == (2, 3, 4, 4)
     # Ray Data's training preprocess augments with that same function: each image as it was or mirrored.
-    plain = Preprocess("image", "labels", size=4, channels=3, mean=[0.5] * 3, std=[0.5] * 3, label_values=["a", "b", "c"])
-    flips = Preprocess("image", "labels", size=4, channels=3, mean=[0.5] * 3, std=[0.5] * 3, label_values=["a", "b", "c"],
-                       augment=True, flip=True)
+    plain = Preprocess(
+        "image", "labels", size=4, channels=3, mean=[0.5] * 3, std=[0.5] * 3, label_values=["a", "b", "c"]
+    )
+    flips = Preprocess(
+        "image",
+        "labels",
+        size=4,
+        channels=3,
+        mean=[0.5] * 3,
+        std=[0.5] * 3,
+        label_values=["a", "b", "c"],
+        augment=True,
+        flip=True,
+    )
     ordered, mirrored = plain(dict(batch))["image"], 0
     for _ in range(5):  # 30 coin flips: all heads 1 time in 2**30
         for before, after in zip(ordered, flips(dict(batch))["image"]):
@@ -154,8 +191,11 @@ def test_ray_data_datasets_come_from_the_data_modules_own_class():
 
     datasets, rows = build({"data": {"_target_": "test_hf.OwnRayData", "loader": "ray_data"}, "verbose": True})
     assert datasets == {"train": "mapped with train preprocess"} and rows == {"train": 10}  # an empty split is left out
-    with pytest.raises(RaydraError, match=r"^data.loader=ray_data needs raydra.data.digits.DigitsDataModule to build "
-                                          r"Ray Data datasets .*set data.loader=dataloader or add one.$"):
+    with pytest.raises(
+        RaydraError,
+        match=r"^data.loader=ray_data needs raydra.data.digits.DigitsDataModule to build "
+        r"Ray Data datasets .*set data.loader=dataloader or add one.$",
+    ):
         build({"data": {"_target_": "raydra.data.digits.DigitsDataModule", "loader": "ray_data"}, "verbose": True})
 
 
@@ -186,7 +226,9 @@ def test_classes_flow_from_the_data_into_the_model_and_the_beans_experiment_comp
     describe_data(cfg)
     assert (cfg.model.num_classes, list(cfg.data.class_names)) == (3, list(COLOURS))
     with pytest.raises(RaydraError, match=r"has 3 classes \(red, green, blue\) but data.num_classes=5"):
-        describe_data(composed("data=hf", f"data.name={tmp_path / 'disk'}", "data.label_column=labels", "data.num_classes=5"))
+        describe_data(
+            composed("data=hf", f"data.name={tmp_path / 'disk'}", "data.label_column=labels", "data.num_classes=5")
+        )
 
     beans = composed("experiment=vit_beans")
     validate(beans)
@@ -197,10 +239,13 @@ def test_classes_flow_from_the_data_into_the_model_and_the_beans_experiment_comp
     assert (beans.scale.num_workers, beans.scale.use_gpu) == (2, True)
 
 
-@pytest.mark.parametrize("override, message", [
-    ("data.loader=torch", "data.loader=torch is not a loader raydra knows"),
-    ("trainer.num_sanity_val_steps=2", "trainer.num_sanity_val_steps=2 with data.loader=ray_data would stall"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("data.loader=torch", "data.loader=torch is not a loader raydra knows"),
+        ("trainer.num_sanity_val_steps=2", "trainer.num_sanity_val_steps=2 with data.loader=ray_data would stall"),
+    ],
+)
 def test_ray_data_settings_are_checked(override, message):
     from raydra.schema import validate
 
@@ -212,7 +257,9 @@ def test_a_missing_column_fails_the_run_before_ray_starts_and_is_recorded(tmp_pa
     root = save_to_disk(tmp_path / "disk", n=30)
     done = run_train("data=hf", f"data.name={root}", "data.label_column=kind", "logger=csv", outputs=tmp_path / "out")
     assert done.returncode == 1
-    assert f"error: data.label_column=kind is not a column of {root} (columns: image, labels)" in done.stdout + done.stderr
+    assert (
+        f"error: data.label_column=kind is not a column of {root} (columns: image, labels)" in done.stdout + done.stderr
+    )
     assert "Traceback" not in done.stdout + done.stderr
     summary = summary_of(run_dirs(tmp_path / "out")[0])
     assert summary["status"] == "failed" and "data.label_column=kind is not a column" in summary["error"]
@@ -229,15 +276,31 @@ def assert_each_sample_once_per_epoch(run_dir, train_rows, epochs):
         assert len(union) == train_rows  # no sample twice, none on both workers
 
 
-TINY_VIT = ("model._target_=tests.probe.RecordingViT", "model.patch_size=4", "model.num_layers=2", "model.hidden_size=32",
-            "model.mlp_size=64", "data.augment=false", "trainer.max_epochs=2", "logger=csv")
+TINY_VIT = (
+    "model._target_=tests.probe.RecordingViT",
+    "model.patch_size=4",
+    "model.num_layers=2",
+    "model.hidden_size=32",
+    "model.mlp_size=64",
+    "data.augment=false",
+    "trainer.max_epochs=2",
+    "logger=csv",
+)
 
 
 @pytest.mark.e2e
 def test_trains_on_a_save_to_disk_dataset_on_two_workers(ray_cluster, tmp_path):
     root = save_to_disk(tmp_path / "disk")
-    done = run_train("data=hf", f"data.name={root}", "data.label_column=labels", "data.image_size=8", "data.batch_size=32",
-                     *TINY_VIT, outputs=tmp_path / "out", address=ray_cluster)
+    done = run_train(
+        "data=hf",
+        f"data.name={root}",
+        "data.label_column=labels",
+        "data.image_size=8",
+        "data.batch_size=32",
+        *TINY_VIT,
+        outputs=tmp_path / "out",
+        address=ray_cluster,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     run_dir = run_dirs(tmp_path / "out")[0]
     summary = summary_of(run_dir)
@@ -252,9 +315,18 @@ def test_trains_on_a_save_to_disk_dataset_on_two_workers(ray_cluster, tmp_path):
 def test_streams_a_parquet_file_through_ray_data_on_two_workers(ray_cluster, tmp_path):
     path = to_parquet(tmp_path / "beans.parquet")
     # Half a CPU per worker leaves one of the cluster's two for Ray Data's read and map tasks.
-    done = run_train("data=hf", f"data.name={path}", "data.label_column=labels", "data.image_size=8", "data.batch_size=32",
-                     "data.loader=ray_data", "scale.cpus_per_worker=0.5", *TINY_VIT,
-                     outputs=tmp_path / "out", address=ray_cluster)
+    done = run_train(
+        "data=hf",
+        f"data.name={path}",
+        "data.label_column=labels",
+        "data.image_size=8",
+        "data.batch_size=32",
+        "data.loader=ray_data",
+        "scale.cpus_per_worker=0.5",
+        *TINY_VIT,
+        outputs=tmp_path / "out",
+        address=ray_cluster,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "streaming_executor" not in done.stdout + done.stderr  # Ray Data's logs stay in the log files
     run_dir = run_dirs(tmp_path / "out")[0]
@@ -269,8 +341,16 @@ def test_streams_a_parquet_file_through_ray_data_on_two_workers(ray_cluster, tmp
 
 @pytest.mark.e2e
 def test_ray_data_without_a_spare_cpu_is_refused_in_one_sentence(ray_cluster, tmp_path):
-    done = run_train("data=hf", f"data.name={to_parquet(tmp_path / 'b.parquet', n=30)}", "data.label_column=labels",
-                     "data.loader=ray_data", "logger=csv", outputs=tmp_path / "out", address=ray_cluster, timeout=120)
+    done = run_train(
+        "data=hf",
+        f"data.name={to_parquet(tmp_path / 'b.parquet', n=30)}",
+        "data.label_column=labels",
+        "data.loader=ray_data",
+        "logger=csv",
+        outputs=tmp_path / "out",
+        address=ray_cluster,
+        timeout=120,
+    )
     assert done.returncode == 1
     assert "data.loader=ray_data needs at least 1 CPU beside the workers" in done.stdout + done.stderr
     assert summary_of(run_dirs(tmp_path / "out")[0])["status"] == "failed"

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 import torch
+from conftest import run_dirs, run_train, summary_of
 from PIL import Image
 
-from conftest import run_dirs, run_train, summary_of
 from raydra.data.imagefolder import ImageFolderDataModule
 from raydra.data.splits import stratified_split
 from raydra.errors import RaydraError
@@ -45,7 +45,9 @@ def test_stratified_splits_are_fractions_of_the_whole_and_the_same_per_seed():
     assert all(np.array_equal(cut[r], again[r]) for r in cut)
     assert not np.array_equal(np.sort(cut["val"]), np.sort(other["val"]))
     assert list(stratified_split(labels, {"val": 0.1, "test": 0.0}, 0, "data.root=/x")) == ["train", "val"]
-    with pytest.raises(RaydraError, match=r"^data.root=/x cannot hold out data.val_fraction=0.1 .*add samples to the smallest class.$"):
+    with pytest.raises(
+        RaydraError, match=r"^data.root=/x cannot hold out data.val_fraction=0.1 .*add samples to the smallest class.$"
+    ):
         stratified_split(np.array([0, 0, 0, 0, 1, 2]), {"val": 0.1, "test": 0.1}, 0, "data.root=/x")
 
 
@@ -80,11 +82,24 @@ def test_validation_is_never_reported_as_test(tmp_path, test_fraction):
     split and the run reported its figures as test/*."""
     from raydra.worker import loop
 
-    data = ImageFolderDataModule(root=str(write_folder(tmp_path)), num_classes=3, image_size=8, batch_size=8,
-                                 test_fraction=test_fraction, augment=False)
+    data = ImageFolderDataModule(
+        root=str(write_folder(tmp_path)),
+        num_classes=3,
+        image_size=8,
+        batch_size=8,
+        test_fraction=test_fraction,
+        augment=False,
+    )
     model = TinyClassifier()
-    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False)
+    trainer = pl.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(model, datamodule=data)
     assert loop._has_test_split(data) is bool(test_fraction)
     metrics, skipped = loop.run_test(trainer, model, data, enabled=True, rank=0)
@@ -98,12 +113,15 @@ def test_validation_is_never_reported_as_test(tmp_path, test_fraction):
     assert data.val_dataloader() is data.loaders["val"]
 
 
-@pytest.mark.parametrize("breakage, message", [
-    ("missing", "is not a folder"),
-    ("empty_class", "holds no images"),
-    ("corrupt", "is not a readable image"),
-    ("classes", "has 3 classes (circle, square, stripe) but data.num_classes=4; set data.num_classes=3"),
-])
+@pytest.mark.parametrize(
+    "breakage, message",
+    [
+        ("missing", "is not a folder"),
+        ("empty_class", "holds no images"),
+        ("corrupt", "is not a readable image"),
+        ("classes", "has 3 classes (circle, square, stripe) but data.num_classes=4; set data.num_classes=3"),
+    ],
+)
 def test_bad_folders_are_named(tmp_path, breakage, message):
     root = write_folder(tmp_path / "images")
     num_classes = 3
@@ -123,8 +141,16 @@ def test_bad_folders_are_named(tmp_path, breakage, message):
 def test_trains_from_pngs_on_two_workers(ray_cluster, tmp_path):
     root = write_folder(tmp_path / "images", per_class=40)
     done = run_train(
-        "data=imagefolder", f"data.root={root}", "data.num_classes=3", "data.image_size=16", "data.batch_size=32",
-        "model.patch_size=4", "trainer.max_epochs=3", "logger=csv", outputs=tmp_path / "out", address=ray_cluster,
+        "data=imagefolder",
+        f"data.root={root}",
+        "data.num_classes=3",
+        "data.image_size=16",
+        "data.batch_size=32",
+        "model.patch_size=4",
+        "trainer.max_epochs=3",
+        "logger=csv",
+        outputs=tmp_path / "out",
+        address=ray_cluster,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     summary = summary_of(run_dirs(tmp_path / "out")[0])

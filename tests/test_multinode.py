@@ -10,7 +10,6 @@ import re
 
 import psutil
 import pytest
-
 from conftest import _free_port, summary_of
 from test_reliability import EPOCHS, RUN, _epochs_with_val, _resumed_at, _start, _wait_for_checkpoint, _worker_pids
 
@@ -24,8 +23,10 @@ def cluster():
     stops only what this cluster started."""
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True,
-                      head_node_args={"num_cpus": 0, "gcs_server_port": _free_port(), "dashboard_port": _free_port()})
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 0, "gcs_server_port": _free_port(), "dashboard_port": _free_port()},
+    )
     try:
         for _ in range(3):
             cluster.add_node(num_cpus=1)
@@ -38,8 +39,14 @@ def cluster():
 def test_a_spread_run_survives_losing_a_node_that_holds_a_worker(cluster, tmp_path):
     # Cluster's nodes are started from this process without an auth token, so the driver sends none
     # (with RAY_AUTH_MODE=token, as for the session cluster, its controller actor never started).
-    driver = _start(*RUN, "scale.placement_strategy=SPREAD", "failure.max_failures=1",
-                    outputs=tmp_path, address=cluster.address, env={"RAY_AUTH_MODE": "disabled"})
+    driver = _start(
+        *RUN,
+        "scale.placement_strategy=SPREAD",
+        "failure.max_failures=1",
+        outputs=tmp_path,
+        address=cluster.address,
+        env={"RAY_AUTH_MODE": "disabled"},
+    )
     try:
         run_dir = _wait_for_checkpoint(tmp_path, driver)
         first_workers = _worker_pids(run_dir)

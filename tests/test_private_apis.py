@@ -163,8 +163,15 @@ def test_restarting_the_train_iterator_at_train_start_takes_the_loaders_new_posi
             first.append(batch[0][0].tolist())
             trainer.should_stop = True
 
-    trainer = pl.Trainer(max_epochs=1, callbacks=[SkipTwo()], logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    trainer = pl.Trainer(
+        max_epochs=1,
+        callbacks=[SkipTwo()],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
     trainer.fit(_Tiny(num_workers=1))
     assert first[0] == [8.0, 9.0]  # index 4, not index 0
 
@@ -209,8 +216,10 @@ def test_nothing_outside_private_apis_reaches_into_private_modules():
     pattern = re.compile(r"\._private\b|\._internal\b|_local_tuner|_data_fetcher|metrics_keys|HF_HUB_OFFLINE\s*=")
     offenders = [
         f"{path.relative_to(root)}:{n}"
-        for path in root.rglob("*.py") if path.name != "private_apis.py"
-        for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)
+        for path in root.rglob("*.py")
+        if path.name != "private_apis.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
     ]
     assert offenders == []
 
@@ -219,10 +228,10 @@ def test_nothing_outside_private_apis_reaches_into_private_modules():
 def test_installed_versions_are_inside_the_caps_this_file_was_run_against(package):
     """pyproject.toml caps each library whose private API raydra reaches at the minor version this
     file passed with; an install outside the caps means nobody has run it against that version."""
-    import tomllib
     from importlib import metadata
     from pathlib import Path
 
+    import tomllib
     from packaging.requirements import Requirement
 
     project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]

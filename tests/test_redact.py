@@ -3,10 +3,10 @@ masked; config whose key merely contains the letters (model.parts.tokenizer) is 
 
 import pytest
 import yaml
+from conftest import REPO
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from conftest import REPO
 from raydra.redact import MASK, names_a_secret, redact, redact_hydra_records
 
 ORDINARY = [
@@ -163,7 +163,9 @@ def test_resume_compares_secrets_masked_and_never_prints_one():
 
 def test_storage_uri_credentials_are_masked_and_its_other_options_kept():
     """paths.storage may carry pyarrow's S3 options, credentials among them."""
-    uri = "s3://AKIDEXAMPLE:wJalrXUtnFEMI@bucket/p?endpoint_override=127.0.0.1:9000&secret_key=wJalrXUtnFEMI&scheme=http"
+    uri = (
+        "s3://AKIDEXAMPLE:wJalrXUtnFEMI@bucket/p?endpoint_override=127.0.0.1:9000&secret_key=wJalrXUtnFEMI&scheme=http"
+    )
     masked = redact({"paths": {"storage": uri}}, [])["paths"]["storage"]
     assert "wJalrXUtnFEMI" not in masked and "AKIDEXAMPLE" not in masked
     assert masked == "s3://***@bucket/p?endpoint_override=127.0.0.1:9000&secret_key=***&scheme=http"

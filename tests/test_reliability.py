@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-
 from conftest import REPO, base_env, run_dirs, run_train, summary_of
+
 from raydra.checkpoints import checkpoint_meta
 
 EPOCHS = 4
@@ -39,8 +39,15 @@ def reference(ray_cluster, tmp_path_factory):
 @pytest.mark.e2e
 def test_a_killed_worker_restarts_from_the_last_checkpoint_and_loses_no_epoch(ray_cluster, reference, tmp_path):
     # W&B too, offline, so its files are among those scanned for the secret below.
-    driver = _start(*RUN, "failure.max_failures=1", f"tags=[{SECRET}]", "logger=[csv,wandb]",
-                    outputs=tmp_path, address=ray_cluster, env={"MY_API_KEY": SECRET, "RAYDRA_TEST_TOKEN": SECRET[::-1]})
+    driver = _start(
+        *RUN,
+        "failure.max_failures=1",
+        f"tags=[{SECRET}]",
+        "logger=[csv,wandb]",
+        outputs=tmp_path,
+        address=ray_cluster,
+        env={"MY_API_KEY": SECRET, "RAYDRA_TEST_TOKEN": SECRET[::-1]},
+    )
     run_dir = _wait_for_checkpoint(tmp_path, driver)
     victim = _worker_pids(run_dir)[0]
     _kill_worker(victim)
@@ -60,8 +67,18 @@ def test_a_killed_worker_restarts_from_the_last_checkpoint_and_loses_no_epoch(ra
     # The secrets from the environment reached no file the run wrote, nor the console: every file,
     # and among them each kind the run writes.
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
-    kinds = {"summary.json", "metrics.csv", "driver.log", "config.yaml", "overrides.yaml", "hydra.yaml", "ray.log",
-             "worker_0.log", "worker_1.log", "checkpoint.ckpt"}
+    kinds = {
+        "summary.json",
+        "metrics.csv",
+        "driver.log",
+        "config.yaml",
+        "overrides.yaml",
+        "hydra.yaml",
+        "ray.log",
+        "worker_0.log",
+        "worker_1.log",
+        "checkpoint.ckpt",
+    }
     assert kinds <= {p.name for p in written}
     assert any(p.suffix == ".wandb" for p in written) and any(p.name == "debug-internal.log" for p in written)
     for secret in (SECRET, SECRET[::-1]):
@@ -72,10 +89,16 @@ def test_a_killed_worker_restarts_from_the_last_checkpoint_and_loses_no_epoch(ra
 
 @pytest.mark.e2e
 def test_a_worker_killed_after_a_mid_epoch_checkpoint_resumes_inside_the_epoch_on_the_same_batches(
-        ray_cluster, reference, tmp_path):
+    ray_cluster, reference, tmp_path
+):
     # 40 steps an epoch: every checkpoint but the last falls inside an epoch.
-    driver = _start(*RUN, "failure.max_failures=1", f"checkpoint.every_n_steps={EVERY_N_STEPS}",
-                    outputs=tmp_path, address=ray_cluster)
+    driver = _start(
+        *RUN,
+        "failure.max_failures=1",
+        f"checkpoint.every_n_steps={EVERY_N_STEPS}",
+        outputs=tmp_path,
+        address=ray_cluster,
+    )
     run_dir = _wait_for_checkpoint(tmp_path, driver)
     _kill_worker(_worker_pids(run_dir)[0])
     out, _ = driver.communicate(timeout=300)
@@ -136,9 +159,17 @@ def test_sigterm_stops_the_run_and_resume_latest_finishes_it_in_the_same_dir(ray
 
 # sd_tiny as small as it runs: 16 steps an epoch on 2 workers, a random VAE (no fitting), 2-step
 # samples, no pipeline export. Three epochs leave two to interrupt after the first checkpoint.
-SD_RUN = ("experiment=sd_tiny", "data.num_samples=64", "data.val_samples=4", "data.batch_size=4",
-          "trainer.max_epochs=3", "model.parts.vae_fit.steps=0", "model.sample_steps=2",
-          "model.export_pipeline=false", "checkpoint.num_to_keep=1")
+SD_RUN = (
+    "experiment=sd_tiny",
+    "data.num_samples=64",
+    "data.val_samples=4",
+    "data.batch_size=4",
+    "trainer.max_epochs=3",
+    "model.parts.vae_fit.steps=0",
+    "model.sample_steps=2",
+    "model.export_pipeline=false",
+    "checkpoint.num_to_keep=1",
+)
 
 
 @pytest.mark.e2e
@@ -184,8 +215,9 @@ def test_an_sd_tiny_run_resumes_after_sigterm_and_no_secret_reaches_its_files(ra
 
 def _start(*overrides, outputs, address, env=None):
     args = [sys.executable, str(REPO / "train.py"), f"paths.outputs={outputs}", *overrides, f"ray.address={address}"]
-    return subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**base_env(), **(env or {})})
+    return subprocess.Popen(
+        args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**base_env(), **(env or {})}
+    )
 
 
 def _wait_for_checkpoint(outputs: Path, driver: subprocess.Popen, timeout: float = 240) -> Path:
@@ -210,8 +242,10 @@ def _wait_for_checkpoint(outputs: Path, driver: subprocess.Popen, timeout: float
 
 def _resumed_at(run_dir: Path) -> tuple:
     """(epoch, batch, batches per epoch, global step) where the restarted rank 0 picked up."""
-    found = re.search(r"resumed from .* at epoch (\d+), batch (\d+) of (\d+) \(global step (\d+)\)",
-                      (run_dir / "logs" / "worker_0.log").read_text())
+    found = re.search(
+        r"resumed from .* at epoch (\d+), batch (\d+) of (\d+) \(global step (\d+)\)",
+        (run_dir / "logs" / "worker_0.log").read_text(),
+    )
     assert found, "the restarted worker group did not resume from a checkpoint"
     return tuple(map(int, found.groups()))
 

@@ -4,9 +4,9 @@ so every batch a restarted fit trains on can be compared with an uninterrupted f
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from raydra.worker.resumable import Resumable
 from raydra.data.device_batches import DeviceBatches
 from raydra.lightning import pl
+from raydra.worker.resumable import Resumable
 
 SAVE_AT_STEP = 3
 
@@ -36,9 +36,16 @@ class SaveMidEpoch(pl.Callback):
 
 def _fit(loader_fn, tmp_path, ckpt_path=None):
     module, resumable = Recorder(), Resumable()
-    trainer = pl.Trainer(max_epochs=3, callbacks=[resumable, SaveMidEpoch(tmp_path / "mid.ckpt")], logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         accelerator="cpu", devices=1)
+    trainer = pl.Trainer(
+        max_epochs=3,
+        callbacks=[resumable, SaveMidEpoch(tmp_path / "mid.ckpt")],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        devices=1,
+    )
     trainer.fit(module, loader_fn(), ckpt_path=ckpt_path, weights_only=True)
     return module.seen, resumable.resumed_at
 
@@ -50,8 +57,20 @@ def _dataloader():
 def _device_batches():
     images = torch.arange(10 * 4, dtype=torch.uint8).view(10, 1, 2, 2)
     # Training order reshuffled per epoch and augmented: both must continue where they stood.
-    return DeviceBatches(images, torch.arange(10), batch_size=2, rank=0, world_size=1, train=True, augment=True,
-                         seed=7, mean=(0.0,), std=(1 / 255,), crop_padding=1, flip=True)
+    return DeviceBatches(
+        images,
+        torch.arange(10),
+        batch_size=2,
+        rank=0,
+        world_size=1,
+        train=True,
+        augment=True,
+        seed=7,
+        mean=(0.0,),
+        std=(1 / 255,),
+        crop_padding=1,
+        flip=True,
+    )
 
 
 def test_a_dataloader_restarted_mid_epoch_continues_with_the_batches_it_had_not_trained(tmp_path):

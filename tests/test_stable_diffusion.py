@@ -8,9 +8,9 @@ import os
 import numpy as np
 import pytest
 import torch
+from conftest import REPO, run_dirs, run_train, summary_of
 from PIL import Image
 
-from conftest import REPO, run_dirs, run_train, summary_of
 from raydra.data.image_captions import ImageCaptionsDataModule
 from raydra.data.shapes_captions import ShapesCaptionsDataModule
 from raydra.errors import RaydraError
@@ -61,6 +61,7 @@ def test_shapes_captions_batches_match_their_captions(shapes):
         assert words[0] == "a" and words[3:] == ["on", "a", words[5], "background"]
         # The corner is background: its colour is the captioned background's.
         from raydra.data.shapes_captions import COLOURS
+
         corner = ((pixels[:, 0, 0] + 1) * 127.5).round().tolist()
         assert corner == list(COLOURS[words[5]])
 
@@ -87,8 +88,9 @@ def write_captioned(root, count=6, size=(40, 24)):
 
 
 def test_image_captions_reads_metadata_and_crops_square(tmp_path):
-    data = ImageCaptionsDataModule(root=str(write_captioned(tmp_path / "imgs")), resolution=16, batch_size=2,
-                                   val_fraction=0.34)
+    data = ImageCaptionsDataModule(
+        root=str(write_captioned(tmp_path / "imgs")), resolution=16, batch_size=2, val_fraction=0.34
+    )
     data.setup()
     assert len(data.train_captions) == 4 and all(c.startswith("grey level") for c in data.train_captions)
     batch = next(iter(data.train_dataloader()))
@@ -99,11 +101,14 @@ def test_image_captions_reads_metadata_and_crops_square(tmp_path):
         assert torch.allclose((pixels + 1) * 127.5, torch.full_like(pixels, level), atol=1)
 
 
-@pytest.mark.parametrize("breakage, message", [
-    ("no_metadata", "metadata.jsonl does not exist"),
-    ("no_text", "has no `text`"),
-    ("missing_image", "which does not exist"),
-])
+@pytest.mark.parametrize(
+    "breakage, message",
+    [
+        ("no_metadata", "metadata.jsonl does not exist"),
+        ("no_text", "has no `text`"),
+        ("missing_image", "which does not exist"),
+    ],
+)
 def test_bad_caption_folders_are_named(tmp_path, breakage, message):
     root = write_captioned(tmp_path / "imgs")
     if breakage == "no_metadata":
@@ -123,8 +128,15 @@ def test_pretrained_folder_trains_and_exports_a_loadable_pipeline(shapes, tmp_pa
 
     layout = tmp_path / "layout"
     export(tiny_model(shapes).pipeline(), layout)
-    config = {**tiny_model_config(), "parts": None, "pretrained": str(layout), "ema_decay": 0.99,
-              "prediction_type": "v_prediction", "snr_gamma": 5.0, "cond_dropout": 0.5}
+    config = {
+        **tiny_model_config(),
+        "parts": None,
+        "pretrained": str(layout),
+        "ema_decay": 0.99,
+        "prediction_type": "v_prediction",
+        "snr_gamma": 5.0,
+        "cond_dropout": 0.5,
+    }
     model = StableDiffusion(**config)
     model.configure_model()
     assert model.noise_scheduler.config.prediction_type == "v_prediction"
@@ -136,7 +148,8 @@ def test_pretrained_folder_trains_and_exports_a_loadable_pipeline(shapes, tmp_pa
     assert torch.isfinite(loss)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.unet.parameters()))
     assert all(p.grad is None for p in model.vae.parameters()) and all(
-        p.grad is None for p in model.text_encoder.parameters())
+        p.grad is None for p in model.text_encoder.parameters()
+    )
 
     exported = tmp_path / "exported"
     export(model.pipeline(), exported)
@@ -165,8 +178,9 @@ def test_channels_last_changes_the_layout_not_the_loss(shapes, tmp_path):
     batch = next(iter(shapes.val_dataloader()))
     losses = {}
     for channels_last in (False, True):
-        model = StableDiffusion(**{**tiny_model_config(), "parts": None, "pretrained": str(layout),
-                                   "channels_last": channels_last})
+        model = StableDiffusion(
+            **{**tiny_model_config(), "parts": None, "pretrained": str(layout), "channels_last": channels_last}
+        )
         model.configure_model()
         conv = model.unet.conv_in.weight
         assert conv.is_contiguous(memory_format=torch.channels_last) == channels_last
@@ -176,20 +190,26 @@ def test_channels_last_changes_the_layout_not_the_loss(shapes, tmp_path):
     assert torch.allclose(losses[False], losses[True], rtol=1e-4)
 
 
-@pytest.mark.parametrize("breakage, message", [
-    ("missing_part", "lacks the subfolder"),
-    ("resolution", "model.resolution=34 is not divisible by 4"),
-])
+@pytest.mark.parametrize(
+    "breakage, message",
+    [
+        ("missing_part", "lacks the subfolder"),
+        ("resolution", "model.resolution=34 is not divisible by 4"),
+    ],
+)
 def test_bad_pretrained_config_is_named(shapes, tmp_path, breakage, message):
     layout = tmp_path / "layout"
     export(tiny_model(shapes).pipeline(), layout)
     resolution = 32
     if breakage == "missing_part":
         import shutil
+
         shutil.rmtree(layout / "vae")
     else:
         resolution = 34
-    model = StableDiffusion(**{**tiny_model_config(), "parts": None, "pretrained": str(layout), "resolution": resolution})
+    model = StableDiffusion(
+        **{**tiny_model_config(), "parts": None, "pretrained": str(layout), "resolution": resolution}
+    )
     with pytest.raises(RaydraError, match=message):
         model.configure_model()
 
@@ -199,8 +219,14 @@ def test_sd_tiny_trains_samples_and_exports_on_two_workers(ray_cluster, tmp_path
     from diffusers import StableDiffusionPipeline
 
     done = run_train(
-        "experiment=sd_tiny", "data.num_samples=256", "data.batch_size=4", "trainer.max_epochs=4",
-        "model.ema_decay=0.99", "logger=csv", outputs=tmp_path / "out", address=ray_cluster,
+        "experiment=sd_tiny",
+        "data.num_samples=256",
+        "data.batch_size=4",
+        "trainer.max_epochs=4",
+        "model.ema_decay=0.99",
+        "logger=csv",
+        outputs=tmp_path / "out",
+        address=ray_cluster,
         env={"HF_HUB_OFFLINE": "1"},
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -212,8 +238,9 @@ def test_sd_tiny_trains_samples_and_exports_on_two_workers(ray_cluster, tmp_path
     assert summary["test_skipped"] == "the data has no test split"
     assert not [key for key in summary["metrics"]["final"] if key.startswith("test/")]
     assert "no test: the data has no test split" in done.stdout + done.stderr
-    epoch_losses = [float(r["train/loss_epoch"]) for r in csv.DictReader(open(run_dir / "metrics.csv"))
-                    if r.get("train/loss_epoch")]
+    epoch_losses = [
+        float(r["train/loss_epoch"]) for r in csv.DictReader(open(run_dir / "metrics.csv")) if r.get("train/loss_epoch")
+    ]
     assert len(epoch_losses) == 4 and epoch_losses[-1] < 0.85 * epoch_losses[0], epoch_losses
 
     samples = sorted((run_dir / "samples").glob("epoch_*.png"))

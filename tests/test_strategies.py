@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 import torch
-
-import raydra
 from conftest import run_dirs, run_train, summary_of
-from raydra.errors import RaydraError
-from raydra.schema import validate
 from test_config import composed
 from test_reliability import RUN, _epochs_with_val, _start, _wait_for_checkpoint
+
+import raydra
+from raydra.errors import RaydraError
+from raydra.schema import validate
 
 
 def test_each_strategy_composes_with_its_own_schema():
@@ -20,21 +20,34 @@ def test_each_strategy_composes_with_its_own_schema():
     assert composed("strategy=deepspeed").strategy.stage == 2
     # The model names its repeated block, so the user does not.
     assert list(composed().model.shard_blocks) == ["ViTLayer"]
-    validate(composed("strategy=fsdp", "strategy.sharding=grad_op", "strategy.activation_checkpointing=true",
-                      "strategy.mixed_precision=bf16", "strategy.checkpoint_layout=full"))
+    validate(
+        composed(
+            "strategy=fsdp",
+            "strategy.sharding=grad_op",
+            "strategy.activation_checkpointing=true",
+            "strategy.mixed_precision=bf16",
+            "strategy.checkpoint_layout=full",
+        )
+    )
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["strategy=fsdp", "strategy.sharding=zero3"], "strategy.sharding=zero3 is not an FSDP sharding; use full, grad_op or hybrid"),
-    (["strategy=fsdp", "strategy.checkpoint_layout=dcp"], "strategy.checkpoint_layout=dcp must be sharded or full"),
-    (["strategy=fsdp", "strategy.mixed_precision=fp8"], "strategy.mixed_precision=fp8 must be null, bf16 or fp16"),
-    (["strategy=fsdp", "strategy.cpu_offload=true"], "these workers are CPU workers"),
-    (["strategy=fsdp", "scale=gpu", "trainer.precision=16-mixed"], "use trainer.precision=bf16-mixed"),
-    (["strategy=deepspeed"], "strategy=deepspeed runs on CUDA GPUs only"),
-    (["strategy=deepspeed", "scale=gpu", "strategy.stage=4"], "strategy.stage=4 is not a ZeRO stage"),
-    (["strategy=deepspeed", "scale=gpu", "strategy.offload_parameters=true"], "needs strategy.stage=3"),
-    (["trainer.precision=16-mixed"], "needs GPU workers; on CPU use trainer.precision=bf16-mixed or 32"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["strategy=fsdp", "strategy.sharding=zero3"],
+            "strategy.sharding=zero3 is not an FSDP sharding; use full, grad_op or hybrid",
+        ),
+        (["strategy=fsdp", "strategy.checkpoint_layout=dcp"], "strategy.checkpoint_layout=dcp must be sharded or full"),
+        (["strategy=fsdp", "strategy.mixed_precision=fp8"], "strategy.mixed_precision=fp8 must be null, bf16 or fp16"),
+        (["strategy=fsdp", "strategy.cpu_offload=true"], "these workers are CPU workers"),
+        (["strategy=fsdp", "scale=gpu", "trainer.precision=16-mixed"], "use trainer.precision=bf16-mixed"),
+        (["strategy=deepspeed"], "strategy=deepspeed runs on CUDA GPUs only"),
+        (["strategy=deepspeed", "scale=gpu", "strategy.stage=4"], "strategy.stage=4 is not a ZeRO stage"),
+        (["strategy=deepspeed", "scale=gpu", "strategy.offload_parameters=true"], "needs strategy.stage=3"),
+        (["trainer.precision=16-mixed"], "needs GPU workers; on CPU use trainer.precision=bf16-mixed or 32"),
+    ],
+)
 def test_unsupported_combinations_fail_at_validation_saying_what_to_use(overrides, message):
     with pytest.raises(RaydraError, match=message.replace("(", r"\(").replace(")", r"\)")):
         validate(composed(*overrides))
@@ -54,8 +67,17 @@ def test_ddp_wraps_the_module_only_when_there_are_replicas_to_average(monkeypatc
     from raydra.models.vit import ViTClassifier
     from raydra.worker.strategies import RayDDP
 
-    module = ViTClassifier(optimizer={"_target_": "torch.optim.AdamW", "_partial_": True}, image_size=8, num_channels=1,
-                           num_classes=10, patch_size=2, hidden_size=16, num_layers=1, num_heads=2, mlp_size=16)
+    module = ViTClassifier(
+        optimizer={"_target_": "torch.optim.AdamW", "_partial_": True},
+        image_size=8,
+        num_channels=1,
+        num_classes=10,
+        patch_size=2,
+        hidden_size=16,
+        num_layers=1,
+        num_heads=2,
+        mlp_size=16,
+    )
     alone = RayDDP()
     alone.model = module
     alone.configure_ddp()
@@ -124,12 +146,21 @@ def test_each_strategy_trains_with_bf16_on_gpu_and_loads_back(strategy, tmp_path
     if strategy == "deepspeed":
         pytest.importorskip("deepspeed")
     gpus = torch.cuda.device_count()
-    done = run_train("scale=gpu", f"scale.num_workers={min(gpus, 2)}", f"strategy={strategy}", "logger=csv",
-                     "trainer.max_epochs=3", "data.batch_size=64", "trainer.precision=bf16-mixed", outputs=tmp_path)
+    done = run_train(
+        "scale=gpu",
+        f"scale.num_workers={min(gpus, 2)}",
+        f"strategy={strategy}",
+        "logger=csv",
+        "trainer.max_epochs=3",
+        "data.batch_size=64",
+        "trainer.precision=bf16-mixed",
+        outputs=tmp_path,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     (run_dir,) = run_dirs(tmp_path)
     summary = summary_of(run_dir)
     assert summary["status"] == "completed" and summary["precision"] == "bf16-mixed"
     assert summary["metrics"]["final"]["val/acc"] > 0.5
     assert _test_accuracy(raydra.load(run_dir, "last").float()) == pytest.approx(
-        summary["metrics"]["final"]["test/acc"], abs=0.02)
+        summary["metrics"]["final"]["test/acc"], abs=0.02
+    )

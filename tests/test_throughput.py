@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from raydra.worker.throughput import WARMUP_STEPS, Throughput, peak_flops
 from raydra.lightning import pl
+from raydra.worker.throughput import WARMUP_STEPS, Throughput, peak_flops
 
 
 class Linear(pl.LightningModule):
@@ -27,8 +27,13 @@ def test_flops_per_step_of_a_linear_layer_match_the_hand_count():
     data = DataLoader(TensorDataset(torch.randn(16 * 20, 8), torch.randn(16 * 20, 4)), batch_size=16)
     throughput = Throughput(world_size=1, peak_flops=None)
     trainer = pl.Trainer(
-        max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, callbacks=[throughput],
+        max_epochs=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[throughput],
     )
     trainer.fit(Linear(), data)
     # forward x @ W.T: 2*16*8*4; backward dW = dy.T @ x: the same again (x needs no gradient).
@@ -51,8 +56,13 @@ class SlowBatches(TensorDataset):
 
 def _fit(throughput, data, epochs=1):
     trainer = pl.Trainer(
-        max_epochs=epochs, accelerator="cpu", logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, callbacks=[throughput],
+        max_epochs=epochs,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[throughput],
     )
     trainer.fit(Linear(), data)
     return trainer
@@ -61,7 +71,10 @@ def _fit(throughput, data, epochs=1):
 def test_data_wait_is_the_time_the_loop_spent_getting_batches():
     data = DataLoader(SlowBatches(torch.randn(16 * 20, 8), torch.randn(16 * 20, 4)), batch_size=16)
     trainer = _fit(Throughput(world_size=1), data)
-    wait, step = float(trainer.callback_metrics["train/data_wait_s"]), float(trainer.callback_metrics["train/step_time_s"])
+    wait, step = (
+        float(trainer.callback_metrics["train/data_wait_s"]),
+        float(trainer.callback_metrics["train/step_time_s"]),
+    )
     # 16 ms to load each batch; a stretch's first step has no measured wait (2 of 19 timed steps).
     assert wait > 0.012
     assert step < wait  # a linear layer's step is far cheaper than its batch
@@ -92,12 +105,25 @@ def test_mfu_of_the_vit_on_a_gpu_is_a_fraction_of_the_peak():
     device = torch.device("cuda")
     throughput = Throughput(world_size=1, peak_flops=peak_flops(device, "bf16-mixed"))
     trainer = pl.Trainer(
-        max_epochs=3, accelerator="gpu", devices=1, precision="bf16-mixed", logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, callbacks=[throughput],
+        max_epochs=3,
+        accelerator="gpu",
+        devices=1,
+        precision="bf16-mixed",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        callbacks=[throughput],
     )
     model = ViTClassifier(
-        image_size=8, num_channels=1, num_classes=10, patch_size=2, hidden_size=256, num_layers=4, num_heads=4,
-        mlp_size=1024, optimizer={"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3},
+        image_size=8,
+        num_channels=1,
+        num_classes=10,
+        patch_size=2,
+        hidden_size=256,
+        num_layers=4,
+        num_heads=4,
+        mlp_size=1024,
+        optimizer={"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3},
     )
     trainer.fit(model, datamodule=DigitsDataModule(batch_size=256))
     summary = throughput.summary()
@@ -105,10 +131,13 @@ def test_mfu_of_the_vit_on_a_gpu_is_a_fraction_of_the_peak():
     assert 0 < summary["mfu"] < 1
 
 
-@pytest.mark.parametrize("accelerator, precision", [
-    ("cpu", "32-true"),
-    pytest.param("gpu", "bf16-mixed", marks=pytest.mark.gpu),
-])
+@pytest.mark.parametrize(
+    "accelerator, precision",
+    [
+        ("cpu", "32-true"),
+        pytest.param("gpu", "bf16-mixed", marks=pytest.mark.gpu),
+    ],
+)
 def test_trainer_compile_trains_the_digits_vit_to_the_eager_accuracy(accelerator, precision):
     """What trainer.compile=true does on every worker, on plain Lightning to keep the suite short."""
     from torch._dynamo.utils import counters
@@ -121,15 +150,28 @@ def test_trainer_compile_trains_the_digits_vit_to_the_eager_accuracy(accelerator
     for compiled in (False, True):
         pl.seed_everything(0, verbose=False)
         model = ViTClassifier(
-            image_size=8, num_channels=1, num_classes=10, patch_size=2, hidden_size=64, num_layers=4, num_heads=4,
-            mlp_size=128, optimizer={"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3},
+            image_size=8,
+            num_channels=1,
+            num_classes=10,
+            patch_size=2,
+            hidden_size=64,
+            num_layers=4,
+            num_heads=4,
+            mlp_size=128,
+            optimizer={"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3},
         )
         graphs = counters["stats"]["unique_graphs"]
         if compiled:
             assert compile_networks(model) == ["net"]
         trainer = pl.Trainer(
-            max_epochs=15, accelerator=accelerator, devices=1, precision=precision, logger=False,
-            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+            max_epochs=15,
+            accelerator=accelerator,
+            devices=1,
+            precision=precision,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
         )
         trainer.fit(model, datamodule=DigitsDataModule(batch_size=32))
         accuracy[compiled] = float(trainer.callback_metrics["val/acc"])

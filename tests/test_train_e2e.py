@@ -8,7 +8,6 @@ import time
 
 import pytest
 import yaml
-
 from conftest import run_dirs, run_train, summary_of
 
 pytestmark = pytest.mark.e2e
@@ -49,6 +48,7 @@ def test_default_run_trains_the_digits_vit_and_leaves_a_self_describing_run_dir(
 
     # The last checkpoint loads back into a plain module that scores what the run's test measured.
     from test_strategies import _test_accuracy
+
     import raydra
 
     module = raydra.load(run_dir, "last")
@@ -84,7 +84,9 @@ def test_multirun_runs_every_job_through_one_local_ray(tmp_path):
     # raydra compare on the real sweep: only the swept key differs, metrics come from summary.json.
     table = subprocess.run(
         [sys.executable, "-m", "raydra", "compare", str(jobs[0].parent), "--format", "json", "--metric", "val/acc"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     rows = json.loads(table)
     assert [row["trainer.max_epochs"] for row in rows] == [1, 2]
@@ -95,8 +97,11 @@ def test_multirun_runs_every_job_through_one_local_ray(tmp_path):
 
 def test_joins_a_running_cluster_with_address_auto_and_logger_none(ray_cluster, tmp_path):
     done = run_train(
-        "experiment=vit_digits_smoke", "logger=none", "ray.address=auto",
-        outputs=tmp_path, env={"RAY_ADDRESS": ray_cluster},
+        "experiment=vit_digits_smoke",
+        "logger=none",
+        "ray.address=auto",
+        outputs=tmp_path,
+        env={"RAY_ADDRESS": ray_cluster},
     )
     assert done.returncode == 0, done.stdout + done.stderr
     (run_dir,) = run_dirs(tmp_path)
@@ -141,8 +146,14 @@ def test_an_unreachable_cluster_is_named(tmp_path):
 
 @pytest.mark.gpu
 def test_gpu_workers_train_with_bf16_by_default(tmp_path):
-    done = run_train("scale=gpu", "logger=csv", "trainer.max_epochs=5", "data.batch_size=256",
-                     "model.optimizer.lr=3e-3", outputs=tmp_path)
+    done = run_train(
+        "scale=gpu",
+        "logger=csv",
+        "trainer.max_epochs=5",
+        "data.batch_size=256",
+        "model.optimizer.lr=3e-3",
+        outputs=tmp_path,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     (run_dir,) = run_dirs(tmp_path)
     summary = summary_of(run_dir)

@@ -38,7 +38,9 @@ def checkpoint_meta(path: PathLike) -> Dict[str, Any]:
         # DeepSpeed pickles its own config objects beside the tensors, so this file cannot load with
         # weights_only; it is the run's own output.
         return torch.load(deepspeed_states, map_location="cpu", weights_only=False)
-    raise RaydraError(f"{path} is not a Lightning checkpoint (no file, no meta.pt, no DeepSpeed states); pass a checkpoint.ckpt a raydra run wrote.")
+    raise RaydraError(
+        f"{path} is not a Lightning checkpoint (no file, no meta.pt, no DeepSpeed states); pass a checkpoint.ckpt a raydra run wrote."
+    )
 
 
 def load(run_or_checkpoint: PathLike, which: str = "best") -> Any:
@@ -79,7 +81,9 @@ def _checkpoint_path(location: str, which: str, scratch: str) -> Path:
         missing = f"{path} has no {which} checkpoint (summary.json lists {found}, which is not there); were its checkpoints deleted?"
         return _checkpoint_in_storage(found, which, scratch, missing)
     if not found or not Path(found).exists():
-        raise RaydraError(f"{path} has no {which} checkpoint (summary.json lists {found}); was the run stopped before its first epoch ended?")
+        raise RaydraError(
+            f"{path} has no {which} checkpoint (summary.json lists {found}); was the run stopped before its first epoch ended?"
+        )
     return Path(found)
 
 
@@ -98,7 +102,11 @@ def _checkpoint_in_storage(location: str, which: str, scratch: str, missing: str
                 raise RaydraError(f"which={which} must be best or last.")
             recorded = (summary.get("checkpoints") or {}).get(which)
             # A copied run's summary.json may name the checkpoint on the disk it was written on.
-            found = relocated(recorded, summary.get("run_dir"), location) if isinstance(recorded, str) and recorded else None
+            found = (
+                relocated(recorded, summary.get("run_dir"), location)
+                if isinstance(recorded, str) and recorded
+                else None
+            )
             if not found or not (is_uri(found) and storage.exists(found) or not is_uri(found) and Path(found).exists()):
                 raise RaydraError(
                     f"{location} has no {which} checkpoint (summary.json lists {recorded}, which is not there); "
@@ -109,7 +117,9 @@ def _checkpoint_in_storage(location: str, which: str, scratch: str, missing: str
         elif posixpath.basename(urlsplit(location).path.rstrip("/")) == CHECKPOINT_FILE and storage.exists(location):
             found = location
         elif posixpath.basename(urlsplit(location).path.rstrip("/")) == CHECKPOINT_FILE:
-            raise RaydraError(missing or f"{location} does not exist; pass the URI of a checkpoint.ckpt that is there, or of its run.")
+            raise RaydraError(
+                missing or f"{location} does not exist; pass the URI of a checkpoint.ckpt that is there, or of its run."
+            )
         else:
             raise RaydraError(
                 f"{location} is neither a raydra run directory (no summary.json) nor a checkpoint.ckpt; "

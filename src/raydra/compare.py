@@ -87,7 +87,7 @@ class Run:
         location = relocated(recorded, self.summary.get("run_dir"), self.source)
         base = self.source.split("?")[0].rstrip("/") + "/"
         if location.split("?")[0].startswith(base):
-            return location, self.has(location.split("?")[0][len(base):])
+            return location, self.has(location.split("?")[0][len(base) :])
         return (location, None) if is_uri(location) else (str(Path(location)), Path(location).exists())
 
 
@@ -111,7 +111,7 @@ def relocated(recorded: str, recorded_run_dir: Any, run_location: str) -> str:
     if is_uri(recorded) or not isinstance(recorded_run_dir, str) or not recorded_run_dir:
         return recorded
     base = recorded_run_dir.rstrip("/") + "/"
-    return join_location(run_location, recorded[len(base):]) if recorded.startswith(base) else recorded
+    return join_location(run_location, recorded[len(base) :]) if recorded.startswith(base) else recorded
 
 
 def list_remote(uri: str, want: str = "a run or sweep directory") -> Tuple[Optional[List[str]], str]:
@@ -144,7 +144,7 @@ def list_remote(uri: str, want: str = "a run or sweep directory") -> Tuple[Optio
             f"cannot be read ({one_line(error)}); check the URI, its endpoint and the credentials "
             "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for s3://)"
         )
-    return sorted(i.path[len(root):] for i in infos if i.type == pafs.FileType.File and i.path.startswith(root)), ""
+    return sorted(i.path[len(root) :] for i in infos if i.type == pafs.FileType.File and i.path.startswith(root)), ""
 
 
 def run_dirs_in(files: List[str]) -> List[str]:
@@ -182,7 +182,7 @@ def remote_run_dirs(arg: str, notes: List[str]) -> Dict[str, List[str]]:
     found = {}
     for d in dirs:
         prefix = d + "/" if d else ""
-        found[join_location(arg, d) if d else arg] = [f[len(prefix):] for f in files if f.startswith(prefix)]
+        found[join_location(arg, d) if d else arg] = [f[len(prefix) :] for f in files if f.startswith(prefix)]
     return found
 
 
@@ -224,7 +224,9 @@ def fetch_records(runs: Dict[str, List[str]], notes: List[str]) -> Dict[str, str
         try:
             fetched[uri] = future.result()
         except (OSError, ValueError) as error:
-            notes.append(f"{uri} could not be downloaded ({one_line(error)}); it is left out. Check the storage and run again.")
+            notes.append(
+                f"{uri} could not be downloaded ({one_line(error)}); it is left out. Check the storage and run again."
+            )
     return fetched
 
 
@@ -338,7 +340,9 @@ def load_run(run_dir: str, notes: List[str], source: Optional[str] = None, listi
             if not isinstance(summary, dict):
                 raise ValueError(f"it holds a JSON {type(summary).__name__}, not an object")
         except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            notes.append(f"{run.where('summary.json')} is corrupt ({one_line(error)}); the run is listed as unknown. Rewrite or delete it.")
+            notes.append(
+                f"{run.where('summary.json')} is corrupt ({one_line(error)}); the run is listed as unknown. Rewrite or delete it."
+            )
             run.status = CORRUPT_SUMMARY
         else:
             run.summary = summary
@@ -451,7 +455,9 @@ def read_curves(run: Run, notes: List[str]) -> Dict[str, List[Tuple[Optional[flo
             header = next(reader, [])
             step_at = header.index("step") if "step" in header else None
             epoch_at = header.index("epoch") if "epoch" in header else None
-            columns = [(i, run.curves.setdefault(name, [])) for i, name in enumerate(header) if name not in ("step", "epoch")]
+            columns = [
+                (i, run.curves.setdefault(name, [])) for i, name in enumerate(header) if name not in ("step", "epoch")
+            ]
             for row in reader:
                 step = to_float(row[step_at]) if step_at is not None and step_at < len(row) else None
                 epoch = to_float(row[epoch_at]) if epoch_at is not None and epoch_at < len(row) else None
@@ -509,7 +515,9 @@ def choose_metrics(runs: List[Run], asked: Optional[List[str]], notes: List[str]
             chosen.append(metric)
         else:
             known = ", ".join(known_metrics(runs, notes)) or "none"
-            notes.append(f"no run has metric {metric!r} in summary.json or metrics.csv (known: {known}); its columns are left out.")
+            notes.append(
+                f"no run has metric {metric!r} in summary.json or metrics.csv (known: {known}); its columns are left out."
+            )
     return chosen
 
 
@@ -517,7 +525,9 @@ def known_metrics(runs: List[Run], notes: List[str]) -> List[str]:
     names = {}
     for run in runs:
         for part in ("final", "best"):
-            names.update(dict.fromkeys(k for k in (dig(run.summary, "metrics", part) or {}) if k not in ("epoch", "step")))
+            names.update(
+                dict.fromkeys(k for k in (dig(run.summary, "metrics", part) or {}) if k not in ("epoch", "step"))
+            )
         names.update(dict.fromkeys(read_curves(run, notes)))
     return sorted(names)
 
@@ -551,7 +561,12 @@ def table_columns(keys: List[str], metrics: List[str]) -> List[str]:
 
 
 def build_table(
-    runs: List[Run], metrics: List[str], keys: List[str], notes: List[str], sort: bool = False, descending: Optional[bool] = None
+    runs: List[Run],
+    metrics: List[str],
+    keys: List[str],
+    notes: List[str],
+    sort: bool = False,
+    descending: Optional[bool] = None,
 ) -> List[Tuple[Run, Dict[str, Any]]]:
     """One (run, {column: raw value}) per run, in discovery order or sorted by the first metric."""
     rows = []
@@ -608,7 +623,7 @@ def clip(text: str, width: int = MAX_CELL, keep_end: bool = True) -> str:
     if not keep_end:
         return text[: width - 3] + "..."
     head = (width - 3) // 2
-    return text[:head] + "..." + text[len(text) - (width - 3 - head):]
+    return text[:head] + "..." + text[len(text) - (width - 3 - head) :]
 
 
 def is_numeric(column: str, rows: List[Tuple[Run, dict]]) -> bool:
@@ -622,7 +637,9 @@ def render_table(columns: List[str], rows: List[Tuple[Run, dict]], keys: List[st
     cells = [[shorten(c, cell_text(c, row[c], keys)) for c in columns] for _, row in rows]
     widths = [max([len(c)] + [len(line[i]) for line in cells]) for i, c in enumerate(columns)]
     right = [is_numeric(c, rows) for c in columns]
-    fmt = lambda line: "  ".join(t.rjust(w) if r else t.ljust(w) for t, w, r in zip(line, widths, right, strict=True)).rstrip()  # noqa: E731
+    fmt = lambda line: "  ".join(
+        t.rjust(w) if r else t.ljust(w) for t, w, r in zip(line, widths, right, strict=True)
+    ).rstrip()  # noqa: E731
     return "\n".join([fmt(columns), "  ".join("-" * w for w in widths), *(fmt(line) for line in cells)])
 
 
@@ -657,7 +674,11 @@ RENDERERS = {"table": render_table, "markdown": render_markdown, "csv": render_c
 def run_title(run: Run, keys: List[str]) -> str:
     """A legend entry: the run, and what it set when that is short enough to read (a sweep's axes)."""
     settings = ", ".join(f"{k.rsplit('.', 1)[-1]}={config_text(run.flat[k])}" for k in keys if k in run.flat)
-    return f"{clip(run.label, 40)}  {clip(settings, 50, keep_end=False)}" if settings and len(keys) <= 3 else clip(run.label, 60)
+    return (
+        f"{clip(run.label, 40)}  {clip(settings, 50, keep_end=False)}"
+        if settings and len(keys) <= 3
+        else clip(run.label, 60)
+    )
 
 
 def curve_points(run: Run, metric: str, x: str, notes: List[str]) -> Tuple[List[float], List[float]]:
@@ -680,7 +701,9 @@ def render_curves(runs: List[Run], metrics: List[str], keys: List[str], x: str, 
 
     for run in runs:
         if not (run.dir / "metrics.csv").is_file():
-            notes.append(f"{run.source} has no metrics.csv (no csv logger, or it stopped before logging); its curves are left out.")
+            notes.append(
+                f"{run.source} has no metrics.csv (no csv logger, or it stopped before logging); its curves are left out."
+            )
     pngs = {}
     for metric in metrics:
         fig = Figure(figsize=(8, 4.5), dpi=100, layout="constrained")
@@ -727,8 +750,15 @@ def run_files(run: Run) -> List[Tuple[str, str, Optional[bool]]]:
             files.append(("checkpoints", location, exists))
     elif run.has("checkpoints"):
         files.append(("checkpoints", run.where("checkpoints"), True))
-    own = [("metrics.csv", "metrics.csv"), ("samples", "samples"), ("wandb", "wandb"), ("driver log", "driver.log"),
-           ("logs", "logs"), ("config", ".hydra/config.yaml"), ("summary", "summary.json")]
+    own = [
+        ("metrics.csv", "metrics.csv"),
+        ("samples", "samples"),
+        ("wandb", "wandb"),
+        ("driver log", "driver.log"),
+        ("logs", "logs"),
+        ("config", ".hydra/config.yaml"),
+        ("summary", "summary.json"),
+    ]
     return files + [(what, run.where(relative), True) for what, relative in own if run.has(relative)]
 
 
@@ -765,7 +795,12 @@ def file_link(location: str, exists: Optional[bool]) -> str:
 
 
 def render_html(
-    rows: List[Tuple[Run, dict]], columns: List[str], keys: List[str], pngs: Dict[str, bytes], notes: List[str], title: str
+    rows: List[Tuple[Run, dict]],
+    columns: List[str],
+    keys: List[str],
+    pngs: Dict[str, bytes],
+    notes: List[str],
+    title: str,
 ) -> str:
     """One self-contained page: inline CSS, curves as data: URIs, no script, nothing fetched."""
     e = html.escape
@@ -775,7 +810,9 @@ def render_html(
         f"<title>{e(title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{e(title)}</h1>",
         f'<p class="meta">{len(rows)} run(s), written {datetime.now().isoformat(timespec="seconds")} by raydra compare</p>',
-        '<div class="scroll"><table><thead><tr>' + "".join(f"<th>{e(c)}</th>" for c in columns) + "</tr></thead><tbody>",
+        '<div class="scroll"><table><thead><tr>'
+        + "".join(f"<th>{e(c)}</th>" for c in columns)
+        + "</tr></thead><tbody>",
     ]
     numeric = {c: is_numeric(c, rows) for c in columns}
     for i, (run, row) in enumerate(rows):
@@ -799,12 +836,16 @@ def render_html(
         out.append(f'<details id="run-{i}"><summary>{e(run.label)} &mdash; {status}</summary>')
         out.append(f"<p>directory: {file_link(run.source, True)}</p>")
         out.append("<p>overrides:</p><pre>" + (e("\n".join(run.overrides)) or "(none)") + "</pre>")
-        out.append("<ul>" + "".join(f"<li>{e(what)}: {file_link(p, ok)}</li>" for what, p, ok in run_files(run)) + "</ul>")
+        out.append(
+            "<ul>" + "".join(f"<li>{e(what)}: {file_link(p, ok)}</li>" for what, p, ok in run_files(run)) + "</ul>"
+        )
         config = config_source(run)
-        out.append(f"<details><summary>config</summary><pre>{e(config) if config else '(no .hydra/config.yaml)'}</pre></details>")
+        out.append(
+            f"<details><summary>config</summary><pre>{e(config) if config else '(no .hydra/config.yaml)'}</pre></details>"
+        )
         out.append("</details>")
     if notes:
-        out.append("<h2>Notes</h2><ul class=\"notes\">" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
+        out.append('<h2>Notes</h2><ul class="notes">' + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
     out.append("</body></html>")
     return "\n".join(out)
 
@@ -864,7 +905,11 @@ def show_text(run: Run, notes: List[str]) -> str:
         if sorted((run.dir / "wandb").glob("offline-run-*")):
             lines.append(f"  upload W&B with: wandb sync {run.dir / 'wandb'}/offline-run-*")
     elif any(f.startswith("wandb/offline-run-") for f in run.listing):
-        lines.append(f"  upload W&B: copy {run.where('wandb')} to a disk, then run wandb sync on its offline-run-* folders")
+        lines.append(
+            f"  upload W&B: copy {run.where('wandb')} to a disk, then run wandb sync on its offline-run-* folders"
+        )
     config = config_source(run)
-    lines += ["", "config (.hydra/config.yaml)"] + ([f"  {line}" for line in config.rstrip().splitlines()] or ["  (none)"])
+    lines += ["", "config (.hydra/config.yaml)"] + (
+        [f"  {line}" for line in config.rstrip().splitlines()] or ["  (none)"]
+    )
     return "\n".join(lines)

@@ -46,7 +46,7 @@ class WorkerOutput:
                 if self._file:
                     self._file.write(f"{source} {line}\n")
                 if self.echo_progress and line.startswith(PROGRESS_MARK):
-                    log.info(line[len(PROGRESS_MARK):])
+                    log.info(line[len(PROGRESS_MARK) :])
 
 
 worker_output = WorkerOutput()

@@ -75,7 +75,13 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str]) -> Dict[str, Any]:
         raise
     except KeyboardInterrupt:
         summary["checkpoints"] = {"last": fit.last_checkpoint(run_dir, run_id, run["storage"])}
-        _fail(summary, run, started, "interrupted (Ctrl-C or SIGTERM); continue it with resume=" + str(run_dir), status="interrupted")
+        _fail(
+            summary,
+            run,
+            started,
+            "interrupted (Ctrl-C or SIGTERM); continue it with resume=" + str(run_dir),
+            status="interrupted",
+        )
         raise
     except Exception as error:
         _fail(summary, run, started, fit.one_line(error))
@@ -92,10 +98,12 @@ def _continue(cfg: DictConfig, summary: Dict[str, Any], fresh_dir: Path) -> Any:
     run_dir = resume.find(cfg)
     previous = run_summary.read(run_dir)
     summary.update(
-        run_id=previous["run_id"], run_dir=str(run_dir), started_at=previous["started_at"],
+        run_id=previous["run_id"],
+        run_dir=str(run_dir),
+        started_at=previous["started_at"],
         overrides=previous.get("overrides", []),
-        resumed=previous.get("resumed", []) + [{"at": run_summary.now(), "from_status": previous.get("status"),
-                                                 "log": str(fresh_dir / "driver.log")}],
+        resumed=previous.get("resumed", [])
+        + [{"at": run_summary.now(), "from_status": previous.get("status"), "log": str(fresh_dir / "driver.log")}],
     )
     log.info(f"resuming {run_dir} (this invocation's driver.log: {fresh_dir})")
     return run_dir, previous["run_id"]
@@ -108,8 +116,14 @@ def _check_same_storage(cfg: DictConfig, run_dir: Path, location: Optional[str])
     # summary.json holds the location masked (a URI may carry credentials): compare it so.
     location = redact(location) if location else None
     if (before or None) != location:
-        hint = f"add paths.storage=<the storage it was started with> (its checkpoints are in {before})" if before else "drop paths.storage"
-        raise RaydraError(f"resume={cfg.resume}: the run kept its checkpoints in {before or 'its run directory'}, not {location or 'the run directory'}; {hint}.")
+        hint = (
+            f"add paths.storage=<the storage it was started with> (its checkpoints are in {before})"
+            if before
+            else "drop paths.storage"
+        )
+        raise RaydraError(
+            f"resume={cfg.resume}: the run kept its checkpoints in {before or 'its run directory'}, not {location or 'the run directory'}; {hint}."
+        )
 
 
 def _sigterm_interrupts() -> Any:
@@ -126,7 +140,9 @@ def _sigterm_interrupts() -> Any:
 
 
 def _fail(summary: Dict[str, Any], run: Dict[str, Any], started: float, reason: str, status: str = "failed") -> None:
-    summary.update(status=status, error=reason, finished_at=run_summary.now(), wall_time_s=round(time.time() - started, 2))
+    summary.update(
+        status=status, error=reason, finished_at=run_summary.now(), wall_time_s=round(time.time() - started, 2)
+    )
     log.error(f"error: {reason}")
     if Path(run["dir"]).exists():
         run_summary.write(Path(run["dir"]), summary)

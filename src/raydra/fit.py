@@ -29,6 +29,7 @@ from raydra.redact import redact
 
 log = logging.getLogger("raydra")
 
+
 def new_summary(cfg: Any, run_dir: Path, run_id: str, overrides: List[str]) -> Dict[str, Any]:
     """summary.json's opening content, from a composed config or its resolved plain form."""
     return {
@@ -41,7 +42,9 @@ def new_summary(cfg: Any, run_dir: Path, run_id: str, overrides: List[str]) -> D
         "overrides": overrides,
         "monitor": {"metric": cfg["checkpoint"]["monitor"], "mode": cfg["checkpoint"]["mode"]},
         # The strategy's settings, not only its name: sharding and layout decide memory and checkpoints.
-        "strategy": OmegaConf.to_container(cfg["strategy"], resolve=True) if OmegaConf.is_config(cfg) else dict(cfg["strategy"]),
+        "strategy": OmegaConf.to_container(cfg["strategy"], resolve=True)
+        if OmegaConf.is_config(cfg)
+        else dict(cfg["strategy"]),
         "world_size": cfg["scale"]["num_workers"],
         "use_gpu": cfg["scale"]["use_gpu"],
         "git_commit": run_summary.git_commit(Path(__file__).parent),
@@ -50,7 +53,12 @@ def new_summary(cfg: Any, run_dir: Path, run_id: str, overrides: List[str]) -> D
 
 
 def fit_and_record(
-    config: Dict[str, Any], summary: Dict[str, Any], started: float, *, tune_trial: bool = False, callbacks: Sequence[Any] = ()
+    config: Dict[str, Any],
+    summary: Dict[str, Any],
+    started: float,
+    *,
+    tune_trial: bool = False,
+    callbacks: Sequence[Any] = (),
 ) -> Dict[str, Any]:
     """Fit a resolved plain-dict config into config["run"]["dir"] and record the outcome in its
     summary.json. The one fit behind a single run, a Hydra multirun job and a Tune trial; errors
@@ -113,7 +121,9 @@ def resolve(cfg: DictConfig, run_dir: Path, run_id: str) -> Dict[str, Any]:
     # What loggers may record: masked here, where the secrets are known. A worker's environment
     # is its Ray node's, which need not hold the variables this process was started with.
     config["run"] = {
-        "dir": str(run_dir), "id": run_id, "logged_config": redact(dict(config)),
+        "dir": str(run_dir),
+        "id": run_id,
+        "logged_config": redact(dict(config)),
         "storage": run_record.location(config["paths"]["storage"], config["paths"]["outputs"], run_dir),
     }
     if config["checkpoint"]["upload"] == "auto":
@@ -174,7 +184,6 @@ def _wandb_api_key_configured() -> bool:
     return any(host in entries for host in hosts)
 
 
-
 def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any]) -> Any:
     import ray.train
     from ray.train.torch import TorchTrainer
@@ -228,7 +237,10 @@ def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any]) -> Any:
     try:
         result = trainer.fit()
     except Exception as error:
-        raise _user_error(error) or error
+        friendly = _user_error(error)
+        if friendly:
+            raise friendly from None  # its one sentence, without Ray's worker-failure trace
+        raise
     if result.error:
         raise _user_error(result.error) or result.error
     return result
@@ -322,5 +334,3 @@ def one_line(error: BaseException) -> str:
 
 # "ValueError: ...", "torch._dynamo.exc.InternalTorchDynamoError: ...": a traceback's last word.
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
-
-

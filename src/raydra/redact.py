@@ -80,7 +80,9 @@ def redact(value: Any, secrets: List[str] = None) -> Any:
         for secret in secrets:
             value = value.replace(secret, MASK)
         # A URI's credentials, before the override rule reads `?secret_key=...` as part of a value.
-        value = QUERY_OPTION.sub(lambda m: f"{m['name']}={MASK}" if names_a_secret(m["name"]) and m["value"] else m[0], value)
+        value = QUERY_OPTION.sub(
+            lambda m: f"{m['name']}={MASK}" if names_a_secret(m["name"]) and m["value"] else m[0], value
+        )
         value = USER_INFO.sub(f"{MASK}@", value)
         # An override like `logger.wandb.api_key=abc` names its secret in the same string.
         value = ASSIGNMENT.sub(_mask_assignment, value)

@@ -69,7 +69,9 @@ def _fetch(cfg: DictConfig) -> Path:
             "with (the URI's prefix), so its checkpoints are found where Ray Train wrote them."
         )
     if not storage.exists(storage.join(uri, run_summary.SUMMARY)):
-        raise RaydraError(f"resume={uri}: no summary.json there; pass the storage URI of a run directory a raydra run wrote.")
+        raise RaydraError(
+            f"resume={uri}: no summary.json there; pass the storage URI of a run directory a raydra run wrote."
+        )
     run_dir = Path(cfg.paths.outputs, relative).resolve()
     storage.copy_tree(uri, str(run_dir), skip=["checkpoints"])
     return run_dir
@@ -84,7 +86,7 @@ def _below(location: str, root: str) -> Any:
         return None
     if type(fs_root) is not type(fs_here) or not (path + "/").startswith(root_path.rstrip("/") + "/"):
         return None
-    return path[len(root_path.rstrip("/")) + 1:] or None
+    return path[len(root_path.rstrip("/")) + 1 :] or None
 
 
 def changed_keys(old: Dict[str, Any], cfg: DictConfig) -> List[str]:

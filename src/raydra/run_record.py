@@ -65,7 +65,9 @@ def push_driver_files(run: Dict[str, Any]) -> None:
                 storage.write_bytes(storage.join(run["storage"], name), Path(source).read_bytes())
 
 
-def pull(run: Dict[str, Any], seen: Optional[Dict[str, Any]] = None, skip: tuple = DRIVER_FILES + (CHECKPOINTS,)) -> List[str]:
+def pull(
+    run: Dict[str, Any], seen: Optional[Dict[str, Any]] = None, skip: tuple = DRIVER_FILES + (CHECKPOINTS,)
+) -> List[str]:
     """Copy what other processes wrote to storage into this process's run directory."""
     if not run.get("storage"):
         return []
@@ -156,7 +158,18 @@ def storage_error(where: str, error: BaseException) -> str:
         return f"{key}: no installed filesystem serves this URI scheme ({text.splitlines()[0]}); use s3://, gs://, hdfs:// or a local/NFS path."
     if "nosuchbucket" in lower or ("bucket" in lower and ("not found" in lower or "does not exist" in lower)):
         return f"{key}: the bucket does not exist; create it first (e.g. `aws s3 mb`) or fix the bucket name."
-    if any(word in lower for word in ("accessdenied", "access denied", "forbidden", "invalidaccesskeyid", "signaturedoesnotmatch", "credentials", "403")):
+    if any(
+        word in lower
+        for word in (
+            "accessdenied",
+            "access denied",
+            "forbidden",
+            "invalidaccesskeyid",
+            "signaturedoesnotmatch",
+            "credentials",
+            "403",
+        )
+    ):
         return (
             f"{key}: storage refused access ({text.splitlines()[0][:200]}); set credentials that may write there "
             "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, for s3://; GOOGLE_APPLICATION_CREDENTIALS for gs://)."
@@ -191,10 +204,15 @@ def check_shared(run_dir: Path) -> None:
         return os.path.exists(path)
 
     try:
-        answers = ray.get([
-            sees.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(str(marker))
-            for n in nodes
-        ], timeout=60)
+        answers = ray.get(
+            [
+                sees.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+                    str(marker)
+                )
+                for n in nodes
+            ],
+            timeout=60,
+        )
     finally:
         marker.unlink(missing_ok=True)
     blind = [n["NodeManagerAddress"] for n, seen in zip(nodes, answers, strict=True) if not seen]

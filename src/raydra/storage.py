@@ -107,7 +107,7 @@ def _files(location: str) -> Dict[str, Tuple[int, Optional[int]]]:
         return {}
     infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
     root = path.rstrip("/") + "/"
-    return {info.path[len(root):]: (info.size, info.mtime_ns) for info in infos if info.type == pafs.FileType.File}
+    return {info.path[len(root) :]: (info.size, info.mtime_ns) for info in infos if info.type == pafs.FileType.File}
 
 
 def list_files(location: str) -> List[str]:
@@ -139,8 +139,10 @@ def copy_tree(
         target = posixpath.join(destination_path, relative)
         destination_fs.create_dir(posixpath.dirname(target), recursive=True)
         pafs.copy_files(
-            posixpath.join(source_path, relative), target,
-            source_filesystem=source_fs, destination_filesystem=destination_fs,
+            posixpath.join(source_path, relative),
+            target,
+            source_filesystem=source_fs,
+            destination_filesystem=destination_fs,
         )
         if seen is not None:
             seen[relative] = stamp

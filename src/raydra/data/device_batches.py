@@ -62,9 +62,21 @@ class DeviceBatches:
     mid-epoch checkpoint, so a restarted run sees exactly the batches an uninterrupted one would.
     """
 
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int, rank: int, world_size: int,
-                 train: bool, augment: bool, seed: int, mean: Sequence[float], std: Sequence[float],
-                 crop_padding: int, flip: bool) -> None:
+    def __init__(
+        self,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        batch_size: int,
+        rank: int,
+        world_size: int,
+        train: bool,
+        augment: bool,
+        seed: int,
+        mean: Sequence[float],
+        std: Sequence[float],
+        crop_padding: int,
+        flip: bool,
+    ) -> None:
         self.images, self.labels = images, labels
         self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
         self.train, self.augment, self.seed = train, augment, seed
@@ -92,9 +104,9 @@ class DeviceBatches:
         self.epoch += 1
         skip, self._skip = self._skip, 0
         order = torch.randperm(len(self.labels), generator=generator) if self.train else torch.arange(len(self.labels))
-        shard = order[self.rank: self.per_worker * self.world_size: self.world_size].to(self.images.device)
+        shard = order[self.rank : self.per_worker * self.world_size : self.world_size].to(self.images.device)
         for number, start in enumerate(range(0, len(self) * self.batch_size, self.batch_size)):
-            index = shard[start: start + self.batch_size]
+            index = shard[start : start + self.batch_size]
             if number < skip:
                 if self.augment:
                     # A skipped batch still draws its augmentation, so later batches get the same draws.
@@ -106,8 +118,17 @@ class DeviceBatches:
             yield (images - self.mean) / self.std, self.labels[index]
 
 
-def place_splits(trainer: Any, splits: Iterable[Tuple[str, Any, Any]], batch_size: int, seed: int, augment: bool,
-                 mean: Sequence[float], std: Sequence[float], crop_padding: int, flip: bool) -> Dict[str, DeviceBatches]:
+def place_splits(
+    trainer: Any,
+    splits: Iterable[Tuple[str, Any, Any]],
+    batch_size: int,
+    seed: int,
+    augment: bool,
+    mean: Sequence[float],
+    std: Sequence[float],
+    crop_padding: int,
+    flip: bool,
+) -> Dict[str, DeviceBatches]:
     """Each (name, images, labels) split on this worker's device as DeviceBatches; `batch_size` is
     the global batch, and only the "train" split is shuffled and augmented.
 
@@ -121,9 +142,18 @@ def place_splits(trainer: Any, splits: Iterable[Tuple[str, Any, Any]], batch_siz
             continue
         train = name == "train"
         loaders[name] = DeviceBatches(
-            torch.as_tensor(images).to(device), torch.as_tensor(labels).long().to(device), batch_size // world_size,
-            rank, world_size, train=train, augment=train and augment, seed=seed, mean=mean, std=std,
-            crop_padding=crop_padding, flip=flip,
+            torch.as_tensor(images).to(device),
+            torch.as_tensor(labels).long().to(device),
+            batch_size // world_size,
+            rank,
+            world_size,
+            train=train,
+            augment=train and augment,
+            seed=seed,
+            mean=mean,
+            std=std,
+            crop_padding=crop_padding,
+            flip=flip,
         )
     return loaders
 
@@ -153,6 +183,8 @@ class DeviceSplitsDataModule(pl.LightningDataModule):
 
     def test_dataloader(self) -> Any:
         if not self.has_test_split:
-            raise RaydraError(f"{type(self).__name__} has no test split (none in the data, data.test_fraction=0, or "
-                              "fewer test samples than workers); add one or set trainer.test=false.")
+            raise RaydraError(
+                f"{type(self).__name__} has no test split (none in the data, data.test_fraction=0, or "
+                "fewer test samples than workers); add one or set trainer.test=false."
+            )
         return self.loaders["test"]

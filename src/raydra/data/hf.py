@@ -32,8 +32,9 @@ SPLIT_NAMES = {"train": ("train",), "val": ("validation", "valid", "val", "dev")
 
 def is_parquet(name: str) -> bool:
     path = Path(name).expanduser()
-    return path.suffix == ".parquet" or (path.is_dir() and any(path.rglob("*.parquet"))
-                                         and not (path / "dataset_dict.json").exists())
+    return path.suffix == ".parquet" or (
+        path.is_dir() and any(path.rglob("*.parquet")) and not (path / "dataset_dict.json").exists()
+    )
 
 
 def parquet_files(name: str) -> List[str]:
@@ -74,7 +75,9 @@ def load(name: str, subset: Optional[str] = None, revision: Optional[str] = None
     if _is_local(name):
         path = Path(name).expanduser()
         if not path.exists():
-            raise RaydraError(f"data.name={name} does not exist; point it at a save_to_disk folder, parquet or a hub id.")
+            raise RaydraError(
+                f"data.name={name} does not exist; point it at a save_to_disk folder, parquet or a hub id."
+            )
         try:
             if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
                 loaded = datasets.load_from_disk(str(path))
@@ -85,8 +88,10 @@ def load(name: str, subset: Optional[str] = None, revision: Optional[str] = None
         except RaydraError:
             raise
         except Exception as error:
-            raise RaydraError(f"data.name={name} could not be read as a dataset ({_first_line(error)}); "
-                              "check the files are complete (a save_to_disk folder, parquet or an image folder).") from None
+            raise RaydraError(
+                f"data.name={name} could not be read as a dataset ({_first_line(error)}); "
+                "check the files are complete (a save_to_disk folder, parquet or an image folder)."
+            ) from None
         return loaded if isinstance(loaded, datasets.DatasetDict) else datasets.DatasetDict({"train": loaded})
     offline = _offline_env() or (None if _hub_reachable() else "no route to the Hugging Face Hub")
     try:
@@ -98,8 +103,10 @@ def load(name: str, subset: Optional[str] = None, revision: Optional[str] = None
                 f"data.name={name} is not in the local Hugging Face cache and this machine is offline ({offline}); "
                 "load it once where there is network, or point data.name at a save_to_disk folder or parquet copy."
             ) from None
-        raise RaydraError(f"data.name={name} could not be loaded from the Hugging Face Hub ({_first_line(error)}); "
-                          "check the id (and data.subset), or point data.name at a local copy.") from None
+        raise RaydraError(
+            f"data.name={name} could not be loaded from the Hugging Face Hub ({_first_line(error)}); "
+            "check the id (and data.subset), or point data.name at a local copy."
+        ) from None
 
 
 def _first_line(error: BaseException) -> str:
@@ -111,12 +118,21 @@ def _check_columns(name: str, dataset: Any, image_column: str, label_column: str
     columns = list(dataset.column_names)
     for key, column in (("data.image_column", image_column), ("data.label_column", label_column)):
         if column not in columns:
-            raise RaydraError(f"{key}={column} is not a column of {name} (columns: {', '.join(columns)}); "
-                              f"set {key} to one of them.")
+            raise RaydraError(
+                f"{key}={column} is not a column of {name} (columns: {', '.join(columns)}); set {key} to one of them."
+            )
 
 
-def splits(name: str, loaded: Any, image_column: str, label_column: str, split_names: Optional[Dict[str, str]],
-           val_fraction: float, test_fraction: float, split_seed: int) -> Tuple[Dict[str, Any], List[str]]:
+def splits(
+    name: str,
+    loaded: Any,
+    image_column: str,
+    label_column: str,
+    split_names: Optional[Dict[str, str]],
+    val_fraction: float,
+    test_fraction: float,
+    split_seed: int,
+) -> Tuple[Dict[str, Any], List[str]]:
     """{role: Dataset} for train/val(/test) with a ClassLabel label column, and the class names.
 
     A role the dataset lacks is cut from train, stratified by class, with `split_seed`."""
@@ -127,27 +143,39 @@ def splits(name: str, loaded: Any, image_column: str, label_column: str, split_n
         wanted = (split_names or {}).get(role)
         if wanted is not None:
             if wanted not in loaded:
-                raise RaydraError(f"data.splits.{role}={wanted} is not a split of {name} "
-                                  f"(splits: {', '.join(loaded)}); set it to one of them.")
+                raise RaydraError(
+                    f"data.splits.{role}={wanted} is not a split of {name} "
+                    f"(splits: {', '.join(loaded)}); set it to one of them."
+                )
             chosen[role] = wanted
         else:
             found = [s for s in SPLIT_NAMES[role] if s in loaded]
             if found:
                 chosen[role] = found[0]
     if "train" not in chosen:
-        raise RaydraError(f"{name} has no train split (splits: {', '.join(loaded)}); set data.splits.train to one of them.")
+        raise RaydraError(
+            f"{name} has no train split (splits: {', '.join(loaded)}); set data.splits.train to one of them."
+        )
     parts = {role: loaded[split] for role, split in chosen.items()}
     for part in parts.values():
         _check_columns(name, part, image_column, label_column)
     feature = parts["train"].features[label_column]
     if not isinstance(feature, ClassLabel):
         # Plain ints or strings: one ClassLabel over every split's values, so ids agree across splits.
-        values = sorted({v for part in parts.values() for v in part.unique(label_column)}, key=lambda v: (str(type(v)), v))
+        values = sorted(
+            {v for part in parts.values() for v in part.unique(label_column)}, key=lambda v: (str(type(v)), v)
+        )
         feature = ClassLabel(names=[str(v) for v in values])
-        parts = {role: part.map(lambda row: {label_column: values.index(row[label_column])}).cast_column(label_column, feature)
-                 for role, part in parts.items()}
+        parts = {
+            role: part.map(lambda row: {label_column: values.index(row[label_column])}).cast_column(
+                label_column, feature
+            )
+            for role, part in parts.items()
+        }
     names = list(feature.names)
-    missing = {role: fraction for role, fraction in (("val", val_fraction), ("test", test_fraction)) if role not in parts}
+    missing = {
+        role: fraction for role, fraction in (("val", val_fraction), ("test", test_fraction)) if role not in parts
+    }
     cut = stratified_split(np.asarray(parts["train"][label_column]), missing, split_seed, f"data.name={name}")
     parts = {**parts, **{role: parts["train"].select(index) for role, index in cut.items()}}
     return parts, names
@@ -167,12 +195,16 @@ def parquet_classes(name: str, image_column: str, label_column: str) -> Tuple[Li
         if label_column in schema.names:
             labels = pq.ParquetDataset(files).read(columns=[label_column]).column(label_column)
     except Exception as error:  # pyarrow raises ArrowInvalid, OSError or its own types for broken files
-        raise RaydraError(f"data.name={name} is not readable parquet ({_first_line(error)}); "
-                          "write it again (e.g. Dataset.to_parquet).") from None
+        raise RaydraError(
+            f"data.name={name} is not readable parquet ({_first_line(error)}); "
+            "write it again (e.g. Dataset.to_parquet)."
+        ) from None
     for key, column in (("data.image_column", image_column), ("data.label_column", label_column)):
         if column not in schema.names:
-            raise RaydraError(f"{key}={column} is not a column of {name} (columns: {', '.join(schema.names)}); "
-                              f"set {key} to one of them.")
+            raise RaydraError(
+                f"{key}={column} is not a column of {name} (columns: {', '.join(schema.names)}); "
+                f"set {key} to one of them."
+            )
     features = json.loads((schema.metadata or {}).get(b"huggingface", b"{}")).get("info", {}).get("features", {})
     label = features.get(label_column) or {}
     if label.get("_type") == "ClassLabel" and label.get("names"):
@@ -181,8 +213,14 @@ def parquet_classes(name: str, image_column: str, label_column: str) -> Tuple[Li
     return [str(v) for v in values], values
 
 
-def describe(name: str, subset: Optional[str] = None, revision: Optional[str] = None, label_column: str = "label",
-             image_column: str = "image", **_: Any) -> Dict[str, Any]:
+def describe(
+    name: str,
+    subset: Optional[str] = None,
+    revision: Optional[str] = None,
+    label_column: str = "label",
+    image_column: str = "image",
+    **_: Any,
+) -> Dict[str, Any]:
     """What the driver fills in before resolving the config: the class count and names, from the
     label column's ClassLabel feature (or the distinct values of a plain column)."""
     if _is_local(name) and Path(name).expanduser().exists() and is_parquet(name):
@@ -197,8 +235,12 @@ def describe(name: str, subset: Optional[str] = None, revision: Optional[str] = 
     if isinstance(feature, ClassLabel):
         names = list(feature.names)
     else:
-        names = [str(v) for v in sorted({v for part in loaded.values() for v in part.unique(label_column)},
-                                        key=lambda v: (str(type(v)), v))]
+        names = [
+            str(v)
+            for v in sorted(
+                {v for part in loaded.values() for v in part.unique(label_column)}, key=lambda v: (str(type(v)), v)
+            )
+        ]
     return {"num_classes": len(names), "class_names": names}
 
 
@@ -213,8 +255,10 @@ def image_processor(pretrained: Optional[str]) -> Any:
     except TypeError:
         return AutoImageProcessor.from_pretrained(pretrained)
     except OSError as error:
-        raise RaydraError(f"model.pretrained={pretrained} has no image processor that loads here ({_first_line(error)}); "
-                          "point it at a local folder with preprocessor_config.json or a cached hub id.") from None
+        raise RaydraError(
+            f"model.pretrained={pretrained} has no image processor that loads here ({_first_line(error)}); "
+            "point it at a local folder with preprocessor_config.json or a cached hub id."
+        ) from None
 
 
 def processor_shape(processor: Any, image_size: int) -> Tuple[int, int]:
@@ -259,7 +303,9 @@ def to_uint8(images: Sequence[Any], processor: Any, size: int, channels: int, wh
     try:
         pil = [as_image(image).convert(mode) for image in images]
     except Exception as error:
-        raise RaydraError(f"{where} holds an image that does not decode ({_first_line(error)}); remove or replace it.") from None
+        raise RaydraError(
+            f"{where} holds an image that does not decode ({_first_line(error)}); remove or replace it."
+        ) from None
     if processor is not None:
         pixels = processor(images=pil, do_rescale=False, do_normalize=False, return_tensors="np")["pixel_values"]
         return np.clip(np.rint(np.asarray(pixels)), 0, 255).astype(np.uint8)
@@ -269,16 +315,25 @@ def to_uint8(images: Sequence[Any], processor: Any, size: int, channels: int, wh
     return out
 
 
-def decode_split(part: Any, image_column: str, label_column: str, processor: Any, size: int, channels: int,
-                 where: str, chunk: int = 256) -> Tuple[np.ndarray, np.ndarray]:
+def decode_split(
+    part: Any,
+    image_column: str,
+    label_column: str,
+    processor: Any,
+    size: int,
+    channels: int,
+    where: str,
+    chunk: int = 256,
+) -> Tuple[np.ndarray, np.ndarray]:
     images, labels = [], np.asarray(part[label_column], dtype=np.int64)
     for start in range(0, len(part), chunk):
         rows = part.select(range(start, min(start + chunk, len(part))))
         try:
             column = rows[image_column]
         except Exception as error:
-            raise RaydraError(f"{where} holds an image that does not decode ({_first_line(error)}); "
-                              "remove or replace it.") from None
+            raise RaydraError(
+                f"{where} holds an image that does not decode ({_first_line(error)}); remove or replace it."
+            ) from None
         images.append(to_uint8(column, processor, size, channels, where))
     return np.concatenate(images), labels
 
@@ -318,20 +373,41 @@ class HFImageDataModule(DeviceSplitsDataModule):
         if self.loaders:
             return
         hp = self.hparams
-        parts, self.classes = splits(hp.name, load(hp.name, hp.subset, hp.revision), hp.image_column, hp.label_column,
-                                     hp.splits, hp.val_fraction, hp.test_fraction, hp.split_seed)
+        parts, self.classes = splits(
+            hp.name,
+            load(hp.name, hp.subset, hp.revision),
+            hp.image_column,
+            hp.label_column,
+            hp.splits,
+            hp.val_fraction,
+            hp.test_fraction,
+            hp.split_seed,
+        )
         if len(self.classes) != hp.num_classes:
-            raise RaydraError(f"data.name={hp.name} has {len(self.classes)} classes in {hp.label_column} but "
-                              f"data.num_classes={hp.num_classes}; set data.num_classes={len(self.classes)} or null.")
+            raise RaydraError(
+                f"data.name={hp.name} has {len(self.classes)} classes in {hp.label_column} but "
+                f"data.num_classes={hp.num_classes}; set data.num_classes={len(self.classes)} or null."
+            )
         processor = image_processor(hp.processor)
         mean, std = normalisation(processor, hp.mean, hp.std, hp.num_channels)
         decoded = (
-            (role, *decode_split(part, hp.image_column, hp.label_column, processor, hp.image_size, hp.num_channels,
-                                 f"data.name={hp.name} ({role})"))
+            (
+                role,
+                *decode_split(
+                    part,
+                    hp.image_column,
+                    hp.label_column,
+                    processor,
+                    hp.image_size,
+                    hp.num_channels,
+                    f"data.name={hp.name} ({role})",
+                ),
+            )
             for role, part in parts.items()
         )
-        self.loaders = place_splits(self.trainer, decoded, hp.batch_size, hp.split_seed, hp.augment, mean, std,
-                                    hp.crop_padding, hp.flip)
+        self.loaders = place_splits(
+            self.trainer, decoded, hp.batch_size, hp.split_seed, hp.augment, mean, std, hp.crop_padding, hp.flip
+        )
 
     @staticmethod
     def ray_datasets(data: Dict[str, Any]) -> Dict[str, Tuple[Any, int, Any]]:
@@ -345,22 +421,38 @@ class HFImageDataModule(DeviceSplitsDataModule):
         processor = image_processor(data.get("processor"))
         mean, std = normalisation(processor, data["mean"], data["std"], data["num_channels"])
         size = processor_shape(processor, data["image_size"])[0]
-        common = dict(image_column=data["image_column"], label_column=data["label_column"], size=size, mean=mean,
-                      std=std, processor=data.get("processor"))
+        common = dict(
+            image_column=data["image_column"],
+            label_column=data["label_column"],
+            size=size,
+            mean=mean,
+            std=std,
+            processor=data.get("processor"),
+        )
         name = data["name"]
         if Path(name).expanduser().exists() and is_parquet(name):
             return _ray_parquet(data, common)
-        parts, _ = splits(name, load(name, data.get("subset"), data.get("revision")), data["image_column"],
-                          data["label_column"], data.get("splits"), data["val_fraction"], data["test_fraction"],
-                          data["split_seed"])
+        parts, _ = splits(
+            name,
+            load(name, data.get("subset"), data.get("revision")),
+            data["image_column"],
+            data["label_column"],
+            data.get("splits"),
+            data["val_fraction"],
+            data["test_fraction"],
+            data["split_seed"],
+        )
         out = {}
         for role, part in parts.items():
             if role == "train":
                 part = part.shuffle(seed=data["split_seed"])
             keep = part.select_columns([data["image_column"], data["label_column"]]).flatten_indices()
             dataset = ray.data.from_huggingface(keep)
-            out[role] = (dataset.randomize_block_order() if role == "train" else dataset, len(keep),
-                         preprocess(data, role, **common))
+            out[role] = (
+                dataset.randomize_block_order() if role == "train" else dataset,
+                len(keep),
+                preprocess(data, role, **common),
+            )
         return out
 
 
@@ -382,14 +474,17 @@ def _ray_parquet(data: Dict[str, Any], common: Dict[str, Any]) -> Dict[str, Tupl
     lookup = {v: i for i, v in enumerate(values)} if values is not None else None
     labels = np.asarray([lookup[v] for v in index[label_column]] if lookup else index[label_column], dtype=np.int64)
     hashes = index["row_hash"].to_numpy()
-    cut = stratified_split(labels, {"val": data["val_fraction"], "test": data["test_fraction"]}, data["split_seed"],
-                           f"data.name={name}")
+    cut = stratified_split(
+        labels, {"val": data["val_fraction"], "test": data["test_fraction"]}, data["split_seed"], f"data.name={name}"
+    )
     held = {role: hashes[index] for role, index in cut.items() if role != "train"}
     dropped = np.concatenate(list(held.values())) if held else np.empty(0, dtype=hashes.dtype)
     parts = {}
     for role in ("train", *held):
         dataset = ray.data.read_parquet(files, include_row_hash=True)
-        extra = dict(label_values=values, **({"drop_hashes": dropped} if role == "train" else {"keep_hashes": held[role]}))
+        extra = dict(
+            label_values=values, **({"drop_hashes": dropped} if role == "train" else {"keep_hashes": held[role]})
+        )
         if role == "train":
             dataset = dataset.randomize_block_order()
         parts[role] = (dataset, len(cut[role]), preprocess(data, role, **common, **extra))

@@ -22,13 +22,30 @@ class CaptionedBatches:
 
     The index lets the model cache each image's VAE latents (model.cache_latents)."""
 
-    def __init__(self, images: torch.Tensor, captions: Sequence[str], batch_size: int, rank: int, world_size: int,
-                 train: bool, seed: int) -> None:
+    def __init__(
+        self,
+        images: torch.Tensor,
+        captions: Sequence[str],
+        batch_size: int,
+        rank: int,
+        world_size: int,
+        train: bool,
+        seed: int,
+    ) -> None:
         self.captions = list(captions)
         self.batches = DeviceBatches(
-            images, torch.arange(len(self.captions), device=images.device), batch_size, rank, world_size,
-            train=train, augment=False, seed=seed, mean=(0.5,) * images.shape[1], std=(0.5,) * images.shape[1],
-            crop_padding=0, flip=False,
+            images,
+            torch.arange(len(self.captions), device=images.device),
+            batch_size,
+            rank,
+            world_size,
+            train=train,
+            augment=False,
+            seed=seed,
+            mean=(0.5,) * images.shape[1],
+            std=(0.5,) * images.shape[1],
+            crop_padding=0,
+            flip=False,
         )
 
     def __len__(self) -> int:
@@ -50,7 +67,9 @@ def split(count: int, val_fraction: float, seed: int) -> Tuple[np.ndarray, np.nd
     classes to stratify by), at least one validation sample."""
     from sklearn.model_selection import train_test_split
 
-    train, val = train_test_split(np.arange(count), test_size=max(1, int(round(count * val_fraction))), random_state=seed)
+    train, val = train_test_split(
+        np.arange(count), test_size=max(1, int(round(count * val_fraction))), random_state=seed
+    )
     return np.sort(train), np.sort(val)
 
 
@@ -73,7 +92,8 @@ def read_metadata(root: Path, caption_column: str) -> Tuple[List[Path], List[str
             if key not in row:
                 raise RaydraError(
                     f"{path} line {number} has no `{key}`; every line needs file_name and {caption_column}"
-                    + ("" if key == "file_name" else " (or set data.caption_column to your caption key)") + "."
+                    + ("" if key == "file_name" else " (or set data.caption_column to your caption key)")
+                    + "."
                 )
         image = root / row["file_name"]
         if not image.is_file():
@@ -146,8 +166,15 @@ class ImageCaptionsDataModule(pl.LightningDataModule):
             images = torch.from_numpy(images).to(device)
             if name == "train":
                 self.train_captions, self.train_images = captions, images
-            self.loaders[name] = CaptionedBatches(images, captions, self.hparams.batch_size // world_size, rank,
-                                                  world_size, train=name == "train", seed=self.seed)
+            self.loaders[name] = CaptionedBatches(
+                images,
+                captions,
+                self.hparams.batch_size // world_size,
+                rank,
+                world_size,
+                train=name == "train",
+                seed=self.seed,
+            )
 
     def train_dataloader(self) -> CaptionedBatches:
         return self.loaders["train"]

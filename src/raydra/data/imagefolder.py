@@ -47,7 +47,9 @@ def decode(paths: Sequence[Path], size: int, channels: int) -> np.ndarray:
     return out
 
 
-def find_splits(root: str, val_fraction: float, test_fraction: float, seed: int) -> Tuple[List[str], Dict[str, Tuple[List[Path], np.ndarray]]]:
+def find_splits(
+    root: str, val_fraction: float, test_fraction: float, seed: int
+) -> Tuple[List[str], Dict[str, Tuple[List[Path], np.ndarray]]]:
     """Class names and {split: (image paths, labels)}: from train/val/test subfolders, or a
     stratified seeded split of one folder of class subfolders."""
     folder = Path(root).expanduser()
@@ -58,8 +60,10 @@ def find_splits(root: str, val_fraction: float, test_fraction: float, seed: int)
         classes = sorted(per_split["train"])
         index = {name: i for i, name in enumerate(classes)}
         return classes, {
-            split: ([p for c in sorted(found) for p in found[c]],
-                    np.array([index[c] for c in sorted(found) for _ in found[c]]))
+            split: (
+                [p for c in sorted(found) for p in found[c]],
+                np.array([index[c] for c in sorted(found) for _ in found[c]]),
+            )
             for split, found in per_split.items()
         }
     found = scan(folder)
@@ -117,9 +121,17 @@ class ImageFolderDataModule(DeviceSplitsDataModule):
             )
         self.loaders = place_splits(
             self.trainer,
-            ((split, decode(paths, hp.image_size, hp.num_channels), labels) for split, (paths, labels) in splits.items()),
-            hp.batch_size, hp.split_seed, hp.augment, hp.mean[: hp.num_channels], hp.std[: hp.num_channels],
-            hp.crop_padding, hp.flip,
+            (
+                (split, decode(paths, hp.image_size, hp.num_channels), labels)
+                for split, (paths, labels) in splits.items()
+            ),
+            hp.batch_size,
+            hp.split_seed,
+            hp.augment,
+            hp.mean[: hp.num_channels],
+            hp.std[: hp.num_channels],
+            hp.crop_padding,
+            hp.flip,
         )
 
     @staticmethod
@@ -134,12 +146,30 @@ class ImageFolderDataModule(DeviceSplitsDataModule):
         size, channels = data["image_size"], data["num_channels"]
         parts = {}
         for role, (paths, labels) in splits.items():
-            order = np.random.default_rng(data["split_seed"]).permutation(len(paths)) if role == "train" else np.arange(len(paths))
+            order = (
+                np.random.default_rng(data["split_seed"]).permutation(len(paths))
+                if role == "train"
+                else np.arange(len(paths))
+            )
             files = [str(Path(paths[i]).resolve()) for i in order]
-            dataset = ray.data.read_images(files, size=(size, size), mode={1: "L", 3: "RGB"}[channels], include_paths=True)
+            dataset = ray.data.read_images(
+                files, size=(size, size), mode={1: "L", 3: "RGB"}[channels], include_paths=True
+            )
             if role == "train":
                 dataset = dataset.randomize_block_order()
             by_path = {str(Path(p).resolve()): int(label) for p, label in zip(paths, labels)}
-            parts[role] = (dataset, len(files), preprocess(data, role, "image", "label", size, data["mean"][:channels],
-                                                           data["std"][:channels], labels_by_path=by_path))
+            parts[role] = (
+                dataset,
+                len(files),
+                preprocess(
+                    data,
+                    role,
+                    "image",
+                    "label",
+                    size,
+                    data["mean"][:channels],
+                    data["std"][:channels],
+                    labels_by_path=by_path,
+                ),
+            )
         return parts

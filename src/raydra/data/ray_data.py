@@ -34,11 +34,23 @@ class Preprocess:
     """A map_batches function: any image column (decoded arrays, encoded bytes, {bytes, path}
     structs, file paths) -> {"image": float32 (n, C, H, W) normalised, "label": int64}."""
 
-    def __init__(self, image_column: str, label_column: str, size: int, channels: int, mean: Sequence[float],
-                 std: Sequence[float], processor: Optional[str] = None, augment: bool = False,
-                 crop_padding: int = 0, flip: bool = False, label_values: Optional[list] = None,
-                 keep_hashes: Optional[np.ndarray] = None, drop_hashes: Optional[np.ndarray] = None,
-                 labels_by_path: Optional[Dict[str, int]] = None) -> None:
+    def __init__(
+        self,
+        image_column: str,
+        label_column: str,
+        size: int,
+        channels: int,
+        mean: Sequence[float],
+        std: Sequence[float],
+        processor: Optional[str] = None,
+        augment: bool = False,
+        crop_padding: int = 0,
+        flip: bool = False,
+        label_values: Optional[list] = None,
+        keep_hashes: Optional[np.ndarray] = None,
+        drop_hashes: Optional[np.ndarray] = None,
+        labels_by_path: Optional[Dict[str, int]] = None,
+    ) -> None:
         self.image_column, self.label_column = image_column, label_column
         self.size, self.channels, self.processor = size, channels, processor
         self.mean = np.asarray(mean, dtype=np.float32).reshape(1, -1, 1, 1) * 255
@@ -51,7 +63,11 @@ class Preprocess:
     def __call__(self, batch: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         if self.keep_hashes is not None or self.drop_hashes is not None:
             hashes = batch["row_hash"]
-            keep = np.isin(hashes, self.keep_hashes) if self.keep_hashes is not None else ~np.isin(hashes, self.drop_hashes)
+            keep = (
+                np.isin(hashes, self.keep_hashes)
+                if self.keep_hashes is not None
+                else ~np.isin(hashes, self.drop_hashes)
+            )
             batch = {key: value[keep] for key, value in batch.items()}
         if self.labels_by_path is not None:
             labels = np.asarray([self.labels_by_path[p] for p in batch["path"]], dtype=np.int64)
@@ -105,8 +121,10 @@ def build(config: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, int]]:
     # says how it loads otherwise; nothing here knows the modules.
     ray_datasets = getattr(get_class(data["_target_"]), "ray_datasets", None)
     if ray_datasets is None:
-        raise RaydraError(f"data.loader=ray_data needs {data['_target_']} to build Ray Data datasets (a ray_datasets "
-                          "staticmethod, as data=cifar10, imagefolder and hf have); set data.loader=dataloader or add one.")
+        raise RaydraError(
+            f"data.loader=ray_data needs {data['_target_']} to build Ray Data datasets (a ray_datasets "
+            "staticmethod, as data=cifar10, imagefolder and hf have); set data.loader=dataloader or add one."
+        )
     parts = ray_datasets(data)
     datasets, rows = {}, {}
     for role, (dataset, count, prepare) in parts.items():
@@ -119,13 +137,32 @@ def build(config: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, int]]:
     return datasets, rows
 
 
-def preprocess(data: Dict[str, Any], role: str, image_column: str, label_column: str, size: int,
-               mean: Sequence[float], std: Sequence[float], processor: Optional[str] = None, **extra: Any) -> Preprocess:
+def preprocess(
+    data: Dict[str, Any],
+    role: str,
+    image_column: str,
+    label_column: str,
+    size: int,
+    mean: Sequence[float],
+    std: Sequence[float],
+    processor: Optional[str] = None,
+    **extra: Any,
+) -> Preprocess:
     """The Preprocess for one split of `data` (the data config): only "train" is augmented."""
     train = role == "train"
-    return Preprocess(image_column, label_column, size, data["num_channels"], mean, std, processor=processor,
-                      augment=train and data.get("augment", False), crop_padding=data.get("crop_padding", 0),
-                      flip=data.get("flip", False), **extra)
+    return Preprocess(
+        image_column,
+        label_column,
+        size,
+        data["num_channels"],
+        mean,
+        std,
+        processor=processor,
+        augment=train and data.get("augment", False),
+        crop_padding=data.get("crop_padding", 0),
+        flip=data.get("flip", False),
+        **extra,
+    )
 
 
 def from_arrays(images: np.ndarray, labels: np.ndarray, block_rows: int = 2048) -> Any:
@@ -134,8 +171,15 @@ def from_arrays(images: np.ndarray, labels: np.ndarray, block_rows: int = 2048) 
     import ray.data
     from ray.data.extensions import ArrowTensorArray
 
-    tables = [pa.table({"image": ArrowTensorArray.from_numpy(images[i:i + block_rows]),
-                        "label": pa.array(labels[i:i + block_rows])}) for i in range(0, max(len(labels), 1), block_rows)]
+    tables = [
+        pa.table(
+            {
+                "image": ArrowTensorArray.from_numpy(images[i : i + block_rows]),
+                "label": pa.array(labels[i : i + block_rows]),
+            }
+        )
+        for i in range(0, max(len(labels), 1), block_rows)
+    ]
     return ray.data.from_arrow(tables)
 
 
@@ -162,7 +206,8 @@ class ShardBatches:
         shard = ray.train.get_dataset_shard(self.split)
         self.epoch += 1
         batches = shard.iter_torch_batches(
-            batch_size=self.batch_size, drop_last=self.train,
+            batch_size=self.batch_size,
+            drop_last=self.train,
             # Page-locked host batches copy to a GPU asynchronously.
             pin_memory=ray.train.torch.get_device().type == "cuda",
             local_shuffle_buffer_size=self.batch_size * SHUFFLE_BUFFER_BATCHES if self.train else None,
@@ -180,5 +225,8 @@ class RayDataModule(DeviceSplitsDataModule):
         super().__init__()
         per_worker = batch_size // world_size
         # As place_splits: a split with fewer rows than workers would leave some workers without a batch.
-        self.loaders = {role: ShardBatches(role, count, per_worker, world_size, train=role == "train", seed=seed)
-                        for role, count in rows.items() if count >= world_size}
+        self.loaders = {
+            role: ShardBatches(role, count, per_worker, world_size, train=role == "train", seed=seed)
+            for role, count in rows.items()
+            if count >= world_size
+        }

@@ -10,8 +10,12 @@ import numpy as np
 from raydra.data.image_captions import ImageCaptionsDataModule
 
 COLOURS = {
-    "red": (220, 30, 30), "green": (30, 170, 50), "blue": (30, 60, 220), "yellow": (240, 220, 30),
-    "white": (245, 245, 245), "black": (15, 15, 15),
+    "red": (220, 30, 30),
+    "green": (30, 170, 50),
+    "blue": (30, 60, 220),
+    "yellow": (240, 220, 30),
+    "white": (245, 245, 245),
+    "black": (15, 15, 15),
 }
 SHAPES = ("circle", "square", "triangle")
 
@@ -22,7 +26,7 @@ def draw(shape: str, colour: str, background: str, size: int, rng: np.random.Gen
     cy, cx = rng.uniform(radius, size - radius, 2)
     y, x = np.mgrid[0:size, 0:size] + 0.5
     if shape == "circle":
-        mask = (y - cy) ** 2 + (x - cx) ** 2 <= radius ** 2
+        mask = (y - cy) ** 2 + (x - cx) ** 2 <= radius**2
     elif shape == "square":
         mask = (np.abs(y - cy) <= radius * 0.85) & (np.abs(x - cx) <= radius * 0.85)
     else:  # apex up: inside when below the apex and within the widening sides

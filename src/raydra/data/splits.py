@@ -38,6 +38,8 @@ def stratified_split(labels: np.ndarray, fractions: Dict[str, float], seed: int,
     except ValueError as error:
         reason = str(error).split(". ")[0].rstrip(".")
         reason = reason[:1].lower() + reason[1:]
-        raise RaydraError(f"{where} cannot hold out {asked} with every class in every split ({reason}); "
-                          "change the fractions or add samples to the smallest class.") from None
+        raise RaydraError(
+            f"{where} cannot hold out {asked} with every class in every split ({reason}); "
+            "change the fractions or add samples to the smallest class."
+        ) from None
     return {"train": train, first: kept, second: cut}

@@ -42,8 +42,14 @@ class SyntheticImagesDataModule(pl.LightningDataModule):
             return ((noise + patterns[labels]) // 2).to(torch.uint8), labels
 
         self.loaders = place_splits(
-            self.trainer, [("train", *made(hp.num_samples)), ("val", *made(hp.val_samples))], hp.batch_size,
-            hp.seed, augment=False, mean=(0.5,) * hp.num_channels, std=(0.25,) * hp.num_channels, crop_padding=0,
+            self.trainer,
+            [("train", *made(hp.num_samples)), ("val", *made(hp.val_samples))],
+            hp.batch_size,
+            hp.seed,
+            augment=False,
+            mean=(0.5,) * hp.num_channels,
+            std=(0.25,) * hp.num_channels,
+            crop_padding=0,
             flip=False,
         )
 

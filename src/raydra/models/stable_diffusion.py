@@ -96,8 +96,9 @@ class StableDiffusion(pl.LightningModule):
                 "model.parts trains the tokenizer on the data's captions, but the data module has no train_captions; "
                 "use data=shapes_captions or data=image_captions."
             )
-        vocab, merges = train_caption_bpe(list(captions) + list(self.hparams.sample_prompts),
-                                          self.hparams.parts["tokenizer"]["vocab_size"])
+        vocab, merges = train_caption_bpe(
+            list(captions) + list(self.hparams.sample_prompts), self.hparams.parts["tokenizer"]["vocab_size"]
+        )
         return {"vocab": vocab, "merges": merges}
 
     def _build(self, bpe: Optional[Dict[str, Any]]) -> None:
@@ -153,8 +154,13 @@ class StableDiffusion(pl.LightningModule):
         return (dist.sample() if sample else dist.mode()) * self.vae.config.scaling_factor
 
     def _encode_text(self, captions: List[str]) -> torch.Tensor:
-        ids = self.tokenizer(captions, padding="max_length", max_length=self.tokenizer.model_max_length,
-                             truncation=True, return_tensors="pt").input_ids
+        ids = self.tokenizer(
+            captions,
+            padding="max_length",
+            max_length=self.tokenizer.model_max_length,
+            truncation=True,
+            return_tensors="pt",
+        ).input_ids
         with torch.no_grad():
             return self.text_encoder(ids.to(self.device))[0]
 
@@ -249,11 +255,15 @@ class StableDiffusion(pl.LightningModule):
     def pipeline(self) -> StableDiffusionPipeline:
         """A diffusers pipeline around the current weights (the EMA UNet when EMA is on)."""
         pipe = StableDiffusionPipeline(
-            vae=self.vae, text_encoder=self.text_encoder, tokenizer=self.tokenizer,
+            vae=self.vae,
+            text_encoder=self.text_encoder,
+            tokenizer=self.tokenizer,
             unet=self.ema_unet if self.ema_unet is not None else self.unet,
             # DDIM samples well in a few dozen steps and reads the training schedule's prediction type.
             scheduler=DDIMScheduler.from_config(self.noise_scheduler.config),
-            safety_checker=None, feature_extractor=None, requires_safety_checker=False,
+            safety_checker=None,
+            feature_extractor=None,
+            requires_safety_checker=False,
         )
         pipe.set_progress_bar_config(disable=True)
         return pipe
@@ -265,8 +275,13 @@ class StableDiffusion(pl.LightningModule):
         context = self.trainer.precision_plugin.forward_context() if self._trainer is not None else torch.no_grad()
         with context:
             images = self.pipeline()(
-                list(prompts), height=hp.resolution, width=hp.resolution, num_inference_steps=hp.sample_steps,
-                guidance_scale=hp.guidance_scale, generator=generator, output_type="np",
+                list(prompts),
+                height=hp.resolution,
+                width=hp.resolution,
+                num_inference_steps=hp.sample_steps,
+                guidance_scale=hp.guidance_scale,
+                generator=generator,
+                output_type="np",
             ).images
         return (np.clip(images, 0, 1) * 255).round().astype(np.uint8)
 
@@ -317,5 +332,5 @@ def _grid(images: np.ndarray, columns: int = 4) -> np.ndarray:
     grid = np.full((rows * h, columns * w, c), 255, dtype=np.uint8)
     for i, image in enumerate(images):
         r, col = divmod(i, columns)
-        grid[r * h:(r + 1) * h, col * w:(col + 1) * w] = image
+        grid[r * h : (r + 1) * h, col * w : (col + 1) * w] = image
     return grid

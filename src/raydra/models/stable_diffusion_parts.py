@@ -36,14 +36,20 @@ def train_caption_bpe(captions: Sequence[str], vocab_size: int) -> Tuple[Dict[st
     tokenizer.normalizer = normalizers.Sequence(
         [normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Lowercase()]
     )
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(CLIP_SPLIT), behavior="removed", invert=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False),
-    ])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(CLIP_SPLIT), behavior="removed", invert=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False),
+        ]
+    )
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=[BOS, EOS], initial_alphabet=alphabet,
-        end_of_word_suffix="</w>", min_frequency=1, show_progress=False,
+        vocab_size=vocab_size,
+        special_tokens=[BOS, EOS],
+        initial_alphabet=alphabet,
+        end_of_word_suffix="</w>",
+        min_frequency=1,
+        show_progress=False,
     )
     tokenizer.train_from_iterator(sorted(set(captions)), trainer)
     model = json.loads(tokenizer.to_str())["model"]
@@ -63,11 +69,16 @@ def clip_tokenizer(vocab: Dict[str, int], merges: Sequence[Sequence[str]], max_l
 def build_parts(configs: Dict[str, Any], tokenizer: CLIPTokenizer) -> Dict[str, Any]:
     """Text encoder, VAE, UNet and DDPM scheduler from the `model.parts` configs (random weights)."""
     text = dict(configs["text_encoder"])
-    text_encoder = CLIPTextModel(CLIPTextConfig(
-        vocab_size=len(tokenizer), max_position_embeddings=tokenizer.model_max_length,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, **text,
-    ))
+    text_encoder = CLIPTextModel(
+        CLIPTextConfig(
+            vocab_size=len(tokenizer),
+            max_position_embeddings=tokenizer.model_max_length,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            **text,
+        )
+    )
     vae = AutoencoderKL(**configs["vae"])
     unet = UNet2DConditionModel(cross_attention_dim=text_encoder.config.hidden_size, **configs["unet"])
     scheduler = DDPMScheduler(**configs["scheduler"])

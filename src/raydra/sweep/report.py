@@ -46,7 +46,9 @@ class Progress(ray.tune.Callback):
     def on_trial_start(self, iteration: int, trials: List[Any], trial: Any, **info: Any) -> None:
         log.info(f"trial {trial.trial_id} started: {fmt_sampled(trial.config)}")
 
-    def on_trial_result(self, iteration: int, trials: List[Any], trial: Any, result: Dict[str, Any], **info: Any) -> None:
+    def on_trial_result(
+        self, iteration: int, trials: List[Any], trial: Any, result: Dict[str, Any], **info: Any
+    ) -> None:
         value = result.get(self.metric)
         if isinstance(value, (int, float)):
             log.info(f"trial {trial.trial_id} epoch {result.get('epochs_done')}: {self.metric} {value:.4f}")
@@ -62,7 +64,13 @@ class Progress(ray.tune.Callback):
 
     def __getstate__(self) -> Dict[str, Any]:
         # Tune pickles its RunConfig, callbacks included, into the sweep's tune/ directory.
-        return {"metric": self.metric, "max_epochs": self.max_epochs, "statuses": {}, "scheduler": None, "scheduler_state": None}
+        return {
+            "metric": self.metric,
+            "max_epochs": self.max_epochs,
+            "statuses": {},
+            "scheduler": None,
+            "scheduler_state": None,
+        }
 
 
 def settle_trials(
@@ -89,21 +97,38 @@ def settle_trials(
         # A trial Tune ended without error but that did not record its completion was stopped by
         # the scheduler (its process may have noted the stop as a failure on its way out).
         if status == "TERMINATED" and result is not None and summary["status"] in ("running", "failed", "interrupted"):
-            summary.update(_stopped(result, metric, mode, run_dir, summary["run_id"], scheduler, summary.get("storage")))
+            summary.update(
+                _stopped(result, metric, mode, run_dir, summary["run_id"], scheduler, summary.get("storage"))
+            )
             run_summary.write(run_dir, summary)
         if summary["status"] == "running":
             if status == "ERROR":
                 summary.update(status="failed", error=_one_line_error(result) or "the trial's process died")
             elif interrupted or status in ("RUNNING", "PENDING", "PAUSED"):
-                summary.update(status="interrupted", error="the sweep was interrupted; continue it with tune.resume=" + str(sweep_dir))
+                summary.update(
+                    status="interrupted",
+                    error="the sweep was interrupted; continue it with tune.resume=" + str(sweep_dir),
+                )
             if summary["status"] != "running":
                 summary.setdefault("finished_at", run_summary.now())
                 run_summary.write(run_dir, summary)
         rows.append(_row(summary, run_dir, metric, sweep_dir))
     for trial_id, status in statuses.items():
         if trial_id not in seen:
-            rows.append({"trial": trial_id, "sampled": {}, "status": "pending" if status in ("PENDING", "PAUSED", "RUNNING") else status.lower(),
-                         "final": None, "best": None, "epochs": None, "wall_s": None, "error": None, "run_dir": None, "summary": None})
+            rows.append(
+                {
+                    "trial": trial_id,
+                    "sampled": {},
+                    "status": "pending" if status in ("PENDING", "PAUSED", "RUNNING") else status.lower(),
+                    "final": None,
+                    "best": None,
+                    "epochs": None,
+                    "wall_s": None,
+                    "error": None,
+                    "run_dir": None,
+                    "summary": None,
+                }
+            )
     return rows
 
 
@@ -164,8 +189,17 @@ def write_tables(sweep_dir: Path, rows: List[Dict[str, Any]], metric: str) -> No
     keys = sorted({key for row in rows for key in row["sampled"]})
     header = ["trial", *keys, metric, f"best {metric}", "epochs", "status", "wall_s", "run_dir", "error"]
     table = [
-        [row["trial"], *[row["sampled"].get(key) for key in keys], row["final"], row["best"], row["epochs"],
-         row["status"], row["wall_s"], row["run_dir"], row["error"] or ""]
+        [
+            row["trial"],
+            *[row["sampled"].get(key) for key in keys],
+            row["final"],
+            row["best"],
+            row["epochs"],
+            row["status"],
+            row["wall_s"],
+            row["run_dir"],
+            row["error"] or "",
+        ]
         for row in rows
     ]
     with (sweep_dir / "trials.csv").open("w", newline="") as file:
@@ -183,7 +217,9 @@ def write_tables(sweep_dir: Path, rows: List[Dict[str, Any]], metric: str) -> No
     (sweep_dir / "trials.md").write_text("\n".join(lines) + "\n")
 
 
-def write_best(cfg: DictConfig, sweep_dir: Path, best: Dict[str, Any], metric: str, config_dir: Optional[str]) -> Dict[str, Any]:
+def write_best(
+    cfg: DictConfig, sweep_dir: Path, best: Dict[str, Any], metric: str, config_dir: Optional[str]
+) -> Dict[str, Any]:
     """best_config.yaml: the whole composed config with the best trial's values, a primary config
     Hydra can run on its own; and a link to that trial's best checkpoint."""
     config = copy.deepcopy(cfg)
@@ -209,8 +245,11 @@ def write_best(cfg: DictConfig, sweep_dir: Path, best: Dict[str, Any], metric: s
     if checkpoint and not storage.is_uri(checkpoint):
         link.symlink_to(os.path.relpath(checkpoint, sweep_dir))
     return {
-        "trial": best["trial"], "metric": best["final"], "sampled": best["sampled"],
-        "run_dir": str(sweep_dir / best["run_dir"]), "checkpoint": checkpoint,
+        "trial": best["trial"],
+        "metric": best["final"],
+        "sampled": best["sampled"],
+        "run_dir": str(sweep_dir / best["run_dir"]),
+        "checkpoint": checkpoint,
         "config": str(sweep_dir / "best_config.yaml"),
     }
 
@@ -221,7 +260,9 @@ def write_record(sweep_dir: Path, record: Dict[str, Any]) -> None:
 
 
 def end(record: Dict[str, Any], sweep_dir: Path, started: float, status: str, reason: Optional[str]) -> None:
-    record.update(status=status, error=reason, finished_at=run_summary.now(), wall_time_s=round(time.time() - started, 2))
+    record.update(
+        status=status, error=reason, finished_at=run_summary.now(), wall_time_s=round(time.time() - started, 2)
+    )
     if sweep_dir.exists():
         write_record(sweep_dir, record)
     if reason:
@@ -229,4 +270,6 @@ def end(record: Dict[str, Any], sweep_dir: Path, started: float, status: str, re
 
 
 def fmt_sampled(sampled: Dict[str, Any]) -> str:
-    return "  ".join(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}" for key, value in sampled.items())
+    return "  ".join(
+        f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}" for key, value in sampled.items()
+    )

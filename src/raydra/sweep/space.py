@@ -13,8 +13,18 @@ from raydra.schema import validate
 
 # Tune's sampling functions by the name used in tune.space; `grid` is tune.grid_search.
 DISTRIBUTIONS = (
-    "uniform", "quniform", "loguniform", "qloguniform", "randn", "qrandn",
-    "randint", "qrandint", "lograndint", "qlograndint", "choice", "grid",
+    "uniform",
+    "quniform",
+    "loguniform",
+    "qloguniform",
+    "randn",
+    "qrandn",
+    "randint",
+    "qrandint",
+    "lograndint",
+    "qlograndint",
+    "choice",
+    "grid",
 )
 
 
@@ -82,7 +92,9 @@ def domain(key: str, name: str, args: List[Any]) -> Any:
             return tune.choice(args)
         return getattr(tune, name)(*args)
     except (TypeError, ValueError, AssertionError) as error:
-        raise RaydraError(f"tune.space.{key}: {name} {args} is not valid ({error}); e.g. uniform and loguniform take [low, high].") from None
+        raise RaydraError(
+            f"tune.space.{key}: {name} {args} is not valid ({error}); e.g. uniform and loguniform take [low, high]."
+        ) from None
 
 
 def check_samples(cfg: DictConfig, space: Dict[str, Tuple[str, List[Any]]]) -> None:
@@ -105,10 +117,11 @@ def check_samples(cfg: DictConfig, space: Dict[str, Tuple[str, List[Any]]]) -> N
                 validate(trial_cfg)
             except (OmegaConfBaseException, RaydraError) as error:
                 reason = str(error).strip().splitlines()[0]
-                raise RaydraError(f"tune.space.{key}: the value {value} makes an invalid run ({reason}); narrow the space.") from None
+                raise RaydraError(
+                    f"tune.space.{key}: the value {value} makes an invalid run ({reason}); narrow the space."
+                ) from None
 
 
 def plain(value: Any) -> Any:
     """numpy scalars (what Tune samples) as Python numbers, which OmegaConf and YAML accept."""
     return value.item() if hasattr(value, "item") else value
-

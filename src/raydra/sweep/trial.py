@@ -19,6 +19,7 @@ from raydra.redact import redact_hydra_records
 from raydra.schema import validate
 from raydra.sweep.space import plain
 
+
 def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, Any]) -> None:
     started = time.time()
     # Held from the start: when Tune stops a trial it sets the session's stop event and drops the
@@ -29,7 +30,10 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     # (on any node) writes into a scratch directory and pushes to storage, from where the sweep
     # driver pulls into record_dir: writing record_dir itself would race that pull.
     record_dir = Path(sweep["dir"], "trials", trial_id)
-    run = {"dir": str(record_dir), "storage": storage.join(sweep["storage"], "trials", trial_id) if sweep["storage"] else None}
+    run = {
+        "dir": str(record_dir),
+        "storage": storage.join(sweep["storage"], "trials", trial_id) if sweep["storage"] else None,
+    }
     if run["storage"]:
         run["dir"] = str(Path(tempfile.gettempdir(), "raydra-trials", sweep["id"], trial_id))
     run_dir = Path(run["dir"])
@@ -51,7 +55,9 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
         # A resumed sweep runs an unfinished trial again under the same run id: Train V2 continues
         # it from its last checkpoint.
         summary["started_at"] = previous["started_at"]
-        summary["resumed"] = previous.get("resumed", []) + [{"at": run_summary.now(), "from_status": previous.get("status")}]
+        summary["resumed"] = previous.get("resumed", []) + [
+            {"at": run_summary.now(), "from_status": previous.get("status")}
+        ]
     # The sweep only starts as many trials as the cluster holds, so a worker group that does not
     # start is slow (a loaded node, a stopped trial's workers still leaving), not starved: Train
     # V2's 60 s default failed trials on a busy 2-CPU machine. Still an error, never a hang.
@@ -69,7 +75,9 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
             # The scheduler ended this trial; the sweep driver records it from Tune's results.
             raise
         reason = str(error) if isinstance(error, RaydraError) else fit.one_line(error)
-        summary.update(status="failed", error=reason, finished_at=run_summary.now(), wall_time_s=round(time.time() - started, 2))
+        summary.update(
+            status="failed", error=reason, finished_at=run_summary.now(), wall_time_s=round(time.time() - started, 2)
+        )
         fit.write_summary(run, summary)
         raise
     # The last epoch reaches Tune only now, with the test metrics, once summary.json is complete
@@ -102,4 +110,3 @@ class ReportToTune(TuneReportCallback):
         # resumed sweep restarts a trial that Train V2 continues from a later epoch.
         metrics = [dict(metrics[0], epochs_done=metrics[0]["epoch"] + 1), *metrics[1:]]
         super().after_report(run_context, metrics, checkpoint)
-

@@ -38,7 +38,9 @@ RESOLVER_CALL = re.compile(r"\$\{\s*[\w.\-]+\s*:")
 RESUMABLE_CHANGES = ("tune.resume", "tune.max_concurrent")
 
 
-def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_dir: Optional[str] = None) -> Dict[str, Any]:
+def run_sweep(
+    cfg: DictConfig, output_dir: Path, overrides: List[str], config_dir: Optional[str] = None
+) -> Dict[str, Any]:
     """Run the sweep `cfg.tune` describes in `output_dir` (Hydra's output directory for it), or
     continue the one tune.resume names; returns the sweep's record (sweep.json), its best trial
     under "best". `config_dir`: the primary config's directory, which best_config.yaml searches.
@@ -82,7 +84,10 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
         report.write_record(sweep_dir, record)
         # With paths.storage, Tune's state and every trial's record live there; the trials' records
         # are pulled into this sweep directory as they go.
-        sweep_run = {"dir": str(sweep_dir), "storage": run_record.location(cfg.paths.storage, cfg.paths.outputs, sweep_dir)}
+        sweep_run = {
+            "dir": str(sweep_dir),
+            "storage": run_record.location(cfg.paths.storage, cfg.paths.outputs, sweep_dir),
+        }
         if sweep_run["storage"]:
             run_record.check_writable(cfg.paths.storage)
             record["storage"] = sweep_run["storage"]
@@ -109,7 +114,10 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
             with run_record.Follower(sweep_run, skip=("tune", run_record.CHECKPOINTS)):
                 grid = tuner.fit()
         except Exception as error:
-            raise _tune_error(error, metric) or error
+            friendly = _tune_error(error, metric)
+            if friendly:
+                raise friendly from None
+            raise
         finally:
             worker_output.end_run()
             worker_output.echo_progress = echo
@@ -123,7 +131,9 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
             first_error = next((row["error"] for row in rows if row["error"]), "no trial completed")
             raise RaydraError(f"no trial of the sweep completed; the first error: {first_error}")
         record["best"] = report.write_best(cfg, sweep_dir, best, metric, config_dir)
-        record["trials"] = {status: sum(row["status"] == status for row in rows) for status in ("completed", "stopped", "failed")}
+        record["trials"] = {
+            status: sum(row["status"] == status for row in rows) for status in ("completed", "stopped", "failed")
+        }
     except RaydraError as error:
         report.end(record, sweep_dir, started, "failed", str(error))
         raise
@@ -167,9 +177,13 @@ def _continue(cfg: DictConfig, fresh_dir: Path) -> Tuple[Path, Dict[str, Any]]:
             f"({'; '.join(changes)}); resume with the original overrides plus tune.resume=..."
         )
     record.update(status="running", error=None)
-    record["resumed"] = record.get("resumed", []) + [{"at": run_summary.now(), "from_status": record.get("status"), "log": str(fresh_dir / "driver.log")}]
+    record["resumed"] = record.get("resumed", []) + [
+        {"at": run_summary.now(), "from_status": record.get("status"), "log": str(fresh_dir / "driver.log")}
+    ]
     # The invocation's own Hydra directory points at the sweep it continued, so it never reads as a sweep of its own.
-    report.write_record(fresh_dir, {"kind": "tune sweep resume", "status": "resumed elsewhere", "sweep_dir": str(sweep_dir)})
+    report.write_record(
+        fresh_dir, {"kind": "tune sweep resume", "status": "resumed elsewhere", "sweep_dir": str(sweep_dir)}
+    )
     log.info(f"resuming sweep {sweep_dir} (this invocation's driver.log: {fresh_dir})")
     return sweep_dir, record
 
@@ -178,12 +192,19 @@ def _concurrency(cfg: DictConfig) -> int:
     fits = trials_that_fit(cfg.scale)
     asked = cfg.tune.max_concurrent
     if asked is not None and asked > fits:
-        log.info(f"tune.max_concurrent={asked} but the cluster holds {fits} trial(s) side by side; running {fits} at a time")
+        log.info(
+            f"tune.max_concurrent={asked} but the cluster holds {fits} trial(s) side by side; running {fits} at a time"
+        )
     return min(asked or fits, fits)
 
 
 def _tuner(
-    cfg: DictConfig, sweep_dir: Path, sweep_storage: Optional[str], record: Dict[str, Any], concurrency: int, progress: "Progress"
+    cfg: DictConfig,
+    sweep_dir: Path,
+    sweep_storage: Optional[str],
+    record: Dict[str, Any],
+    concurrency: int,
+    progress: "Progress",
 ) -> Any:
     tune = ray.tune
     filesystem, tune_root = storage.filesystem(sweep_storage or str(sweep_dir))
@@ -195,13 +216,22 @@ def _tuner(
         # Tune's newer console output prints its banner and paths even at verbose=0; Progress
         # prints what a researcher needs.
         os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    sweep = {"dir": str(sweep_dir), "storage": sweep_storage, "id": record["id"], "overrides": [o for o in record["overrides"] if not o.startswith("tune.resume=")]}
+    sweep = {
+        "dir": str(sweep_dir),
+        "storage": sweep_storage,
+        "id": record["id"],
+        "overrides": [o for o in record["overrides"] if not o.startswith("tune.resume=")],
+    }
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, base=_trial_base(cfg, record["id"]), sweep=sweep), {"CPU": TRIAL_CPU}
     )
     if cfg.tune.resume:
         tuner = tune.Tuner.restore(
-            posixpath.join(tune_root, "tune"), trainable, resume_unfinished=True, resume_errored=False, restart_errored=False,
+            posixpath.join(tune_root, "tune"),
+            trainable,
+            resume_unfinished=True,
+            resume_errored=False,
+            restart_errored=False,
             storage_filesystem=filesystem,
         )
         # The restored RunConfig holds the interrupted driver's callback, unpickled; this process
@@ -231,7 +261,10 @@ def _tuner(
             reuse_actors=False,
         ),
         run_config=tune.RunConfig(
-            name="tune", storage_path=tune_root, storage_filesystem=filesystem, verbose=1 if cfg.verbose else 0,
+            name="tune",
+            storage_path=tune_root,
+            storage_filesystem=filesystem,
+            verbose=1 if cfg.verbose else 0,
             callbacks=[progress],
         ),
     )
@@ -289,7 +322,11 @@ def _freeze_resolver_calls(node: Any, plain: Any) -> None:
             _freeze_resolver_calls(node[key], value)
         elif isinstance(value, str) and RESOLVER_CALL.search(value):
             resolved = node[key]
-            plain[key] = OmegaConf.to_container(resolved, resolve=True) if isinstance(resolved, (DictConfig, ListConfig)) else resolved
+            plain[key] = (
+                OmegaConf.to_container(resolved, resolve=True)
+                if isinstance(resolved, (DictConfig, ListConfig))
+                else resolved
+            )
 
 
 def _sigterm_stops_tune() -> Any:
@@ -312,4 +349,3 @@ def _tune_error(error: BaseException, metric: str) -> Optional[RaydraError]:
             "val/acc or val/loss (metrics.csv of any run lists them), or set checkpoint.monitor."
         )
     return None
-

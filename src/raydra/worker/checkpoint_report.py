@@ -29,9 +29,14 @@ class TimedReport(pl.Callback):
     `after_report` runs after every report (the worker pushes its part of the run record then).
     """
 
-    def __init__(self, every_n_epochs: Optional[int] = None, every_n_steps: Optional[int] = None,
-                 monitor: Optional[str] = None, background_upload: bool = False,
-                 after_report: Optional[Callable[[], None]] = None) -> None:
+    def __init__(
+        self,
+        every_n_epochs: Optional[int] = None,
+        every_n_steps: Optional[int] = None,
+        monitor: Optional[str] = None,
+        background_upload: bool = False,
+        after_report: Optional[Callable[[], None]] = None,
+    ) -> None:
         self.every_n_epochs = every_n_epochs or 1
         self.every_n_steps = every_n_steps
         self.monitor = monitor
@@ -51,17 +56,24 @@ class TimedReport(pl.Callback):
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         step = trainer.global_step
-        if (not self.every_n_steps or step % self.every_n_steps or step == self._last_saved_step
-                # The epoch's last batch: its checkpoint waits for the epoch end, with validation's metrics.
-                or batch_idx + 1 >= trainer.num_training_batches
-                or (trainer.max_steps > 0 and step >= trainer.max_steps)):
+        if (
+            not self.every_n_steps
+            or step % self.every_n_steps
+            or step == self._last_saved_step
+            # The epoch's last batch: its checkpoint waits for the epoch end, with validation's metrics.
+            or batch_idx + 1 >= trainer.num_training_batches
+            or (trainer.max_steps > 0 and step >= trainer.max_steps)
+        ):
             return
         self._checkpoint(trainer, mid_epoch=True)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         step = trainer.global_step
-        last = (trainer.current_epoch + 1 >= trainer.max_epochs or trainer.should_stop
-                or (trainer.max_steps > 0 and step >= trainer.max_steps))
+        last = (
+            trainer.current_epoch + 1 >= trainer.max_epochs
+            or trainer.should_stop
+            or (trainer.max_steps > 0 and step >= trainer.max_steps)
+        )
         if self.every_n_steps:
             due = step % self.every_n_steps == 0 and step != self._last_saved_step
         else:
@@ -96,7 +108,9 @@ class TimedReport(pl.Callback):
         ray.train.report(
             metrics=self._metrics(trainer, mid_epoch),
             checkpoint=ray.train.Checkpoint.from_directory(tmpdir) if wrote else None,
-            checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC if self.background_upload else ray.train.CheckpointUploadMode.SYNC,
+            checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC
+            if self.background_upload
+            else ray.train.CheckpointUploadMode.SYNC,
             checkpoint_upload_fn=self._timed_upload if wrote else None,
             # A background upload still reads the directory: Ray removes it once uploaded.
             delete_local_checkpoint_after_upload=self.background_upload and wrote,

@@ -38,8 +38,9 @@ class ConsoleProgress(pl.Callback):
             f"{k} {_fmt(v)}" for k, v in sorted(metrics.items()) if not k.endswith(("_step", "_epoch", "step_time_s"))
         )
         total = f"/{self.max_epochs}" if self.max_epochs > 0 else ""
-        print(f"{PROGRESS_MARK}epoch {trainer.current_epoch + 1}{total}  step {trainer.global_step}  {shown}", flush=True)
-
+        print(
+            f"{PROGRESS_MARK}epoch {trainer.current_epoch + 1}{total}  step {trainer.global_step}  {shown}", flush=True
+        )
 
 
 def _fmt(value: float) -> str:

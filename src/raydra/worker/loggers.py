@@ -12,7 +12,6 @@ from raydra.private_apis import set_csv_columns
 from raydra.redact import redact
 
 
-
 def build_loggers(config: Dict[str, Any], rank: int, resumed_from: Optional[Dict[str, Any]] = None) -> List[Any]:
     """`resumed_from`: where the checkpoint this attempt restarts from stands (worker._position_of), if anywhere."""
     # Only rank 0 writes: other ranks' metrics are the same after sync_dist, and a second writer
@@ -29,7 +28,9 @@ def build_loggers(config: Dict[str, Any], rank: int, resumed_from: Optional[Dict
     if "csv" in settings:
         # name="" and version="" put metrics.csv straight into the run directory.
         csv_logger = pl.loggers.CSVLogger(
-            save_dir=str(run_dir), name="", version="",
+            save_dir=str(run_dir),
+            name="",
+            version="",
             flush_logs_every_n_steps=settings["csv"].get("flush_logs_every_n_steps", 50),
         )
         _keep_rows_up_to(csv_logger, resumed_from)

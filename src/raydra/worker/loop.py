@@ -85,14 +85,19 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
     # Throughput logs its epoch figures in on_train_epoch_end, so it must run before Ray's report.
     ckpt = config["checkpoint"]
     report = TimedReport(
-        every_n_epochs=ckpt["every_n_epochs"], every_n_steps=ckpt["every_n_steps"], monitor=ckpt["monitor"],
-        background_upload=ckpt["upload"] == "background", after_report=mirror.push,
+        every_n_epochs=ckpt["every_n_epochs"],
+        every_n_steps=ckpt["every_n_steps"],
+        monitor=ckpt["monitor"],
+        background_upload=ckpt["upload"] == "background",
+        after_report=mirror.push,
     )
     resumable = Resumable()
     callbacks = [throughput, resumable, report]
     if rank == 0:
         callbacks.append(
-            ConsoleProgress(max_epochs=trainer_cfg["max_epochs"], max_steps=trainer_cfg["max_steps"], world_size=world_size)
+            ConsoleProgress(
+                max_epochs=trainer_cfg["max_epochs"], max_steps=trainer_cfg["max_steps"], world_size=world_size
+            )
         )
     trainer = pl.Trainer(
         accelerator="gpu" if scale["use_gpu"] else "cpu",
@@ -129,10 +134,13 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
         "test_skipped": test_skipped,
         "throughput": throughput.summary(),
         # Every worker's figure: sharding makes them differ, and the largest decides what fits.
-        "memory_per_worker": _gather(trainer, {
-            "peak_bytes": peak_memory_bytes(trainer.strategy.root_device),
-            "model_state_bytes": model_state_bytes(model, trainer.optimizers),
-        }),
+        "memory_per_worker": _gather(
+            trainer,
+            {
+                "peak_bytes": peak_memory_bytes(trainer.strategy.root_device),
+                "model_state_bytes": model_state_bytes(model, trainer.optimizers),
+            },
+        ),
         "checkpoint_save_s": report.seconds,
         "checkpoint_upload_s": report.upload_seconds,
         "global_step": trainer.global_step,
@@ -159,7 +167,9 @@ def compile_networks(model: torch.nn.Module) -> List[str]:
         child.compile()
         compiled.append(name)
     if not compiled:
-        raise RaydraError(f"trainer.compile=true found no trainable submodule in {type(model).__name__} to compile; set trainer.compile=false.")
+        raise RaydraError(
+            f"trainer.compile=true found no trainable submodule in {type(model).__name__} to compile; set trainer.compile=false."
+        )
     return compiled
 
 
@@ -180,7 +190,11 @@ def _position_of(checkpoint_path: Optional[str]) -> Optional[Dict[str, Any]]:
         return None
     meta = checkpoint_meta(checkpoint_path)
     data = meta.get("callbacks", {}).get("Resumable", {}).get("data", {})
-    return {"epoch": int(meta["epoch"]), "global_step": int(meta["global_step"]), "mid_epoch": bool(data.get("mid_epoch"))}
+    return {
+        "epoch": int(meta["epoch"]),
+        "global_step": int(meta["global_step"]),
+        "mid_epoch": bool(data.get("mid_epoch")),
+    }
 
 
 def _check_precision(device: torch.device, precision: str) -> None:
@@ -201,7 +215,9 @@ def _gather(trainer: Any, figures: Dict[str, int]) -> List[Dict[str, int]]:
     return gathered
 
 
-def run_test(trainer: Any, model: Any, datamodule: Any, enabled: bool, rank: int) -> Tuple[Dict[str, float], Optional[str]]:
+def run_test(
+    trainer: Any, model: Any, datamodule: Any, enabled: bool, rank: int
+) -> Tuple[Dict[str, float], Optional[str]]:
     """The test/* metrics, and why there are none when the run tests nothing (None when it tested).
 
     Data without a test split is not tested at all: no other split stands in for it, so nothing is
@@ -242,7 +258,16 @@ def _route_logs(path: Path, verbose: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
-    for name in ("raydra", "lightning", "lightning.pytorch", "pytorch_lightning", "lightning_fabric", "torch", "wandb", "ray.train"):
+    for name in (
+        "raydra",
+        "lightning",
+        "lightning.pytorch",
+        "pytorch_lightning",
+        "lightning_fabric",
+        "torch",
+        "wandb",
+        "ray.train",
+    ):
         logger = logging.getLogger(name)
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)

@@ -47,7 +47,11 @@ class Resumable(pl.Callback):
         if torch.cuda.is_available():
             state["cuda"] = torch.cuda.get_rng_state_all()
         if self._trainer is not None:
-            state["data"] = {"epoch": self._trainer.current_epoch, "batches": self._batches, "mid_epoch": self._in_epoch}
+            state["data"] = {
+                "epoch": self._trainer.current_epoch,
+                "batches": self._batches,
+                "mid_epoch": self._in_epoch,
+            }
         return state
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
@@ -61,11 +65,19 @@ class Resumable(pl.Callback):
         if restored is None:
             return
         epoch, skip = trainer.current_epoch, 0
-        if restored["mid_epoch"] and restored["epoch"] == epoch and 0 < restored["batches"] < trainer.num_training_batches:
+        if (
+            restored["mid_epoch"]
+            and restored["epoch"] == epoch
+            and 0 < restored["batches"] < trainer.num_training_batches
+        ):
             skip = restored["batches"]
         self._batches, self._in_epoch = skip, skip > 0
-        self.resumed_at = {"epoch": epoch, "batches": skip, "of": int(trainer.num_training_batches),
-                           "global_step": trainer.global_step}
+        self.resumed_at = {
+            "epoch": epoch,
+            "batches": skip,
+            "of": int(trainer.num_training_batches),
+            "global_step": trainer.global_step,
+        }
         for loader in _train_loaders(trainer):
             _position(loader, epoch, skip)
         # The train iterator was made before this hook (Lightning's setup_data); a DataLoader with
@@ -105,16 +117,22 @@ def _position(loader: Any, epoch: int, skip: int) -> None:
         if not skip:
             return
         if type(batch_sampler) is not torch.utils.data.BatchSampler:
-            warnings.warn(f"raydra cannot skip the first {skip} batches of a DataLoader with a custom batch sampler; "
-                          f"after this mid-epoch restart epoch {epoch} trains its first batches again.")
+            warnings.warn(
+                f"raydra cannot skip the first {skip} batches of a DataLoader with a custom batch sampler; "
+                f"after this mid-epoch restart epoch {epoch} trains its first batches again.",
+                stacklevel=2,
+            )
             return
         batch_sampler.sampler = _SkipFirst(batch_sampler.sampler, skip * batch_sampler.batch_size)
     elif hasattr(loader, "set_epoch") and hasattr(loader, "skip"):
         loader.set_epoch(epoch)
         loader.skip(skip)
     elif skip:
-        warnings.warn(f"raydra cannot skip the first {skip} batches of a {type(loader).__name__} (it has no "
-                      f"set_epoch/skip); after this mid-epoch restart epoch {epoch} trains its first batches again.")
+        warnings.warn(
+            f"raydra cannot skip the first {skip} batches of a {type(loader).__name__} (it has no "
+            f"set_epoch/skip); after this mid-epoch restart epoch {epoch} trains its first batches again.",
+            stacklevel=2,
+        )
 
 
 class _SkipFirst:
@@ -135,4 +153,3 @@ class _SkipFirst:
     def set_epoch(self, epoch: int) -> None:
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
-

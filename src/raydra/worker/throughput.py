@@ -169,7 +169,6 @@ class _Tally:
         self.wait_s += other.wait_s
 
 
-
 def model_state_bytes(module: torch.nn.Module, optimizers: List[torch.optim.Optimizer]) -> int:
     """Bytes of parameters and optimizer state this worker holds: its shard under FSDP, all of it under DDP."""
     tensors = list(module.parameters())
@@ -200,4 +199,3 @@ def _synchronize(device: torch.device) -> None:
     # CUDA runs asynchronously: without a sync the step time would only measure the kernel launch.
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
