@@ -637,9 +637,10 @@ def render_table(columns: List[str], rows: List[Tuple[Run, dict]], keys: List[st
     cells = [[shorten(c, cell_text(c, row[c], keys)) for c in columns] for _, row in rows]
     widths = [max([len(c)] + [len(line[i]) for line in cells]) for i, c in enumerate(columns)]
     right = [is_numeric(c, rows) for c in columns]
-    fmt = lambda line: "  ".join(
-        t.rjust(w) if r else t.ljust(w) for t, w, r in zip(line, widths, right, strict=True)
-    ).rstrip()  # noqa: E731
+
+    def fmt(line: List[str]) -> str:
+        return "  ".join(t.rjust(w) if r else t.ljust(w) for t, w, r in zip(line, widths, right, strict=True)).rstrip()
+
     return "\n".join([fmt(columns), "  ".join("-" * w for w in widths), *(fmt(line) for line in cells)])
 
 
