@@ -110,7 +110,9 @@ def last_checkpoint(run_dir: Path, run_id: str, storage_location: Optional[str] 
     """The newest checkpoint Ray wrote for this run (a path or a storage URI): what resume= will
     continue from. Ray numbers its checkpoint directories in order."""
     where = storage.join(run_record.checkpoints_location({"dir": str(run_dir), "storage": storage_location}), run_id)
-    found = sorted({f.split("/")[0] for f in storage.list_files(where) if f.startswith("checkpoint_")})
+    # checkpoint_<time>/checkpoint.ckpt, a file or (sharded) a folder; not Ray's checkpoint_manager_snapshot.json.
+    parts = [f.split("/") for f in storage.list_files(where)]
+    found = sorted({p[0] for p in parts if len(p) > 1 and p[1] == run_summary.CHECKPOINT_FILE})
     return storage.join(where, found[-1], run_summary.CHECKPOINT_FILE) if found else None
 
 
