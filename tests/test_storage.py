@@ -24,3 +24,14 @@ def test_copy_tree_mirrors_files_and_leaves_out_what_it_is_told(tmp_path):
     assert not (target / "checkpoints").exists()
     assert storage.list_files(str(tmp_path / "missing")) == []
     assert storage.exists(str(source / "summary.json")) and storage.is_dir(str(source / "logs"))
+
+
+def test_the_last_checkpoint_is_the_newest_checkpoint_folder_not_rays_snapshot(tmp_path):
+    from raydra.fit import last_checkpoint
+
+    run = tmp_path / "checkpoints" / "run-1"
+    storage.write_text(str(run / "checkpoint_manager_snapshot.json"), "{}")
+    assert last_checkpoint(tmp_path, "run-1") is None
+    storage.write_text(str(run / "checkpoint_2026-11-23_21-00-01.000001" / "checkpoint.ckpt"), "a")
+    storage.write_text(str(run / "checkpoint_2026-11-23_21-00-09.000001" / "checkpoint.ckpt" / "meta.pt"), "sharded")
+    assert last_checkpoint(tmp_path, "run-1") == str(run / "checkpoint_2026-11-23_21-00-09.000001" / "checkpoint.ckpt")
