@@ -136,9 +136,7 @@ def node_of(cluster, pid: int):
     import psutil
 
     parents = {p.pid for p in psutil.Process(pid).parents()}
-    return next(
-        n for n in [cluster.head_node, *cluster.worker_nodes] if n.all_processes["raylet"][0].process.pid in parents
-    )
+    return next(n for n in [cluster.head_node, *cluster.worker_nodes] if n.all_processes["raylet"][0].process.pid in parents)
 
 
 def node_runs(out: Path, common: list, epochs: int, after_epoch: int, epoch_s: float) -> tuple:
@@ -148,8 +146,7 @@ def node_runs(out: Path, common: list, epochs: int, after_epoch: int, epoch_s: f
     results = []
     for remove in (False, True):
         cluster = Cluster(
-            initialize_head=True,
-            head_node_args={"num_cpus": 0, "gcs_server_port": free_port(), "dashboard_port": free_port()},
+            initialize_head=True, head_node_args={"num_cpus": 0, "gcs_server_port": free_port(), "dashboard_port": free_port()}
         )
         try:
             for _ in range(3):
@@ -189,13 +186,7 @@ def main() -> None:
     epochs = args.epochs
 
     root = Path(tempfile.mkdtemp(prefix="raydra-faults-bench-"))
-    common = [
-        "experiment=vit_digits_smoke",
-        f"trainer.max_epochs={epochs}",
-        "trainer.test=false",
-        "seed=0",
-        "checkpoint.num_to_keep=1",
-    ]
+    common = ["experiment=vit_digits_smoke", f"trainer.max_epochs={epochs}", "trainer.test=false", "seed=0", "checkpoint.num_to_keep=1"]
     rows = []
     proc, address = start_cluster(args.cpus, root / "ray_start.log")
     try:
@@ -221,47 +212,25 @@ def main() -> None:
         out, overrides = on_cluster("worker_steps")
         result, wall = worker_kill(out, overrides, epochs, epochs // 2, epoch_s, "checkpoint.every_n_steps=10")
         rows.append(
-            row(
-                f"worker SIGKILL, middle (epoch {epochs // 2 + 1}), checkpoint.every_n_steps=10",
-                result,
-                base,
-                wall,
-                base_s,
-                epochs,
-            )
+            row(f"worker SIGKILL, middle (epoch {epochs // 2 + 1}), checkpoint.every_n_steps=10", result, base, wall, base_s, epochs)
         )
         print(rows[-1], file=sys.stderr)
         out, overrides = on_cluster("driver")
         result, wall = driver_kill(out, overrides, epochs, epochs // 2, epoch_s)
-        rows.append(
-            row(f"driver SIGKILL (epoch {epochs // 2 + 1}), then resume=latest", result, base, wall, base_s, epochs)
-        )
+        rows.append(row(f"driver SIGKILL (epoch {epochs // 2 + 1}), then resume=latest", result, base, wall, base_s, epochs))
         print(rows[-1], file=sys.stderr)
     finally:
         stop_cluster(proc)
 
     (node_base, node_base_s), (node_fault, node_s) = node_runs(root, common, epochs, epochs // 2, epoch_s)
-    rows.append(
-        row("none, 3-node cluster, SPREAD (uninterrupted)", node_base, node_base, node_base_s, node_base_s, epochs)
-    )
-    rows.append(
-        row(
-            f"node removal (epoch {epochs // 2 + 1}), 3-node cluster, SPREAD",
-            node_fault,
-            node_base,
-            node_s,
-            node_base_s,
-            epochs,
-        )
-    )
+    rows.append(row("none, 3-node cluster, SPREAD (uninterrupted)", node_base, node_base, node_base_s, node_base_s, epochs))
+    rows.append(row(f"node removal (epoch {epochs // 2 + 1}), 3-node cluster, SPREAD", node_fault, node_base, node_s, node_base_s, epochs))
 
     print(
         f"digits ViT, {epochs} epochs, 2 CPU workers, seed 0; faults half an epoch after the epoch shown began "
         f"(one epoch: {epoch_s:.1f} s); run directories under {root}\n"
     )
-    print(
-        "| fault | completed | epochs lost / repeated | global step | final val/acc (vs uninterrupted) | wall s | extra wall s |"
-    )
+    print("| fault | completed | epochs lost / repeated | global step | final val/acc (vs uninterrupted) | wall s | extra wall s |")
     print("|---|---|---:|---:|---:|---:|---:|")
     print("\n".join(rows))
 

@@ -26,26 +26,10 @@ sys.path.insert(0, str(REPO / "src"))
 WORKLOADS = {
     # name: (image_size, patch, layers, heads, hidden, mlp, classes, batch, epoch samples)
     "seed002": dict(
-        image_size=32,
-        patch_size=4,
-        num_layers=12,
-        num_heads=8,
-        hidden_size=384,
-        mlp_size=768,
-        num_classes=10,
-        batch=512,
-        epoch=50_000,
+        image_size=32, patch_size=4, num_layers=12, num_heads=8, hidden_size=384, mlp_size=768, num_classes=10, batch=512, epoch=50_000
     ),
     "vit_b16": dict(
-        image_size=224,
-        patch_size=16,
-        num_layers=12,
-        num_heads=12,
-        hidden_size=768,
-        mlp_size=3072,
-        num_classes=1000,
-        batch=128,
-        epoch=None,
+        image_size=224, patch_size=16, num_layers=12, num_heads=12, hidden_size=768, mlp_size=3072, num_classes=1000, batch=128, epoch=None
     ),
 }
 PRECISIONS = ("32-true", "bf16-mixed")

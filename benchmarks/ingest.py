@@ -72,17 +72,13 @@ def read_loop(config: dict) -> dict:
     if config["loader"] == "ray_data":
         from raydra.data.ray_data import ShardBatches
 
-        loader = ShardBatches(
-            "train", config["rows"]["train"], config["data"]["batch_size"] // world_size, world_size, train=True, seed=0
-        )
+        loader = ShardBatches("train", config["rows"]["train"], config["data"]["batch_size"] // world_size, world_size, train=True, seed=0)
     else:
         from raydra.data.cifar10 import CIFAR10DataModule
 
         data = CIFAR10DataModule(**{k: v for k, v in config["data"].items() if k != "_target_"})
         data.trainer = SimpleNamespace(
-            strategy=SimpleNamespace(root_device=ray.train.torch.get_device()),
-            global_rank=context.get_world_rank(),
-            world_size=world_size,
+            strategy=SimpleNamespace(root_device=ray.train.torch.get_device()), global_rank=context.get_world_rank(), world_size=world_size
         )
         data.setup()
         loader = data.train_dataloader()
@@ -115,9 +111,7 @@ def measure(root: Path, loader: str, workers: int, batch_size: int, epochs: int,
         scaling_config=ray.train.ScalingConfig(
             num_workers=workers, use_gpu=use_gpu, resources_per_worker={"CPU": 0.5, **({"GPU": 1} if use_gpu else {})}
         ),
-        run_config=ray.train.RunConfig(
-            name=f"ingest_{loader}_{workers}_{time.time_ns()}", storage_path=tempfile.mkdtemp(prefix="ingest_")
-        ),
+        run_config=ray.train.RunConfig(name=f"ingest_{loader}_{workers}_{time.time_ns()}", storage_path=tempfile.mkdtemp(prefix="ingest_")),
     )
     result = trainer.fit()
     if result.error:
@@ -171,27 +165,16 @@ def main() -> None:
     import ray
 
     logging.getLogger("ray").setLevel(logging.ERROR)
-    ray.init(
-        address="local",
-        num_cpus=None if args.gpu or args.gpu_epoch else 2,
-        log_to_driver=False,
-        include_dashboard=False,
-    )
+    ray.init(address="local", num_cpus=None if args.gpu or args.gpu_epoch else 2, log_to_driver=False, include_dashboard=False)
     root = write_cifar(Path(tempfile.mkdtemp(prefix="ingest_cifar_")), args.images)
-    rows = [
-        measure(root, loader, n, args.batch_size, args.epochs, args.gpu)
-        for n in args.workers
-        for loader in ("dataloader", "ray_data")
-    ]
+    rows = [measure(root, loader, n, args.batch_size, args.epochs, args.gpu) for n in args.workers for loader in ("dataloader", "ray_data")]
     print(
         f"\n{date.today()}  python benchmarks/ingest.py {' '.join(sys.argv[1:])}  "
         f"({args.images} CIFAR-shaped train images less 10% val, global batch {args.batch_size}, last of {args.epochs} epochs)\n"
     )
     print("| loader | workers | rows per worker | epoch s | samples/s |\n|---|---:|---:|---:|---:|")
     for r in rows:
-        print(
-            f"| {r['loader']} | {r['workers']} | {r['rows_per_worker']} | {r['epoch_s']:.2f} | {r['samples_per_s']:.0f} |"
-        )
+        print(f"| {r['loader']} | {r['workers']} | {r['rows_per_worker']} | {r['epoch_s']:.2f} | {r['samples_per_s']:.0f} |")
     if args.gpu_epoch:
         ray.shutdown()
         full = write_cifar(Path(tempfile.mkdtemp(prefix="ingest_cifar50k_")), 50_000)

@@ -22,9 +22,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-MODEL = dict(
-    image_size=8, num_channels=1, num_classes=10, patch_size=2, hidden_size=64, num_layers=4, num_heads=4, mlp_size=128
-)
+MODEL = dict(image_size=8, num_channels=1, num_classes=10, patch_size=2, hidden_size=64, num_layers=4, num_heads=4, mlp_size=128)
 OPTIMIZER = {"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3, "weight_decay": 0.05}
 BATCH, WARMUP = 32, 5
 
@@ -137,11 +135,7 @@ def main() -> None:
     parser.add_argument("--launched", type=float)
     args = parser.parse_args()
     if args.way:
-        print(
-            json.dumps(
-                {"plain_torch": plain_torch, "plain_lightning": plain_lightning}[args.way](args.epochs, args.launched)
-            )
-        )
+        print(json.dumps({"plain_torch": plain_torch, "plain_lightning": plain_lightning}[args.way](args.epochs, args.launched)))
         return
     ways = {
         "plain PyTorch loop": lambda: in_subprocess("plain_torch", args.epochs),
@@ -157,13 +151,8 @@ def main() -> None:
             + ", ".join(f"{name} {r['samples_per_s'] / r['workers']:.0f}" for name, r in rounds[-1].items()),
             file=sys.stderr,
         )
-    print(
-        f"digits ViT, {args.epochs} epochs, {BATCH} samples/worker/step, 1 CPU thread per worker, "
-        f"median of {args.repeats} rounds\n"
-    )
-    print(
-        "| way | start-up s | steady samples/s | per worker | per worker vs Lightning (range) | wall s | wall vs Lightning |"
-    )
+    print(f"digits ViT, {args.epochs} epochs, {BATCH} samples/worker/step, 1 CPU thread per worker, median of {args.repeats} rounds\n")
+    print("| way | start-up s | steady samples/s | per worker | per worker vs Lightning (range) | wall s | wall vs Lightning |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name in ways:
         ratio, low, high = _median(rounds, name, "samples_per_s", per_worker=True, vs_lightning=True)

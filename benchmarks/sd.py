@@ -69,10 +69,7 @@ def run(workers: int, gpu: bool, epochs: int) -> dict:
         overrides += FULL_SIZE
     with tempfile.TemporaryDirectory() as outputs:
         done = subprocess.run(
-            [sys.executable, "train.py", *overrides, f"paths.outputs={outputs}"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
+            [sys.executable, "train.py", *overrides, f"paths.outputs={outputs}"], cwd=REPO, capture_output=True, text=True
         )
         if done.returncode:
             sys.exit(f"train.py {' '.join(overrides)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
@@ -96,11 +93,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     args = parser.parse_args()
     workers = args.workers or ([1] if args.gpu else [1, 2])
-    what = (
-        "SD 2 base sizes, 256 px, bf16-mixed, 8 images/GPU"
-        if args.gpu
-        else "sd_tiny, 32 px, 4 images/worker, 1 CPU thread each"
-    )
+    what = "SD 2 base sizes, 256 px, bf16-mixed, 8 images/GPU" if args.gpu else "sd_tiny, 32 px, 4 images/worker, 1 CPU thread each"
     memory = "peak CUDA GiB (rank 0)" if args.gpu else "peak RSS GiB (rank 0)"
     print(f"{what}\n")
     print(f"| workers | steps/s | images/s | images/s per worker | {memory} |")

@@ -90,12 +90,7 @@ def run(out: Path, address: str, common: list, *overrides: str) -> dict:
     (path,) = set(out.glob("runs/*/*/summary.json")) - before
     summary = json.loads(path.read_text())
     ckpt = summary["checkpoints"]
-    return {
-        "wait_s": ckpt["save_s_mean"],
-        "upload_s": ckpt["upload_s_mean"],
-        "wall_s": wall,
-        "run_s": summary["wall_time_s"],
-    }
+    return {"wait_s": ckpt["save_s_mean"], "upload_s": ckpt["upload_s_mean"], "wall_s": wall, "run_s": summary["wall_time_s"]}
 
 
 def main() -> None:
@@ -136,14 +131,10 @@ def main() -> None:
         f"\n{args.epochs} epochs, ViT hidden {args.hidden} x {args.layers} layers, 1 worker, a checkpoint per epoch; "
         f"{time.strftime('%Y-%m-%d')}\n"
     )
-    print(
-        "| storage | upload | training waits per checkpoint | upload per checkpoint | wait vs local disk | run wall time |"
-    )
+    print("| storage | upload | training waits per checkpoint | upload per checkpoint | wait vs local disk | run wall time |")
     print("|---|---|---:|---:|---:|---:|")
     for where, mode, r in rows:
-        print(
-            f"| {where} | {mode} | {r['wait_s']:.3f} s | {r['upload_s']:.3f} s | {r['wait_s'] / local_wait:.2f}x | {r['run_s']:.1f} s |"
-        )
+        print(f"| {where} | {mode} | {r['wait_s']:.3f} s | {r['upload_s']:.3f} s | {r['wait_s'] / local_wait:.2f}x | {r['run_s']:.1f} s |")
 
 
 if __name__ == "__main__":

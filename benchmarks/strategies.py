@@ -106,9 +106,7 @@ def main() -> None:
             rows.append(run(name, overrides + MODELS[device], Path(tmp)))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     ddp = next((r for r in rows if r["strategy"] == "ddp" and "error" not in r), None)
-    print(
-        "| strategy | param+optim state per worker MB | vs ddp | peak memory per worker MB | samples/s | checkpoint MB | save s |"
-    )
+    print("| strategy | param+optim state per worker MB | vs ddp | peak memory per worker MB | samples/s | checkpoint MB | save s |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         if "error" in r:

@@ -70,9 +70,7 @@ def env() -> dict:
 
 def train(*overrides: str) -> float:
     started = time.time()
-    done = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *overrides], cwd=REPO, capture_output=True, text=True, env=env()
-    )
+    done = subprocess.run([sys.executable, str(REPO / "train.py"), *overrides], cwd=REPO, capture_output=True, text=True, env=env())
     if done.returncode:
         sys.exit(f"train.py {' '.join(overrides)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
     return time.time() - started

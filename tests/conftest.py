@@ -106,9 +106,7 @@ def run_train(*overrides: str, outputs: Path, address: str = None, timeout: int 
     args = [sys.executable, str(REPO / "train.py"), *flags, f"paths.outputs={outputs}", *rest]
     if address:
         args.append(f"ray.address={address}")
-    return subprocess.run(
-        args, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**base_env(), **(env or {})}
-    )
+    return subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**base_env(), **(env or {})})
 
 
 def run_dirs(outputs: Path, kind: str = "runs") -> list:

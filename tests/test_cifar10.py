@@ -95,13 +95,7 @@ def test_trains_on_two_workers_from_the_files(ray_cluster, tmp_path):
 
 @pytest.mark.e2e
 def test_a_missing_root_fails_the_run_with_one_sentence(ray_cluster, tmp_path):
-    done = run_train(
-        "experiment=vit_cifar10",
-        f"data.root={tmp_path}/nowhere",
-        "logger=csv",
-        outputs=tmp_path / "out",
-        address=ray_cluster,
-    )
+    done = run_train("experiment=vit_cifar10", f"data.root={tmp_path}/nowhere", "logger=csv", outputs=tmp_path / "out", address=ray_cluster)
     assert done.returncode == 1
     assert f"error: data.root={tmp_path}/nowhere holds no CIFAR-10 batch files" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr

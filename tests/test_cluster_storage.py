@@ -40,9 +40,7 @@ def _storage(uri: str) -> str:
 
 def _start(*overrides, outputs, address):
     args = [sys.executable, str(REPO / "train.py"), f"paths.outputs={outputs}", *overrides, f"ray.address={address}"]
-    return subprocess.Popen(
-        args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**base_env(), **S3_ENV}
-    )
+    return subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**base_env(), **S3_ENV})
 
 
 def _registered_checkpoints(run_storage: str) -> int:
@@ -85,9 +83,7 @@ def test_a_run_without_storage_on_nodes_without_a_shared_disk_is_refused_before_
 
 
 @pytest.mark.e2e
-def test_a_run_on_s3_survives_a_worker_and_a_driver_kill_and_ends_whole_on_the_drivers_disk(
-    private_disk_cluster, s3_bucket
-):
+def test_a_run_on_s3_survives_a_worker_and_a_driver_kill_and_ends_whole_on_the_drivers_disk(private_disk_cluster, s3_bucket):
     """Point 2 of the issue, item by item, on a run that lost a worker after its first checkpoint
     (the group restarts from the checkpoint in storage) and then its driver (resume=latest from a
     new process continues from storage)."""
@@ -112,15 +108,7 @@ def test_a_run_on_s3_survives_a_worker_and_a_driver_kill_and_ends_whole_on_the_d
     # Resumed without its storage, it would find no checkpoint and train from the start: refused.
     refused = run_train(*RUN, "resume=latest", outputs=outputs, address=address, env=S3_ENV, timeout=120)
     assert refused.returncode == 1 and "add paths.storage=" in refused.stdout, refused.stdout + refused.stderr
-    done = run_train(
-        *RUN,
-        _storage(s3_bucket),
-        "failure.max_failures=1",
-        "resume=latest",
-        outputs=outputs,
-        address=address,
-        env=S3_ENV,
-    )
+    done = run_train(*RUN, _storage(s3_bucket), "failure.max_failures=1", "resume=latest", outputs=outputs, address=address, env=S3_ENV)
     assert done.returncode == 0, done.stdout + done.stderr
 
     summary = summary_of(run_dir)
@@ -137,9 +125,7 @@ def test_a_run_on_s3_survives_a_worker_and_a_driver_kill_and_ends_whole_on_the_d
     assert list(run_dir.glob("wandb/offline-run-*/*.wandb"))
     assert not (run_dir / "checkpoints").exists()
     # The storage copy is whole too, and it opens like a run directory.
-    assert {"summary.json", "metrics.csv", ".hydra/config.yaml", "logs/worker_1.log"} <= set(
-        storage.list_files(run_storage)
-    )
+    assert {"summary.json", "metrics.csv", ".hydra/config.yaml", "logs/worker_1.log"} <= set(storage.list_files(run_storage))
     model = raydra.load(checkpoints["best"])
     assert sum(p.numel() for p in model.parameters()) > 0
     compared = subprocess.run(
@@ -239,9 +225,7 @@ class socket_closed:
 
 
 def test_a_bad_storage_uri_fails_the_run_before_ray_starts(s3_server, tmp_path):
-    done = run_train(
-        "experiment=vit_digits_smoke", 'paths.storage="nosuchfs://bucket/prefix"', outputs=tmp_path, timeout=120
-    )
+    done = run_train("experiment=vit_digits_smoke", 'paths.storage="nosuchfs://bucket/prefix"', outputs=tmp_path, timeout=120)
     assert done.returncode == 1
     assert "paths.storage=nosuchfs://bucket/prefix: no installed filesystem serves this URI scheme" in done.stdout
     assert "started a local Ray" not in done.stdout
@@ -253,9 +237,6 @@ def test_the_storage_location_mirrors_the_run_directory_under_outputs(tmp_path):
     from raydra.run_record import location
 
     run_dir = tmp_path / "out" / "runs" / "2026-11-23" / "20-41-00_vit"
-    assert (
-        location("s3://b/p?scheme=http", str(tmp_path / "out"), run_dir)
-        == "s3://b/p/runs/2026-11-23/20-41-00_vit?scheme=http"
-    )
+    assert location("s3://b/p?scheme=http", str(tmp_path / "out"), run_dir) == "s3://b/p/runs/2026-11-23/20-41-00_vit?scheme=http"
     assert location(None, str(tmp_path / "out"), run_dir) is None
     assert location("/nfs/raydra", str(tmp_path / "elsewhere"), run_dir) == str(Path("/nfs/raydra/runs/20-41-00_vit"))

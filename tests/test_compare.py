@@ -72,9 +72,7 @@ def make_run(
         rows.append({"epoch": len(accs), "step": step, "test/acc": accs[-1] + 0.005})
     if metrics_csv:
         with open(run / "metrics.csv", "w", newline="") as f:
-            writer = csv.DictWriter(
-                f, ["epoch", "step", "test/acc", "train/loss", "train/samples_per_s", "val/acc", "val/loss"]
-            )
+            writer = csv.DictWriter(f, ["epoch", "step", "test/acc", "train/loss", "train/samples_per_s", "val/acc", "val/loss"])
             writer.writeheader()
             writer.writerows(rows)
 
@@ -216,9 +214,7 @@ def test_filter_keeps_matching_runs_and_says_when_none_match(sweep, tmp_path, ca
     assert [r["run"] for r in records] == ["0", "1", "2"]
     records, _ = as_json(capsys, sweep, "--filter", "model.optimizer.lr=0.01", "--filter", "model.name=cnn")
     assert [r["run"] for r in records] == ["3"]
-    records, _ = as_json(
-        capsys, sweep, "--filter", "model.optimizer._partial_=True", "--filter", "strategy.backend=null"
-    )
+    records, _ = as_json(capsys, sweep, "--filter", "model.optimizer._partial_=True", "--filter", "strategy.backend=null")
     assert len(records) == 4
 
     code, out, err = compare(capsys, sweep, "--filter", "model.name=resnet")
@@ -267,9 +263,7 @@ def test_failed_running_corrupt_and_bad_paths_are_reported_and_the_table_still_p
     not_a_run.mkdir()
     (not_a_run / "readme.txt").write_text("nothing here")
 
-    code, out, err = compare(
-        capsys, sweep, not_a_run, tmp_path / "missing", "--metric", "val/acc", "--metric", "val/acx"
-    )
+    code, out, err = compare(capsys, sweep, not_a_run, tmp_path / "missing", "--metric", "val/acc", "--metric", "val/acx")
     assert code == 0
     lines = {line.split()[0]: line for line in out.strip().splitlines()[2:]}
     assert sorted(lines) == ["0", "1", "2", "3", "4", "5", "6", "7"]

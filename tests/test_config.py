@@ -94,9 +94,7 @@ def test_the_trainer_group_reaches_lightnings_trainer_as_it_is(tmp_path):
     parameters = set(inspect.signature(pl.Trainer.__init__).parameters)
     fields = set(TrainerConfig.__dataclass_fields__)
     assert RAYDRA_TRAINER_KEYS <= fields and not RAYDRA_TRAINER_KEYS & parameters
-    assert fields - RAYDRA_TRAINER_KEYS <= parameters, (
-        f"not pl.Trainer arguments: {fields - RAYDRA_TRAINER_KEYS - parameters}"
-    )
+    assert fields - RAYDRA_TRAINER_KEYS <= parameters, f"not pl.Trainer arguments: {fields - RAYDRA_TRAINER_KEYS - parameters}"
     cfg = composed(
         "trainer.max_epochs=5",
         "trainer.gradient_clip_val=1.0",
@@ -115,18 +113,11 @@ def test_the_trainer_group_reaches_lightnings_trainer_as_it_is(tmp_path):
         default_root_dir=str(tmp_path),
         **arguments,
     )
-    assert (trainer.max_epochs, trainer.gradient_clip_val, trainer.accumulate_grad_batches, trainer.precision) == (
-        5,
-        1.0,
-        2,
-        "bf16-mixed",
-    )
+    assert (trainer.max_epochs, trainer.gradient_clip_val, trainer.accumulate_grad_batches, trainer.precision) == (5, 1.0, 2, "bf16-mixed")
 
 
 def test_checkpoint_frequency_is_said_one_way():
-    with pytest.raises(
-        RaydraError, match=r"checkpoint.every_n_epochs=2 and checkpoint.every_n_steps=50 are both set; keep one"
-    ):
+    with pytest.raises(RaydraError, match=r"checkpoint.every_n_epochs=2 and checkpoint.every_n_steps=50 are both set; keep one"):
         validate(composed("checkpoint.every_n_epochs=2", "checkpoint.every_n_steps=50"))
     validate(composed("checkpoint.every_n_steps=50"))
     validate(composed("checkpoint.every_n_epochs=2"))
@@ -140,12 +131,8 @@ def test_resolved_config_is_plain_data_for_workers():
 
 
 def test_help_lists_groups_and_cfg_job_prints_the_config():
-    help_text = subprocess.run(
-        [sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout
-    groups = dict(
-        line.split(": ", 1) for line in help_text.splitlines() if line.startswith(tuple("delmst")) and ": " in line
-    )
+    help_text = subprocess.run([sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    groups = dict(line.split(": ", 1) for line in help_text.splitlines() if line.startswith(tuple("delmst")) and ": " in line)
     for group, option in [
         ("model", "vit"),
         ("data", "digits"),
@@ -158,11 +145,7 @@ def test_help_lists_groups_and_cfg_job_prints_the_config():
     ]:
         assert option in groups[group].split(", ")
     job = subprocess.run(
-        [sys.executable, "train.py", "--cfg", "job", "scale.num_workers=4"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
+        [sys.executable, "train.py", "--cfg", "job", "scale.num_workers=4"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout
     assert OmegaConf.create(job).scale.num_workers == 4
 
@@ -170,9 +153,7 @@ def test_help_lists_groups_and_cfg_job_prints_the_config():
 def test_help_lists_only_the_groups_a_user_can_pick():
     """The schemas the option files extend live in Hydra's ConfigStore too; --help must not offer
     them as groups (`schema/strategy: ddp, ...` once did)."""
-    help_text = subprocess.run(
-        [sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout
+    help_text = subprocess.run([sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True, text=True, check=True).stdout
     section = help_text.split("== Config groups", 1)[1].split("\n== ", 1)[0]
     groups = {line.split(": ", 1)[0] for line in section.splitlines()[1:] if ": " in line}
     assert not [group for group in groups if "schema" in group]
@@ -247,19 +228,11 @@ def test_group_options_set_only_what_they_change_from_the_schema():
         "tune/random.yaml": schema.TuneConfig,
     }
     # Every option of the typed groups is checked, including ones added later.
-    found = {
-        f"{group}/{p.name}"
-        for group in ("scale", "strategy", "trainer", "tune")
-        for p in (REPO / "conf" / group).glob("*.yaml")
-    }
+    found = {f"{group}/{p.name}" for group in ("scale", "strategy", "trainer", "tune") for p in (REPO / "conf" / group).glob("*.yaml")}
     assert found | {"train.yaml"} == set(options)
     for path, dataclass in options.items():
         option = OmegaConf.to_container(OmegaConf.load(REPO / "conf" / path))
         option.pop("defaults", None)
         defaults = OmegaConf.to_container(OmegaConf.structured(dataclass))
-        repeated = [
-            key
-            for key, value in leaves(option)
-            if OmegaConf.select(OmegaConf.create(defaults), key, default="<absent>") == value
-        ]
+        repeated = [key for key, value in leaves(option) if OmegaConf.select(OmegaConf.create(defaults), key, default="<absent>") == value]
         assert not repeated, f"conf/{path} repeats the schema's defaults for {repeated}"

@@ -28,8 +28,7 @@ def dataset(n=240, size=8, seed=0):
     labels = np.arange(n) % 3
     images = [Image.fromarray((rng.integers(0, 80, (size, size, 3)) + label * 80).astype(np.uint8)) for label in labels]
     return Dataset.from_dict(
-        {"image": images, "labels": labels.tolist()},
-        features=Features({"image": HFImage(), "labels": ClassLabel(names=list(COLOURS))}),
+        {"image": images, "labels": labels.tolist()}, features=Features({"image": HFImage(), "labels": ClassLabel(names=list(COLOURS))})
     )
 
 
@@ -47,18 +46,11 @@ def to_parquet(path, **kwargs):
 
 def test_save_to_disk_and_parquet_give_stratified_splits_and_classlabel_names(tmp_path):
     for name in (save_to_disk(tmp_path / "disk"), to_parquet(tmp_path / "beans.parquet")):
-        assert HFImageDataModule.describe(name=str(name), label_column="labels") == {
-            "num_classes": 3,
-            "class_names": list(COLOURS),
-        }
+        assert HFImageDataModule.describe(name=str(name), label_column="labels") == {"num_classes": 3, "class_names": list(COLOURS)}
         data = HFImageDataModule(name=str(name), num_classes=3, label_column="labels", image_size=8, batch_size=8)
         data.setup()
         assert data.classes == list(COLOURS)
-        assert {role: len(loader.labels) for role, loader in data.loaders.items()} == {
-            "train": 192,
-            "val": 24,
-            "test": 24,
-        }
+        assert {role: len(loader.labels) for role, loader in data.loaders.items()} == {"train": 192, "val": 24, "test": 24}
         for loader in data.loaders.values():  # every class in every split, in equal shares
             assert np.bincount(loader.labels.numpy()).tolist() == [len(loader.labels) // 3] * 3
         images, labels = next(iter(data.train_dataloader()))
@@ -68,9 +60,7 @@ def test_save_to_disk_and_parquet_give_stratified_splits_and_classlabel_names(tm
 def test_a_pretrained_models_image_processor_sets_size_and_normalisation(tmp_path):
     from transformers import ViTImageProcessor
 
-    ViTImageProcessor(size={"height": 16, "width": 16}, image_mean=[0.2] * 3, image_std=[0.1] * 3).save_pretrained(
-        tmp_path / "vit"
-    )
+    ViTImageProcessor(size={"height": 16, "width": 16}, image_mean=[0.2] * 3, image_std=[0.1] * 3).save_pretrained(tmp_path / "vit")
     data = HFImageDataModule(
         name=str(save_to_disk(tmp_path / "disk")),
         num_classes=3,
@@ -111,10 +101,7 @@ def test_plain_string_labels_become_sorted_classes(tmp_path):
         ("column", "data.label_column=label is not a column of {root}/disk (columns: image, labels)"),
         ("parquet_column", "data.image_column=picture is not a column of {root}/beans.parquet (columns: image, labels"),
         ("corrupt", "data.name={root}/broken.parquet is not readable parquet"),
-        (
-            "offline",
-            "data.name=beans is not in the local Hugging Face cache and this machine is offline (HF_HUB_OFFLINE)",
-        ),
+        ("offline", "data.name=beans is not in the local Hugging Face cache and this machine is offline (HF_HUB_OFFLINE)"),
     ],
 )
 def test_bad_datasets_are_named_in_one_sentence(tmp_path, monkeypatch, breakage, message):
@@ -140,30 +127,16 @@ def test_bad_datasets_are_named_in_one_sentence(tmp_path, monkeypatch, breakage,
 def test_ray_data_preprocess_decodes_struct_bytes_and_maps_plain_labels(tmp_path):
     rows = pd.read_parquet(to_parquet(tmp_path / "b.parquet", n=6))
     batch = {"image": np.array(list(rows["image"]), dtype=object), "labels": np.array(["b", "a", "b", "c", "a", "c"])}
-    out = Preprocess(
-        "image", "labels", size=4, channels=3, mean=[0.5] * 3, std=[0.5] * 3, label_values=["a", "b", "c"]
-    )(batch)
+    out = Preprocess("image", "labels", size=4, channels=3, mean=[0.5] * 3, std=[0.5] * 3, label_values=["a", "b", "c"])(batch)
     assert out["image"].shape == (6, 3, 4, 4) and out["image"].dtype == np.float32
     assert out["label"].tolist() == [1, 0, 1, 2, 0, 2]
     assert -1.0 <= out["image"].min() and out["image"].max() <= 1.0
-    flipped = crop_flip(
-        torch.arange(2 * 3 * 4 * 4, dtype=torch.float32).reshape(2, 3, 4, 4), 2, True, torch.Generator().manual_seed(0)
-    )
+    flipped = crop_flip(torch.arange(2 * 3 * 4 * 4, dtype=torch.float32).reshape(2, 3, 4, 4), 2, True, torch.Generator().manual_seed(0))
     assert flipped.shape == (2, 3, 4, 4)
     # Ray Data's training preprocess augments with that same function: each image as it was or mirrored.
-    plain = Preprocess(
-        "image", "labels", size=4, channels=3, mean=[0.5] * 3, std=[0.5] * 3, label_values=["a", "b", "c"]
-    )
+    plain = Preprocess("image", "labels", size=4, channels=3, mean=[0.5] * 3, std=[0.5] * 3, label_values=["a", "b", "c"])
     flips = Preprocess(
-        "image",
-        "labels",
-        size=4,
-        channels=3,
-        mean=[0.5] * 3,
-        std=[0.5] * 3,
-        label_values=["a", "b", "c"],
-        augment=True,
-        flip=True,
+        "image", "labels", size=4, channels=3, mean=[0.5] * 3, std=[0.5] * 3, label_values=["a", "b", "c"], augment=True, flip=True
     )
     ordered, mirrored = plain(dict(batch))["image"], 0
     for _ in range(5):  # 30 coin flips: all heads 1 time in 2**30
@@ -226,9 +199,7 @@ def test_classes_flow_from_the_data_into_the_model_and_the_beans_experiment_comp
     describe_data(cfg)
     assert (cfg.model.num_classes, list(cfg.data.class_names)) == (3, list(COLOURS))
     with pytest.raises(RaydraError, match=r"has 3 classes \(red, green, blue\) but data.num_classes=5"):
-        describe_data(
-            composed("data=hf", f"data.name={tmp_path / 'disk'}", "data.label_column=labels", "data.num_classes=5")
-        )
+        describe_data(composed("data=hf", f"data.name={tmp_path / 'disk'}", "data.label_column=labels", "data.num_classes=5"))
 
     beans = composed("experiment=vit_beans")
     validate(beans)
@@ -257,9 +228,7 @@ def test_a_missing_column_fails_the_run_before_ray_starts_and_is_recorded(tmp_pa
     root = save_to_disk(tmp_path / "disk", n=30)
     done = run_train("data=hf", f"data.name={root}", "data.label_column=kind", "logger=csv", outputs=tmp_path / "out")
     assert done.returncode == 1
-    assert (
-        f"error: data.label_column=kind is not a column of {root} (columns: image, labels)" in done.stdout + done.stderr
-    )
+    assert f"error: data.label_column=kind is not a column of {root} (columns: image, labels)" in done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     summary = summary_of(run_dirs(tmp_path / "out")[0])
     assert summary["status"] == "failed" and "data.label_column=kind is not a column" in summary["error"]

@@ -45,9 +45,7 @@ def test_stratified_splits_are_fractions_of_the_whole_and_the_same_per_seed():
     assert all(np.array_equal(cut[r], again[r]) for r in cut)
     assert not np.array_equal(np.sort(cut["val"]), np.sort(other["val"]))
     assert list(stratified_split(labels, {"val": 0.1, "test": 0.0}, 0, "data.root=/x")) == ["train", "val"]
-    with pytest.raises(
-        RaydraError, match=r"^data.root=/x cannot hold out data.val_fraction=0.1 .*add samples to the smallest class.$"
-    ):
+    with pytest.raises(RaydraError, match=r"^data.root=/x cannot hold out data.val_fraction=0.1 .*add samples to the smallest class.$"):
         stratified_split(np.array([0, 0, 0, 0, 1, 2]), {"val": 0.1, "test": 0.1}, 0, "data.root=/x")
 
 
@@ -83,12 +81,7 @@ def test_validation_is_never_reported_as_test(tmp_path, test_fraction):
     from raydra.worker import loop
 
     data = ImageFolderDataModule(
-        root=str(write_folder(tmp_path)),
-        num_classes=3,
-        image_size=8,
-        batch_size=8,
-        test_fraction=test_fraction,
-        augment=False,
+        root=str(write_folder(tmp_path)), num_classes=3, image_size=8, batch_size=8, test_fraction=test_fraction, augment=False
     )
     model = TinyClassifier()
     trainer = pl.Trainer(

@@ -23,10 +23,7 @@ def cluster():
     stops only what this cluster started."""
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 0, "gcs_server_port": _free_port(), "dashboard_port": _free_port()},
-    )
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "gcs_server_port": _free_port(), "dashboard_port": _free_port()})
     try:
         for _ in range(3):
             cluster.add_node(num_cpus=1)

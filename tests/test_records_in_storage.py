@@ -72,9 +72,7 @@ def test_compare_of_runs_in_storage_prints_the_table_of_their_local_copies(runs,
     code, out, _ = cli(capsys, "compare", remote[0], "--format", "json", "--html", root.parent / "report.html")
     page = (root.parent / "report.html").read_text()
     assert [r["run_dir"] for r in json.loads(out)] == [storage.join(remote[0], str(i)) for i in range(3)]
-    assert "raydra-compare-" not in out + page and storage.join(remote[0], "1", "metrics.csv") in page.replace(
-        "&amp;", "&"
-    )
+    assert "raydra-compare-" not in out + page and storage.join(remote[0], "1", "metrics.csv") in page.replace("&amp;", "&")
 
 
 def test_show_of_a_run_in_storage(runs, capsys):
@@ -176,22 +174,9 @@ def test_compare_of_storage_imports_pyarrow_but_not_the_training_stack(runs):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(list(csv.DictReader(io.StringIO(proc.stdout)))) == 4
-    imported = {
-        line.rsplit("|", 1)[-1].strip().split(".")[0]
-        for line in proc.stderr.splitlines()
-        if line.startswith("import time:")
-    }
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert "pyarrow" in imported
-    assert not imported & {
-        "ray",
-        "torch",
-        "wandb",
-        "hydra",
-        "omegaconf",
-        "lightning",
-        "pytorch_lightning",
-        "matplotlib",
-    }
+    assert not imported & {"ray", "torch", "wandb", "hydra", "omegaconf", "lightning", "pytorch_lightning", "matplotlib"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,8 +262,7 @@ def test_load_a_run_and_a_checkpoint_from_storage(tmp_path, s3_bucket):
     fs, path = storage.filesystem(ckpt_uri)
     fs.delete_file(path)
     with pytest.raises(
-        RaydraError,
-        match=rf"{re.escape(run_uri)} has no last checkpoint \(summary.json lists {re.escape(str(ckpt))}, which is not there\)",
+        RaydraError, match=rf"{re.escape(run_uri)} has no last checkpoint \(summary.json lists {re.escape(str(ckpt))}, which is not there\)"
     ):
         raydra.load(run_uri, "last")
     with pytest.raises(RaydraError, match=rf"{re.escape(str(local))} has no best checkpoint .*which is not there"):

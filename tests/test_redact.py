@@ -163,9 +163,7 @@ def test_resume_compares_secrets_masked_and_never_prints_one():
 
 def test_storage_uri_credentials_are_masked_and_its_other_options_kept():
     """paths.storage may carry pyarrow's S3 options, credentials among them."""
-    uri = (
-        "s3://AKIDEXAMPLE:wJalrXUtnFEMI@bucket/p?endpoint_override=127.0.0.1:9000&secret_key=wJalrXUtnFEMI&scheme=http"
-    )
+    uri = "s3://AKIDEXAMPLE:wJalrXUtnFEMI@bucket/p?endpoint_override=127.0.0.1:9000&secret_key=wJalrXUtnFEMI&scheme=http"
     masked = redact({"paths": {"storage": uri}}, [])["paths"]["storage"]
     assert "wJalrXUtnFEMI" not in masked and "AKIDEXAMPLE" not in masked
     assert masked == "s3://***@bucket/p?endpoint_override=127.0.0.1:9000&secret_key=***&scheme=http"

@@ -88,17 +88,9 @@ def test_a_killed_worker_restarts_from_the_last_checkpoint_and_loses_no_epoch(ra
 
 
 @pytest.mark.e2e
-def test_a_worker_killed_after_a_mid_epoch_checkpoint_resumes_inside_the_epoch_on_the_same_batches(
-    ray_cluster, reference, tmp_path
-):
+def test_a_worker_killed_after_a_mid_epoch_checkpoint_resumes_inside_the_epoch_on_the_same_batches(ray_cluster, reference, tmp_path):
     # 40 steps an epoch: every checkpoint but the last falls inside an epoch.
-    driver = _start(
-        *RUN,
-        "failure.max_failures=1",
-        f"checkpoint.every_n_steps={EVERY_N_STEPS}",
-        outputs=tmp_path,
-        address=ray_cluster,
-    )
+    driver = _start(*RUN, "failure.max_failures=1", f"checkpoint.every_n_steps={EVERY_N_STEPS}", outputs=tmp_path, address=ray_cluster)
     run_dir = _wait_for_checkpoint(tmp_path, driver)
     _kill_worker(_worker_pids(run_dir)[0])
     out, _ = driver.communicate(timeout=300)
@@ -215,9 +207,7 @@ def test_an_sd_tiny_run_resumes_after_sigterm_and_no_secret_reaches_its_files(ra
 
 def _start(*overrides, outputs, address, env=None):
     args = [sys.executable, str(REPO / "train.py"), f"paths.outputs={outputs}", *overrides, f"ray.address={address}"]
-    return subprocess.Popen(
-        args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**base_env(), **(env or {})}
-    )
+    return subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**base_env(), **(env or {})})
 
 
 def _wait_for_checkpoint(outputs: Path, driver: subprocess.Popen, timeout: float = 240) -> Path:
@@ -243,8 +233,7 @@ def _wait_for_checkpoint(outputs: Path, driver: subprocess.Popen, timeout: float
 def _resumed_at(run_dir: Path) -> tuple:
     """(epoch, batch, batches per epoch, global step) where the restarted rank 0 picked up."""
     found = re.search(
-        r"resumed from .* at epoch (\d+), batch (\d+) of (\d+) \(global step (\d+)\)",
-        (run_dir / "logs" / "worker_0.log").read_text(),
+        r"resumed from .* at epoch (\d+), batch (\d+) of (\d+) \(global step (\d+)\)", (run_dir / "logs" / "worker_0.log").read_text()
     )
     assert found, "the restarted worker group did not resume from a checkpoint"
     return tuple(map(int, found.groups()))

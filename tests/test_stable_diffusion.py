@@ -88,9 +88,7 @@ def write_captioned(root, count=6, size=(40, 24)):
 
 
 def test_image_captions_reads_metadata_and_crops_square(tmp_path):
-    data = ImageCaptionsDataModule(
-        root=str(write_captioned(tmp_path / "imgs")), resolution=16, batch_size=2, val_fraction=0.34
-    )
+    data = ImageCaptionsDataModule(root=str(write_captioned(tmp_path / "imgs")), resolution=16, batch_size=2, val_fraction=0.34)
     data.setup()
     assert len(data.train_captions) == 4 and all(c.startswith("grey level") for c in data.train_captions)
     batch = next(iter(data.train_dataloader()))
@@ -103,11 +101,7 @@ def test_image_captions_reads_metadata_and_crops_square(tmp_path):
 
 @pytest.mark.parametrize(
     "breakage, message",
-    [
-        ("no_metadata", "metadata.jsonl does not exist"),
-        ("no_text", "has no `text`"),
-        ("missing_image", "which does not exist"),
-    ],
+    [("no_metadata", "metadata.jsonl does not exist"), ("no_text", "has no `text`"), ("missing_image", "which does not exist")],
 )
 def test_bad_caption_folders_are_named(tmp_path, breakage, message):
     root = write_captioned(tmp_path / "imgs")
@@ -147,9 +141,7 @@ def test_pretrained_folder_trains_and_exports_a_loadable_pipeline(shapes, tmp_pa
     optimizer.step()
     assert torch.isfinite(loss)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.unet.parameters()))
-    assert all(p.grad is None for p in model.vae.parameters()) and all(
-        p.grad is None for p in model.text_encoder.parameters()
-    )
+    assert all(p.grad is None for p in model.vae.parameters()) and all(p.grad is None for p in model.text_encoder.parameters())
 
     exported = tmp_path / "exported"
     export(model.pipeline(), exported)
@@ -178,9 +170,7 @@ def test_channels_last_changes_the_layout_not_the_loss(shapes, tmp_path):
     batch = next(iter(shapes.val_dataloader()))
     losses = {}
     for channels_last in (False, True):
-        model = StableDiffusion(
-            **{**tiny_model_config(), "parts": None, "pretrained": str(layout), "channels_last": channels_last}
-        )
+        model = StableDiffusion(**{**tiny_model_config(), "parts": None, "pretrained": str(layout), "channels_last": channels_last})
         model.configure_model()
         conv = model.unet.conv_in.weight
         assert conv.is_contiguous(memory_format=torch.channels_last) == channels_last
@@ -191,11 +181,7 @@ def test_channels_last_changes_the_layout_not_the_loss(shapes, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "breakage, message",
-    [
-        ("missing_part", "lacks the subfolder"),
-        ("resolution", "model.resolution=34 is not divisible by 4"),
-    ],
+    "breakage, message", [("missing_part", "lacks the subfolder"), ("resolution", "model.resolution=34 is not divisible by 4")]
 )
 def test_bad_pretrained_config_is_named(shapes, tmp_path, breakage, message):
     layout = tmp_path / "layout"
@@ -207,9 +193,7 @@ def test_bad_pretrained_config_is_named(shapes, tmp_path, breakage, message):
         shutil.rmtree(layout / "vae")
     else:
         resolution = 34
-    model = StableDiffusion(
-        **{**tiny_model_config(), "parts": None, "pretrained": str(layout), "resolution": resolution}
-    )
+    model = StableDiffusion(**{**tiny_model_config(), "parts": None, "pretrained": str(layout), "resolution": resolution})
     with pytest.raises(RaydraError, match=message):
         model.configure_model()
 
@@ -238,9 +222,7 @@ def test_sd_tiny_trains_samples_and_exports_on_two_workers(ray_cluster, tmp_path
     assert summary["test_skipped"] == "the data has no test split"
     assert not [key for key in summary["metrics"]["final"] if key.startswith("test/")]
     assert "no test: the data has no test split" in done.stdout + done.stderr
-    epoch_losses = [
-        float(r["train/loss_epoch"]) for r in csv.DictReader(open(run_dir / "metrics.csv")) if r.get("train/loss_epoch")
-    ]
+    epoch_losses = [float(r["train/loss_epoch"]) for r in csv.DictReader(open(run_dir / "metrics.csv")) if r.get("train/loss_epoch")]
     assert len(epoch_losses) == 4 and epoch_losses[-1] < 0.85 * epoch_losses[0], epoch_losses
 
     samples = sorted((run_dir / "samples").glob("epoch_*.png"))

@@ -34,10 +34,7 @@ def test_each_strategy_composes_with_its_own_schema():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (
-            ["strategy=fsdp", "strategy.sharding=zero3"],
-            "strategy.sharding=zero3 is not an FSDP sharding; use full, grad_op or hybrid",
-        ),
+        (["strategy=fsdp", "strategy.sharding=zero3"], "strategy.sharding=zero3 is not an FSDP sharding; use full, grad_op or hybrid"),
         (["strategy=fsdp", "strategy.checkpoint_layout=dcp"], "strategy.checkpoint_layout=dcp must be sharded or full"),
         (["strategy=fsdp", "strategy.mixed_precision=fp8"], "strategy.mixed_precision=fp8 must be null, bf16 or fp16"),
         (["strategy=fsdp", "strategy.cpu_offload=true"], "these workers are CPU workers"),
@@ -161,6 +158,4 @@ def test_each_strategy_trains_with_bf16_on_gpu_and_loads_back(strategy, tmp_path
     summary = summary_of(run_dir)
     assert summary["status"] == "completed" and summary["precision"] == "bf16-mixed"
     assert summary["metrics"]["final"]["val/acc"] > 0.5
-    assert _test_accuracy(raydra.load(run_dir, "last").float()) == pytest.approx(
-        summary["metrics"]["final"]["test/acc"], abs=0.02
-    )
+    assert _test_accuracy(raydra.load(run_dir, "last").float()) == pytest.approx(summary["metrics"]["final"]["test/acc"], abs=0.02)

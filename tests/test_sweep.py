@@ -52,11 +52,7 @@ def space_of(*overrides: str):
 
 
 def test_tune_options_compose_with_their_typed_schema():
-    for option, search, scheduler in [
-        ("asha", "random", "asha"),
-        ("random", "random", "fifo"),
-        ("optuna", "optuna", "asha"),
-    ]:
+    for option, search, scheduler in [("asha", "random", "asha"), ("random", "random", "fifo"), ("optuna", "optuna", "asha")]:
         cfg = composed(f"tune={option}")
         assert (cfg.tune.search, cfg.tune.scheduler) == (search, scheduler)
         validate(cfg)
@@ -69,8 +65,7 @@ def test_tune_options_compose_with_their_typed_schema():
 
 def test_space_keys_are_dotted_or_nested_and_the_command_line_distribution_wins():
     space = space_of(
-        "tune.space={model.optimizer.lr: {choice: [1e-3, 1e-2]}, data.batch_size: null}",
-        "+tune.space.model.dropout={uniform: [0.0, 0.3]}",
+        "tune.space={model.optimizer.lr: {choice: [1e-3, 1e-2]}, data.batch_size: null}", "+tune.space.model.dropout={uniform: [0.0, 0.3]}"
     )
     assert space == {"model.optimizer.lr": ("choice", [1e-3, 1e-2]), "model.dropout": ("uniform", [0.0, 0.3])}
 
@@ -86,14 +81,8 @@ def test_space_keys_are_dotted_or_nested_and_the_command_line_distribution_wins(
             ["tune.space={model.optimizer.lr: {logunifrom: [1e-4, 1e-1]}}"],
             "tune.space.model.optimizer.lr: logunifrom is not a distribution",
         ),
-        (
-            ["tune.space={data.batch_size: {choice: [32, 33]}}"],
-            "tune.space.data.batch_size: the value 33 makes an invalid run",
-        ),
-        (
-            ["+tune.space.scale.num_workers={uniform: [1, 2]}"],
-            "tune.space.scale.num_workers: the value 1.0 makes an invalid run",
-        ),
+        (["tune.space={data.batch_size: {choice: [32, 33]}}"], "tune.space.data.batch_size: the value 33 makes an invalid run"),
+        (["+tune.space.scale.num_workers={uniform: [1, 2]}"], "tune.space.scale.num_workers: the value 1.0 makes an invalid run"),
         (["tune.num_samples=0"], "tune.num_samples=0 must be at least 1"),
         (["tune.scheduler=pbt"], "tune.scheduler=pbt is not supported"),
         (["tune.space={model.optimizer.lr: null, data.batch_size: null}"], "tune.space leaves no key to search"),
@@ -125,9 +114,7 @@ def _trials(sweep_dir: Path) -> dict:
 
 
 @pytest.mark.e2e
-def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_best_config_reruns(
-    ray_cluster, tmp_path
-):
+def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_best_config_reruns(ray_cluster, tmp_path):
     """One sweep for the whole life cycle, to keep the suite short: run, SIGKILL the driver once
     a trial has finished, resume, then rerun the best trial from best_config.yaml."""
     args = [
@@ -160,9 +147,7 @@ def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_b
     assert json.loads((sweep_dir / "sweep.json").read_text())["status"] == "running"
     assert not (sweep_dir / "best_config.yaml").exists()
 
-    done = run_train(
-        *SMALL_SWEEP, "logger=[csv,wandb]", f"tune.resume={sweep_dir}", outputs=tmp_path, address=ray_cluster
-    )
+    done = run_train(*SMALL_SWEEP, "logger=[csv,wandb]", f"tune.resume={sweep_dir}", outputs=tmp_path, address=ray_cluster)
     assert done.returncode == 0, done.stdout + done.stderr
     record = json.loads((sweep_dir / "sweep.json").read_text())
     assert record["status"] == "completed" and len(record["resumed"]) == 1
@@ -180,18 +165,12 @@ def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_b
     spans = sorted((s["started_at"], s["finished_at"]) for s in trials.values())
     assert any(b[0] < a[1] for a, b in zip(spans, spans[1:]))
     # One W&B group, named after the sweep, for all trials; each trial its own run.
-    groups = {
-        yaml.safe_load((sweep_dir / "trials" / t / ".hydra" / "config.yaml").read_text())["logger"]["wandb"]["group"]
-        for t in trials
-    }
+    groups = {yaml.safe_load((sweep_dir / "trials" / t / ".hydra" / "config.yaml").read_text())["logger"]["wandb"]["group"] for t in trials}
     assert groups == {record["id"]}
     # A trial cut off by the kill runs again under its W&B run id, in a second offline-run folder
     # (W&B makes one per process; `wandb sync` joins them by id): count runs by id, per trial.
     wandb_ids = {
-        t: {
-            re.sub(r"^offline-run-\d{8}_\d{6}-", "", p.name)
-            for p in (sweep_dir / "trials" / t).glob("wandb/offline-run-*")
-        }
+        t: {re.sub(r"^offline-run-\d{8}_\d{6}-", "", p.name) for p in (sweep_dir / "trials" / t).glob("wandb/offline-run-*")}
         for t in trials
     }
     assert all(len(ids) == 1 for ids in wandb_ids.values()), wandb_ids
@@ -201,17 +180,12 @@ def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_b
     assert len(rows) == 4 and {"model.optimizer.lr", "data.batch_size", "val/acc", "status", "wall_s"} <= set(rows[0])
     best = record["best"]
     assert trials[best["trial"]]["status"] == "completed"
-    assert best["metric"] == max(
-        s["metrics"]["final"]["val/acc"] for s in trials.values() if s["status"] == "completed"
-    )
+    assert best["metric"] == max(s["metrics"]["final"]["val/acc"] for s in trials.values() if s["status"] == "completed")
     assert (sweep_dir / "best_checkpoint.ckpt").resolve() == Path(best["checkpoint"]).resolve()
 
     # raydra compare reads the sweep as its trials, the sampled keys as what differs.
     table = subprocess.run(
-        [sys.executable, "-m", "raydra", "compare", str(sweep_dir), "--format", "json"],
-        capture_output=True,
-        text=True,
-        check=True,
+        [sys.executable, "-m", "raydra", "compare", str(sweep_dir), "--format", "json"], capture_output=True, text=True, check=True
     ).stdout
     assert len(json.loads(table)) == 4 and "model.optimizer.lr" in json.loads(table)[0]
 
@@ -241,13 +215,7 @@ def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_b
 @pytest.mark.e2e
 def test_a_metric_no_trial_reports_fails_after_the_first_report(ray_cluster, tmp_path):
     done = run_train(
-        *SMALL_SWEEP,
-        "tune.num_samples=2",
-        "tune.metric=val/accuracy",
-        "logger=csv",
-        outputs=tmp_path,
-        address=ray_cluster,
-        timeout=300,
+        *SMALL_SWEEP, "tune.num_samples=2", "tune.metric=val/accuracy", "logger=csv", outputs=tmp_path, address=ray_cluster, timeout=300
     )
     assert done.returncode == 1
     assert "tune.metric=val/accuracy is not among the metrics the trials report" in done.stdout

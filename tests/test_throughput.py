@@ -71,10 +71,7 @@ def _fit(throughput, data, epochs=1):
 def test_data_wait_is_the_time_the_loop_spent_getting_batches():
     data = DataLoader(SlowBatches(torch.randn(16 * 20, 8), torch.randn(16 * 20, 4)), batch_size=16)
     trainer = _fit(Throughput(world_size=1), data)
-    wait, step = (
-        float(trainer.callback_metrics["train/data_wait_s"]),
-        float(trainer.callback_metrics["train/step_time_s"]),
-    )
+    wait, step = (float(trainer.callback_metrics["train/data_wait_s"]), float(trainer.callback_metrics["train/step_time_s"]))
     # 16 ms to load each batch; a stretch's first step has no measured wait (2 of 19 timed steps).
     assert wait > 0.012
     assert step < wait  # a linear layer's step is far cheaper than its batch
@@ -131,13 +128,7 @@ def test_mfu_of_the_vit_on_a_gpu_is_a_fraction_of_the_peak():
     assert 0 < summary["mfu"] < 1
 
 
-@pytest.mark.parametrize(
-    "accelerator, precision",
-    [
-        ("cpu", "32-true"),
-        pytest.param("gpu", "bf16-mixed", marks=pytest.mark.gpu),
-    ],
-)
+@pytest.mark.parametrize("accelerator, precision", [("cpu", "32-true"), pytest.param("gpu", "bf16-mixed", marks=pytest.mark.gpu)])
 def test_trainer_compile_trains_the_digits_vit_to_the_eager_accuracy(accelerator, precision):
     """What trainer.compile=true does on every worker, on plain Lightning to keep the suite short."""
     from torch._dynamo.utils import counters

@@ -96,13 +96,7 @@ def test_multirun_runs_every_job_through_one_local_ray(tmp_path):
 
 
 def test_joins_a_running_cluster_with_address_auto_and_logger_none(ray_cluster, tmp_path):
-    done = run_train(
-        "experiment=vit_digits_smoke",
-        "logger=none",
-        "ray.address=auto",
-        outputs=tmp_path,
-        env={"RAY_ADDRESS": ray_cluster},
-    )
+    done = run_train("experiment=vit_digits_smoke", "logger=none", "ray.address=auto", outputs=tmp_path, env={"RAY_ADDRESS": ray_cluster})
     assert done.returncode == 0, done.stdout + done.stderr
     (run_dir,) = run_dirs(tmp_path)
     summary = summary_of(run_dir)
@@ -146,14 +140,7 @@ def test_an_unreachable_cluster_is_named(tmp_path):
 
 @pytest.mark.gpu
 def test_gpu_workers_train_with_bf16_by_default(tmp_path):
-    done = run_train(
-        "scale=gpu",
-        "logger=csv",
-        "trainer.max_epochs=5",
-        "data.batch_size=256",
-        "model.optimizer.lr=3e-3",
-        outputs=tmp_path,
-    )
+    done = run_train("scale=gpu", "logger=csv", "trainer.max_epochs=5", "data.batch_size=256", "model.optimizer.lr=3e-3", outputs=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     (run_dir,) = run_dirs(tmp_path)
     summary = summary_of(run_dir)

@@ -102,11 +102,7 @@ def _checkpoint_in_storage(location: str, which: str, scratch: str, missing: str
                 raise RaydraError(f"which={which} must be best or last.")
             recorded = (summary.get("checkpoints") or {}).get(which)
             # A copied run's summary.json may name the checkpoint on the disk it was written on.
-            found = (
-                relocated(recorded, summary.get("run_dir"), location)
-                if isinstance(recorded, str) and recorded
-                else None
-            )
+            found = relocated(recorded, summary.get("run_dir"), location) if isinstance(recorded, str) and recorded else None
             if not found or not (is_uri(found) and storage.exists(found) or not is_uri(found) and Path(found).exists()):
                 raise RaydraError(
                     f"{location} has no {which} checkpoint (summary.json lists {recorded}, which is not there); "
@@ -117,9 +113,7 @@ def _checkpoint_in_storage(location: str, which: str, scratch: str, missing: str
         elif posixpath.basename(urlsplit(location).path.rstrip("/")) == CHECKPOINT_FILE and storage.exists(location):
             found = location
         elif posixpath.basename(urlsplit(location).path.rstrip("/")) == CHECKPOINT_FILE:
-            raise RaydraError(
-                missing or f"{location} does not exist; pass the URI of a checkpoint.ckpt that is there, or of its run."
-            )
+            raise RaydraError(missing or f"{location} does not exist; pass the URI of a checkpoint.ckpt that is there, or of its run.")
         else:
             raise RaydraError(
                 f"{location} is neither a raydra run directory (no summary.json) nor a checkpoint.ckpt; "

@@ -20,33 +20,16 @@ def build_parser() -> argparse.ArgumentParser:
     c = commands.add_parser(
         "compare",
         help="runs and sweeps side by side",
-        description="One row per run: the config keys that differ, the chosen metrics (final and best), "
-        "status, wall time and samples/s.",
+        description="One row per run: the config keys that differ, the chosen metrics (final and best), status, wall time and samples/s.",
         epilog="example: raydra compare outputs/sweeps/2026-11-22/14-10-00_vit_digits --metric val/acc --sort",
     )
-    c.add_argument(
-        "paths",
-        nargs="+",
-        metavar="PATH",
-        help="run directories, sweep directories or globs; or their storage URIs (s3://...)",
-    )
-    c.add_argument(
-        "--metric",
-        action="append",
-        metavar="NAME",
-        help="metric to show, repeatable (default: each run's monitor metric)",
-    )
+    c.add_argument("paths", nargs="+", metavar="PATH", help="run directories, sweep directories or globs; or their storage URIs (s3://...)")
+    c.add_argument("--metric", action="append", metavar="NAME", help="metric to show, repeatable (default: each run's monitor metric)")
     c.add_argument("--sort", action="store_true", help="order by the first metric, best first (by the monitor mode)")
     order = c.add_mutually_exclusive_group()
     order.add_argument("--desc", dest="descending", action="store_const", const=True, help="sort high to low")
     order.add_argument("--asc", dest="descending", action="store_const", const=False, help="sort low to high")
-    c.add_argument(
-        "--filter",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="keep runs whose config KEY is VALUE, repeatable",
-    )
+    c.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE", help="keep runs whose config KEY is VALUE, repeatable")
     c.add_argument("--format", choices=sorted(cmp.RENDERERS), default="table", help="output format (default: table)")
     c.add_argument("--plot", metavar="DIR", help="write one learning-curve PNG per metric into DIR")
     c.add_argument("--x", choices=("step", "epoch"), default="step", help="x axis of the curves (default: step)")
@@ -110,9 +93,7 @@ def run_show(args: argparse.Namespace) -> int:
         below, why = cmp.runs_below(path) if is_dir else [], "does not exist; pass the directory of one run"
     if not is_run:
         if below:
-            why = (
-                f"is a sweep directory with {len(below)} runs; show one of them, or use: raydra compare {args.run_dir}"
-            )
+            why = f"is a sweep directory with {len(below)} runs; show one of them, or use: raydra compare {args.run_dir}"
         elif is_dir:
             why = "is not a run directory (no summary.json or .hydra/config.yaml); pass the directory of one run"
         report([f"{args.run_dir} {why}."], "show")

@@ -88,9 +88,7 @@ def check_fits(scale: Any) -> None:
         return
     totals = ray.cluster_resources()
     if scale.use_gpu and not totals.get("GPU"):
-        raise RaydraError(
-            "scale.use_gpu=true but the Ray cluster has no GPU; run on a cluster with GPUs or set scale.use_gpu=false."
-        )
+        raise RaydraError("scale.use_gpu=true but the Ray cluster has no GPU; run on a cluster with GPUs or set scale.use_gpu=false.")
     asked = {k: v * scale.num_workers for k, v in per_worker.items()}
     raise RaydraError(
         f"the run asks for {scale.num_workers} workers x {_fmt(per_worker)} = {_fmt(asked)} "

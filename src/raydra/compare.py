@@ -127,9 +127,7 @@ def list_remote(uri: str, want: str = "a run or sweep directory") -> Tuple[Optio
         kind = fs.get_file_info(root).type
         if kind == pafs.FileType.NotFound:
             bucket = root.strip("/").split("/")[0]
-            if scheme in ("s3", "gs", "gcs") and (
-                bucket == root.strip("/") or fs.get_file_info(bucket).type == pafs.FileType.NotFound
-            ):
+            if scheme in ("s3", "gs", "gcs") and (bucket == root.strip("/") or fs.get_file_info(bucket).type == pafs.FileType.NotFound):
                 return None, (
                     f"does not exist: there is no bucket {bucket!r} at this endpoint; check the bucket name and "
                     "the URI's endpoint_override (or AWS_ENDPOINT_URL)"
@@ -224,9 +222,7 @@ def fetch_records(runs: Dict[str, List[str]], notes: List[str]) -> Dict[str, str
         try:
             fetched[uri] = future.result()
         except (OSError, ValueError) as error:
-            notes.append(
-                f"{uri} could not be downloaded ({one_line(error)}); it is left out. Check the storage and run again."
-            )
+            notes.append(f"{uri} could not be downloaded ({one_line(error)}); it is left out. Check the storage and run again.")
     return fetched
 
 
@@ -244,9 +240,7 @@ def is_run_dir(path: str) -> bool:
     # is a sweep, whose runs are below it.
     if os.path.isfile(os.path.join(path, "sweep.json")):
         return False
-    return os.path.isfile(os.path.join(path, "summary.json")) or os.path.isfile(
-        os.path.join(path, ".hydra", "config.yaml")
-    )
+    return os.path.isfile(os.path.join(path, "summary.json")) or os.path.isfile(os.path.join(path, ".hydra", "config.yaml"))
 
 
 def natural_key(text: str) -> list:
@@ -340,9 +334,7 @@ def load_run(run_dir: str, notes: List[str], source: Optional[str] = None, listi
             if not isinstance(summary, dict):
                 raise ValueError(f"it holds a JSON {type(summary).__name__}, not an object")
         except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            notes.append(
-                f"{run.where('summary.json')} is corrupt ({one_line(error)}); the run is listed as unknown. Rewrite or delete it."
-            )
+            notes.append(f"{run.where('summary.json')} is corrupt ({one_line(error)}); the run is listed as unknown. Rewrite or delete it.")
             run.status = CORRUPT_SUMMARY
         else:
             run.summary = summary
@@ -455,9 +447,7 @@ def read_curves(run: Run, notes: List[str]) -> Dict[str, List[Tuple[Optional[flo
             header = next(reader, [])
             step_at = header.index("step") if "step" in header else None
             epoch_at = header.index("epoch") if "epoch" in header else None
-            columns = [
-                (i, run.curves.setdefault(name, [])) for i, name in enumerate(header) if name not in ("step", "epoch")
-            ]
+            columns = [(i, run.curves.setdefault(name, [])) for i, name in enumerate(header) if name not in ("step", "epoch")]
             for row in reader:
                 step = to_float(row[step_at]) if step_at is not None and step_at < len(row) else None
                 epoch = to_float(row[epoch_at]) if epoch_at is not None and epoch_at < len(row) else None
@@ -508,16 +498,12 @@ def choose_metrics(runs: List[Run], asked: Optional[List[str]], notes: List[str]
         return chosen
     chosen = []
     for metric in dict.fromkeys(asked):
-        in_summary = any(
-            dig(r.summary, "metrics", part, metric) is not None for r in runs for part in ("final", "best")
-        )
+        in_summary = any(dig(r.summary, "metrics", part, metric) is not None for r in runs for part in ("final", "best"))
         if in_summary or any(metric in read_curves(r, notes) for r in runs):
             chosen.append(metric)
         else:
             known = ", ".join(known_metrics(runs, notes)) or "none"
-            notes.append(
-                f"no run has metric {metric!r} in summary.json or metrics.csv (known: {known}); its columns are left out."
-            )
+            notes.append(f"no run has metric {metric!r} in summary.json or metrics.csv (known: {known}); its columns are left out.")
     return chosen
 
 
@@ -525,9 +511,7 @@ def known_metrics(runs: List[Run], notes: List[str]) -> List[str]:
     names = {}
     for run in runs:
         for part in ("final", "best"):
-            names.update(
-                dict.fromkeys(k for k in (dig(run.summary, "metrics", part) or {}) if k not in ("epoch", "step"))
-            )
+            names.update(dict.fromkeys(k for k in (dig(run.summary, "metrics", part) or {}) if k not in ("epoch", "step")))
         names.update(dict.fromkeys(read_curves(run, notes)))
     return sorted(names)
 
@@ -561,12 +545,7 @@ def table_columns(keys: List[str], metrics: List[str]) -> List[str]:
 
 
 def build_table(
-    runs: List[Run],
-    metrics: List[str],
-    keys: List[str],
-    notes: List[str],
-    sort: bool = False,
-    descending: Optional[bool] = None,
+    runs: List[Run], metrics: List[str], keys: List[str], notes: List[str], sort: bool = False, descending: Optional[bool] = None
 ) -> List[Tuple[Run, Dict[str, Any]]]:
     """One (run, {column: raw value}) per run, in discovery order or sorted by the first metric."""
     rows = []
@@ -675,11 +654,7 @@ RENDERERS = {"table": render_table, "markdown": render_markdown, "csv": render_c
 def run_title(run: Run, keys: List[str]) -> str:
     """A legend entry: the run, and what it set when that is short enough to read (a sweep's axes)."""
     settings = ", ".join(f"{k.rsplit('.', 1)[-1]}={config_text(run.flat[k])}" for k in keys if k in run.flat)
-    return (
-        f"{clip(run.label, 40)}  {clip(settings, 50, keep_end=False)}"
-        if settings and len(keys) <= 3
-        else clip(run.label, 60)
-    )
+    return f"{clip(run.label, 40)}  {clip(settings, 50, keep_end=False)}" if settings and len(keys) <= 3 else clip(run.label, 60)
 
 
 def curve_points(run: Run, metric: str, x: str, notes: List[str]) -> Tuple[List[float], List[float]]:
@@ -702,9 +677,7 @@ def render_curves(runs: List[Run], metrics: List[str], keys: List[str], x: str, 
 
     for run in runs:
         if not (run.dir / "metrics.csv").is_file():
-            notes.append(
-                f"{run.source} has no metrics.csv (no csv logger, or it stopped before logging); its curves are left out."
-            )
+            notes.append(f"{run.source} has no metrics.csv (no csv logger, or it stopped before logging); its curves are left out.")
     pngs = {}
     for metric in metrics:
         fig = Figure(figsize=(8, 4.5), dpi=100, layout="constrained")
@@ -796,12 +769,7 @@ def file_link(location: str, exists: Optional[bool]) -> str:
 
 
 def render_html(
-    rows: List[Tuple[Run, dict]],
-    columns: List[str],
-    keys: List[str],
-    pngs: Dict[str, bytes],
-    notes: List[str],
-    title: str,
+    rows: List[Tuple[Run, dict]], columns: List[str], keys: List[str], pngs: Dict[str, bytes], notes: List[str], title: str
 ) -> str:
     """One self-contained page: inline CSS, curves as data: URIs, no script, nothing fetched."""
     e = html.escape
@@ -811,9 +779,7 @@ def render_html(
         f"<title>{e(title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{e(title)}</h1>",
         f'<p class="meta">{len(rows)} run(s), written {datetime.now().isoformat(timespec="seconds")} by raydra compare</p>',
-        '<div class="scroll"><table><thead><tr>'
-        + "".join(f"<th>{e(c)}</th>" for c in columns)
-        + "</tr></thead><tbody>",
+        '<div class="scroll"><table><thead><tr>' + "".join(f"<th>{e(c)}</th>" for c in columns) + "</tr></thead><tbody>",
     ]
     numeric = {c: is_numeric(c, rows) for c in columns}
     for i, (run, row) in enumerate(rows):
@@ -837,13 +803,9 @@ def render_html(
         out.append(f'<details id="run-{i}"><summary>{e(run.label)} &mdash; {status}</summary>')
         out.append(f"<p>directory: {file_link(run.source, True)}</p>")
         out.append("<p>overrides:</p><pre>" + (e("\n".join(run.overrides)) or "(none)") + "</pre>")
-        out.append(
-            "<ul>" + "".join(f"<li>{e(what)}: {file_link(p, ok)}</li>" for what, p, ok in run_files(run)) + "</ul>"
-        )
+        out.append("<ul>" + "".join(f"<li>{e(what)}: {file_link(p, ok)}</li>" for what, p, ok in run_files(run)) + "</ul>")
         config = config_source(run)
-        out.append(
-            f"<details><summary>config</summary><pre>{e(config) if config else '(no .hydra/config.yaml)'}</pre></details>"
-        )
+        out.append(f"<details><summary>config</summary><pre>{e(config) if config else '(no .hydra/config.yaml)'}</pre></details>")
         out.append("</details>")
     if notes:
         out.append('<h2>Notes</h2><ul class="notes">' + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
@@ -906,11 +868,7 @@ def show_text(run: Run, notes: List[str]) -> str:
         if sorted((run.dir / "wandb").glob("offline-run-*")):
             lines.append(f"  upload W&B with: wandb sync {run.dir / 'wandb'}/offline-run-*")
     elif any(f.startswith("wandb/offline-run-") for f in run.listing):
-        lines.append(
-            f"  upload W&B: copy {run.where('wandb')} to a disk, then run wandb sync on its offline-run-* folders"
-        )
+        lines.append(f"  upload W&B: copy {run.where('wandb')} to a disk, then run wandb sync on its offline-run-* folders")
     config = config_source(run)
-    lines += ["", "config (.hydra/config.yaml)"] + (
-        [f"  {line}" for line in config.rstrip().splitlines()] or ["  (none)"]
-    )
+    lines += ["", "config (.hydra/config.yaml)"] + ([f"  {line}" for line in config.rstrip().splitlines()] or ["  (none)"])
     return "\n".join(lines)

@@ -75,13 +75,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str]) -> Dict[str, Any]:
         raise
     except KeyboardInterrupt:
         summary["checkpoints"] = {"last": fit.last_checkpoint(run_dir, run_id, run["storage"])}
-        _fail(
-            summary,
-            run,
-            started,
-            "interrupted (Ctrl-C or SIGTERM); continue it with resume=" + str(run_dir),
-            status="interrupted",
-        )
+        _fail(summary, run, started, "interrupted (Ctrl-C or SIGTERM); continue it with resume=" + str(run_dir), status="interrupted")
         raise
     except Exception as error:
         _fail(summary, run, started, fit.one_line(error))
@@ -116,11 +110,7 @@ def _check_same_storage(cfg: DictConfig, run_dir: Path, location: Optional[str])
     # summary.json holds the location masked (a URI may carry credentials): compare it so.
     location = redact(location) if location else None
     if (before or None) != location:
-        hint = (
-            f"add paths.storage=<the storage it was started with> (its checkpoints are in {before})"
-            if before
-            else "drop paths.storage"
-        )
+        hint = f"add paths.storage=<the storage it was started with> (its checkpoints are in {before})" if before else "drop paths.storage"
         raise RaydraError(
             f"resume={cfg.resume}: the run kept its checkpoints in {before or 'its run directory'}, not {location or 'the run directory'}; {hint}."
         )
@@ -140,9 +130,7 @@ def _sigterm_interrupts() -> Any:
 
 
 def _fail(summary: Dict[str, Any], run: Dict[str, Any], started: float, reason: str, status: str = "failed") -> None:
-    summary.update(
-        status=status, error=reason, finished_at=run_summary.now(), wall_time_s=round(time.time() - started, 2)
-    )
+    summary.update(status=status, error=reason, finished_at=run_summary.now(), wall_time_s=round(time.time() - started, 2))
     log.error(f"error: {reason}")
     if Path(run["dir"]).exists():
         run_summary.write(Path(run["dir"]), summary)

@@ -27,10 +27,7 @@ def main(cfg: DictConfig) -> Optional[float]:
             from raydra.sweep import run_sweep
 
             # The primary config's directory, so best_config.yaml can find the groups it composes from.
-            config_dir = next(
-                (s["path"] for s in hydra.runtime.config_sources if s["provider"] == "main" and s["schema"] == "file"),
-                None,
-            )
+            config_dir = next((s["path"] for s in hydra.runtime.config_sources if s["provider"] == "main" and s["schema"] == "file"), None)
             try:
                 record = run_sweep(cfg, output_dir, overrides, config_dir)
             except KeyboardInterrupt:

@@ -42,9 +42,7 @@ def new_summary(cfg: Any, run_dir: Path, run_id: str, overrides: List[str]) -> D
         "overrides": overrides,
         "monitor": {"metric": cfg["checkpoint"]["monitor"], "mode": cfg["checkpoint"]["mode"]},
         # The strategy's settings, not only its name: sharding and layout decide memory and checkpoints.
-        "strategy": OmegaConf.to_container(cfg["strategy"], resolve=True)
-        if OmegaConf.is_config(cfg)
-        else dict(cfg["strategy"]),
+        "strategy": OmegaConf.to_container(cfg["strategy"], resolve=True) if OmegaConf.is_config(cfg) else dict(cfg["strategy"]),
         "world_size": cfg["scale"]["num_workers"],
         "use_gpu": cfg["scale"]["use_gpu"],
         "git_commit": run_summary.git_commit(Path(__file__).parent),
@@ -53,12 +51,7 @@ def new_summary(cfg: Any, run_dir: Path, run_id: str, overrides: List[str]) -> D
 
 
 def fit_and_record(
-    config: Dict[str, Any],
-    summary: Dict[str, Any],
-    started: float,
-    *,
-    tune_trial: bool = False,
-    callbacks: Sequence[Any] = (),
+    config: Dict[str, Any], summary: Dict[str, Any], started: float, *, tune_trial: bool = False, callbacks: Sequence[Any] = ()
 ) -> Dict[str, Any]:
     """Fit a resolved plain-dict config into config["run"]["dir"] and record the outcome in its
     summary.json. The one fit behind a single run, a Hydra multirun job and a Tune trial; errors
@@ -230,9 +223,7 @@ def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any]) -> Any:
             failure_config=ray.train.FailureConfig(**failure),
             callbacks=callbacks,
             checkpoint_config=ray.train.CheckpointConfig(
-                num_to_keep=ckpt["num_to_keep"],
-                checkpoint_score_attribute=ckpt["monitor"],
-                checkpoint_score_order=ckpt["mode"],
+                num_to_keep=ckpt["num_to_keep"], checkpoint_score_attribute=ckpt["monitor"], checkpoint_score_order=ckpt["mode"]
             ),
         ),
     )

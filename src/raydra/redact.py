@@ -36,8 +36,7 @@ CASE_CHANGE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 # of them (Hydra's override_dirname: `+a=1,+logger.wandb.api_key=...,b=2`). The value runs up to
 # the next item (a comma or space, then another `name=`) or the end of the line.
 ASSIGNMENT = re.compile(
-    r"(?:^|(?<=[,\s]))(?P<name>[+~]{0,2}[A-Za-z_][\w.\-/@]*)=(?P<value>.*?)(?=[,\s]+[+~]{0,2}[A-Za-z_][\w.\-/@]*=|$)",
-    re.MULTILINE,
+    r"(?:^|(?<=[,\s]))(?P<name>[+~]{0,2}[A-Za-z_][\w.\-/@]*)=(?P<value>.*?)(?=[,\s]+[+~]{0,2}[A-Za-z_][\w.\-/@]*=|$)", re.MULTILINE
 )
 
 # A storage URI's credentials: query options (`s3://b/p?access_key=...&secret_key=...`, pyarrow's
@@ -80,9 +79,7 @@ def redact(value: Any, secrets: List[str] = None) -> Any:
         for secret in secrets:
             value = value.replace(secret, MASK)
         # A URI's credentials, before the override rule reads `?secret_key=...` as part of a value.
-        value = QUERY_OPTION.sub(
-            lambda m: f"{m['name']}={MASK}" if names_a_secret(m["name"]) and m["value"] else m[0], value
-        )
+        value = QUERY_OPTION.sub(lambda m: f"{m['name']}={MASK}" if names_a_secret(m["name"]) and m["value"] else m[0], value)
         value = USER_INFO.sub(f"{MASK}@", value)
         # An override like `logger.wandb.api_key=abc` names its secret in the same string.
         value = ASSIGNMENT.sub(_mask_assignment, value)

@@ -69,9 +69,7 @@ def _fetch(cfg: DictConfig) -> Path:
             "with (the URI's prefix), so its checkpoints are found where Ray Train wrote them."
         )
     if not storage.exists(storage.join(uri, run_summary.SUMMARY)):
-        raise RaydraError(
-            f"resume={uri}: no summary.json there; pass the storage URI of a run directory a raydra run wrote."
-        )
+        raise RaydraError(f"resume={uri}: no summary.json there; pass the storage URI of a run directory a raydra run wrote.")
     run_dir = Path(cfg.paths.outputs, relative).resolve()
     storage.copy_tree(uri, str(run_dir), skip=["checkpoints"])
     return run_dir

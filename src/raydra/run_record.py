@@ -65,9 +65,7 @@ def push_driver_files(run: Dict[str, Any]) -> None:
                 storage.write_bytes(storage.join(run["storage"], name), Path(source).read_bytes())
 
 
-def pull(
-    run: Dict[str, Any], seen: Optional[Dict[str, Any]] = None, skip: tuple = DRIVER_FILES + (CHECKPOINTS,)
-) -> List[str]:
+def pull(run: Dict[str, Any], seen: Optional[Dict[str, Any]] = None, skip: tuple = DRIVER_FILES + (CHECKPOINTS,)) -> List[str]:
     """Copy what other processes wrote to storage into this process's run directory."""
     if not run.get("storage"):
         return []
@@ -160,15 +158,7 @@ def storage_error(where: str, error: BaseException) -> str:
         return f"{key}: the bucket does not exist; create it first (e.g. `aws s3 mb`) or fix the bucket name."
     if any(
         word in lower
-        for word in (
-            "accessdenied",
-            "access denied",
-            "forbidden",
-            "invalidaccesskeyid",
-            "signaturedoesnotmatch",
-            "credentials",
-            "403",
-        )
+        for word in ("accessdenied", "access denied", "forbidden", "invalidaccesskeyid", "signaturedoesnotmatch", "credentials", "403")
     ):
         return (
             f"{key}: storage refused access ({text.splitlines()[0][:200]}); set credentials that may write there "
@@ -205,12 +195,7 @@ def check_shared(run_dir: Path) -> None:
 
     try:
         answers = ray.get(
-            [
-                sees.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
-                    str(marker)
-                )
-                for n in nodes
-            ],
+            [sees.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(str(marker)) for n in nodes],
             timeout=60,
         )
     finally:

@@ -249,9 +249,7 @@ def register_schemas() -> None:
     cs.store(name="strategy_deepspeed_schema", node=DeepSpeedConfig)
     cs.store(name="tune_schema", node=TuneConfig)
     # conf/hydra/default.yaml puts a tune= sweep under sweeps/, next to -m multiruns.
-    OmegaConf.register_new_resolver(
-        "raydra.runs_or_sweeps", lambda tune: "runs" if tune is None else "sweeps", replace=True
-    )
+    OmegaConf.register_new_resolver("raydra.runs_or_sweeps", lambda tune: "runs" if tune is None else "sweeps", replace=True)
     # Cached so the run directory resolves once per invocation, as Hydra's own ${now:} does.
     OmegaConf.register_new_resolver("raydra.unclaimed", claim_directory, use_cache=True, replace=True)
 
@@ -274,18 +272,7 @@ def claim_directory(path: str) -> str:
 # dataloader: each worker reads and holds its data itself. ray_data: the driver builds Ray Data
 # datasets, preprocessing runs as Ray Data tasks and workers stream their shards (data/ray_data.py).
 LOADERS = ("dataloader", "ray_data")
-PRECISIONS = {
-    "auto",
-    "64",
-    "64-true",
-    "32",
-    "32-true",
-    "16-mixed",
-    "bf16-mixed",
-    "16-true",
-    "bf16-true",
-    "transformer-engine",
-}
+PRECISIONS = {"auto", "64", "64-true", "32", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "transformer-engine"}
 GPU_ONLY_PRECISIONS = {"16-mixed", "16-true", "transformer-engine"}
 
 
@@ -305,25 +292,18 @@ def validate(cfg: Any) -> None:
             "use PACK, SPREAD, STRICT_PACK or STRICT_SPREAD."
         )
     if trainer.max_epochs < 1 and trainer.max_steps < 1:
-        raise RaydraError(
-            "trainer.max_epochs and trainer.max_steps are both below 1; set one of them to a positive count."
-        )
+        raise RaydraError("trainer.max_epochs and trainer.max_steps are both below 1; set one of them to a positive count.")
     _positive("trainer.accumulate_grad_batches", trainer.accumulate_grad_batches)
     _positive("trainer.check_val_every_n_epoch", trainer.check_val_every_n_epoch)
     _positive("trainer.log_every_n_steps", trainer.log_every_n_steps)
     if not 0 < trainer.val_check_interval <= 1:
-        raise RaydraError(
-            f"trainer.val_check_interval={trainer.val_check_interval} must be a fraction of an epoch in (0, 1]."
-        )
+        raise RaydraError(f"trainer.val_check_interval={trainer.val_check_interval} must be a fraction of an epoch in (0, 1].")
     precision = str(trainer.precision)
     if precision not in PRECISIONS:
-        raise RaydraError(
-            f"trainer.precision={precision} is not a Lightning precision; use one of 32, bf16-mixed, 16-mixed, bf16-true."
-        )
+        raise RaydraError(f"trainer.precision={precision} is not a Lightning precision; use one of 32, bf16-mixed, 16-mixed, bf16-true.")
     if precision in GPU_ONLY_PRECISIONS and not scale.use_gpu:
         raise RaydraError(
-            f"trainer.precision={precision} needs GPU workers; on CPU use trainer.precision=bf16-mixed or 32, "
-            "or set scale.use_gpu=true."
+            f"trainer.precision={precision} needs GPU workers; on CPU use trainer.precision=bf16-mixed or 32, or set scale.use_gpu=true."
         )
     _validate_strategy(cfg.strategy, scale, precision)
     if ckpt.num_to_keep is not None and ckpt.num_to_keep < 1:
@@ -368,9 +348,7 @@ def validate(cfg: Any) -> None:
 def _validate_strategy(strategy: Any, scale: Any, precision: str) -> None:
     if strategy.name == "fsdp":
         if strategy.sharding not in {"full", "grad_op", "hybrid"}:
-            raise RaydraError(
-                f"strategy.sharding={strategy.sharding} is not an FSDP sharding; use full, grad_op or hybrid."
-            )
+            raise RaydraError(f"strategy.sharding={strategy.sharding} is not an FSDP sharding; use full, grad_op or hybrid.")
         if strategy.checkpoint_layout not in {"sharded", "full"}:
             raise RaydraError(f"strategy.checkpoint_layout={strategy.checkpoint_layout} must be sharded or full.")
         if strategy.mixed_precision not in {None, "bf16", "fp16"}:
@@ -391,18 +369,14 @@ def _validate_strategy(strategy: Any, scale: Any, precision: str) -> None:
         if strategy.stage not in {1, 2, 3}:
             raise RaydraError(f"strategy.stage={strategy.stage} is not a ZeRO stage; use 1, 2 or 3.")
         if strategy.offload_parameters and strategy.stage != 3:
-            raise RaydraError(
-                "strategy.offload_parameters=true needs strategy.stage=3 (only stage 3 shards parameters)."
-            )
+            raise RaydraError("strategy.offload_parameters=true needs strategy.stage=3 (only stage 3 shards parameters).")
         if not scale.use_gpu:
             raise RaydraError(
                 "strategy=deepspeed runs on CUDA GPUs only (Lightning's DeepSpeed integration refuses CPU devices); "
                 "use strategy=fsdp for sharded training on CPU workers, or scale=gpu."
             )
         if importlib.util.find_spec("deepspeed") is None:
-            raise RaydraError(
-                "strategy=deepspeed needs the deepspeed package; install it with `pip install raydra[deepspeed]`."
-            )
+            raise RaydraError("strategy=deepspeed needs the deepspeed package; install it with `pip install raydra[deepspeed]`.")
 
 
 SEARCHES = ("random", "optuna")
@@ -422,9 +396,7 @@ def _validate_tune(tune: Any) -> None:
             "to clone; use tune.scheduler=asha or fifo."
         )
     if tune.scheduler not in SCHEDULERS:
-        raise RaydraError(
-            f"tune.scheduler={tune.scheduler} is not a scheduler raydra knows; use one of {', '.join(SCHEDULERS)}."
-        )
+        raise RaydraError(f"tune.scheduler={tune.scheduler} is not a scheduler raydra knows; use one of {', '.join(SCHEDULERS)}.")
     if tune.mode is not None and tune.mode not in {"min", "max"}:
         raise RaydraError(f"tune.mode={tune.mode} must be min or max (or null for checkpoint.mode).")
     if tune.max_concurrent is not None:
@@ -433,9 +405,7 @@ def _validate_tune(tune: Any) -> None:
     if tune.asha.reduction_factor <= 1:
         raise RaydraError(f"tune.asha.reduction_factor={tune.asha.reduction_factor} must be above 1.")
     if tune.asha.max_t is not None and tune.asha.max_t < tune.asha.grace_period:
-        raise RaydraError(
-            f"tune.asha.max_t={tune.asha.max_t} is below tune.asha.grace_period={tune.asha.grace_period}."
-        )
+        raise RaydraError(f"tune.asha.max_t={tune.asha.max_t} is below tune.asha.grace_period={tune.asha.grace_period}.")
     if not tune.space and not tune.resume:
         raise RaydraError(
             "tune.space is empty, so there is nothing to search; add keys, e.g. "

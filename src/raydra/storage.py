@@ -138,12 +138,7 @@ def copy_tree(
             continue
         target = posixpath.join(destination_path, relative)
         destination_fs.create_dir(posixpath.dirname(target), recursive=True)
-        pafs.copy_files(
-            posixpath.join(source_path, relative),
-            target,
-            source_filesystem=source_fs,
-            destination_filesystem=destination_fs,
-        )
+        pafs.copy_files(posixpath.join(source_path, relative), target, source_filesystem=source_fs, destination_filesystem=destination_fs)
         if seen is not None:
             seen[relative] = stamp
         copied.append(relative)

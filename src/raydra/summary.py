@@ -18,17 +18,7 @@ SUMMARY = "summary.json"
 # The Lightning checkpoint inside each of the run's Ray checkpoint directories (checkpoints/<run id>/checkpoint_*/);
 # the name Ray's own RayTrainReportCallback uses, so either's checkpoints load alike.
 CHECKPOINT_FILE = "checkpoint.ckpt"
-PACKAGES = (
-    "raydra",
-    "ray",
-    "torch",
-    "pytorch-lightning",
-    "lightning",
-    "transformers",
-    "hydra-core",
-    "wandb",
-    "diffusers",
-)
+PACKAGES = ("raydra", "ray", "torch", "pytorch-lightning", "lightning", "transformers", "hydra-core", "wandb", "diffusers")
 
 
 def write(run_dir: Path, summary: Dict[str, Any], name: str = SUMMARY) -> None:
@@ -67,9 +57,7 @@ def versions() -> Dict[str, str]:
 def git_commit(cwd: Path) -> Any:
     """The commit the code ran from, with "-dirty" when the tree had uncommitted changes."""
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5, check=True
-        ).stdout.strip()
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5, check=True).stdout.strip()
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True, timeout=5
         ).stdout.strip()

@@ -124,15 +124,10 @@ class CIFAR10DataModule(DeviceSplitsDataModule):
         test_x, test_y = read_batches(folder, [TEST_FILE])
         cut = stratified_split(train_y, {"val": data["val_fraction"]}, data["split_seed"], f"data.root={data['root']}")
         parts = {}
-        for role, x, y in (
-            *((role, train_x[index], train_y[index]) for role, index in cut.items()),
-            ("test", test_x, test_y),
-        ):
+        for role, x, y in (*((role, train_x[index], train_y[index]) for role, index in cut.items()), ("test", test_x, test_y)):
             # Seeded shuffle once, so Ray's blocks are not one class after another; the local
             # shuffle buffer and a random block order then vary it per epoch.
-            order = (
-                np.random.default_rng(data["split_seed"]).permutation(len(y)) if role == "train" else np.arange(len(y))
-            )
+            order = np.random.default_rng(data["split_seed"]).permutation(len(y)) if role == "train" else np.arange(len(y))
             dataset = from_arrays(x[order], y[order])
             if role == "train":
                 dataset = dataset.randomize_block_order()

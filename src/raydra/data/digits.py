@@ -70,7 +70,5 @@ class DigitsDataModule(pl.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         if not self.has_test_split:
-            raise RaydraError(
-                "data=digits has no test split with data.test_fraction=0; raise it or set trainer.test=false."
-            )
+            raise RaydraError("data=digits has no test split with data.test_fraction=0; raise it or set trainer.test=false.")
         return self._loader("test", shuffle=False)

@@ -32,9 +32,7 @@ SPLIT_NAMES = {"train": ("train",), "val": ("validation", "valid", "val", "dev")
 
 def is_parquet(name: str) -> bool:
     path = Path(name).expanduser()
-    return path.suffix == ".parquet" or (
-        path.is_dir() and any(path.rglob("*.parquet")) and not (path / "dataset_dict.json").exists()
-    )
+    return path.suffix == ".parquet" or (path.is_dir() and any(path.rglob("*.parquet")) and not (path / "dataset_dict.json").exists())
 
 
 def parquet_files(name: str) -> List[str]:
@@ -75,9 +73,7 @@ def load(name: str, subset: Optional[str] = None, revision: Optional[str] = None
     if _is_local(name):
         path = Path(name).expanduser()
         if not path.exists():
-            raise RaydraError(
-                f"data.name={name} does not exist; point it at a save_to_disk folder, parquet or a hub id."
-            )
+            raise RaydraError(f"data.name={name} does not exist; point it at a save_to_disk folder, parquet or a hub id.")
         try:
             if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
                 loaded = datasets.load_from_disk(str(path))
@@ -118,9 +114,7 @@ def _check_columns(name: str, dataset: Any, image_column: str, label_column: str
     columns = list(dataset.column_names)
     for key, column in (("data.image_column", image_column), ("data.label_column", label_column)):
         if column not in columns:
-            raise RaydraError(
-                f"{key}={column} is not a column of {name} (columns: {', '.join(columns)}); set {key} to one of them."
-            )
+            raise RaydraError(f"{key}={column} is not a column of {name} (columns: {', '.join(columns)}); set {key} to one of them.")
 
 
 def splits(
@@ -144,8 +138,7 @@ def splits(
         if wanted is not None:
             if wanted not in loaded:
                 raise RaydraError(
-                    f"data.splits.{role}={wanted} is not a split of {name} "
-                    f"(splits: {', '.join(loaded)}); set it to one of them."
+                    f"data.splits.{role}={wanted} is not a split of {name} (splits: {', '.join(loaded)}); set it to one of them."
                 )
             chosen[role] = wanted
         else:
@@ -153,29 +146,21 @@ def splits(
             if found:
                 chosen[role] = found[0]
     if "train" not in chosen:
-        raise RaydraError(
-            f"{name} has no train split (splits: {', '.join(loaded)}); set data.splits.train to one of them."
-        )
+        raise RaydraError(f"{name} has no train split (splits: {', '.join(loaded)}); set data.splits.train to one of them.")
     parts = {role: loaded[split] for role, split in chosen.items()}
     for part in parts.values():
         _check_columns(name, part, image_column, label_column)
     feature = parts["train"].features[label_column]
     if not isinstance(feature, ClassLabel):
         # Plain ints or strings: one ClassLabel over every split's values, so ids agree across splits.
-        values = sorted(
-            {v for part in parts.values() for v in part.unique(label_column)}, key=lambda v: (str(type(v)), v)
-        )
+        values = sorted({v for part in parts.values() for v in part.unique(label_column)}, key=lambda v: (str(type(v)), v))
         feature = ClassLabel(names=[str(v) for v in values])
         parts = {
-            role: part.map(lambda row: {label_column: values.index(row[label_column])}).cast_column(
-                label_column, feature
-            )
+            role: part.map(lambda row: {label_column: values.index(row[label_column])}).cast_column(label_column, feature)
             for role, part in parts.items()
         }
     names = list(feature.names)
-    missing = {
-        role: fraction for role, fraction in (("val", val_fraction), ("test", test_fraction)) if role not in parts
-    }
+    missing = {role: fraction for role, fraction in (("val", val_fraction), ("test", test_fraction)) if role not in parts}
     cut = stratified_split(np.asarray(parts["train"][label_column]), missing, split_seed, f"data.name={name}")
     parts = {**parts, **{role: parts["train"].select(index) for role, index in cut.items()}}
     return parts, names
@@ -196,15 +181,11 @@ def parquet_classes(name: str, image_column: str, label_column: str) -> Tuple[Li
             labels = pq.ParquetDataset(files).read(columns=[label_column]).column(label_column)
     except Exception as error:  # pyarrow raises ArrowInvalid, OSError or its own types for broken files
         raise RaydraError(
-            f"data.name={name} is not readable parquet ({_first_line(error)}); "
-            "write it again (e.g. Dataset.to_parquet)."
+            f"data.name={name} is not readable parquet ({_first_line(error)}); write it again (e.g. Dataset.to_parquet)."
         ) from None
     for key, column in (("data.image_column", image_column), ("data.label_column", label_column)):
         if column not in schema.names:
-            raise RaydraError(
-                f"{key}={column} is not a column of {name} (columns: {', '.join(schema.names)}); "
-                f"set {key} to one of them."
-            )
+            raise RaydraError(f"{key}={column} is not a column of {name} (columns: {', '.join(schema.names)}); set {key} to one of them.")
     features = json.loads((schema.metadata or {}).get(b"huggingface", b"{}")).get("info", {}).get("features", {})
     label = features.get(label_column) or {}
     if label.get("_type") == "ClassLabel" and label.get("names"):
@@ -236,10 +217,7 @@ def describe(
         names = list(feature.names)
     else:
         names = [
-            str(v)
-            for v in sorted(
-                {v for part in loaded.values() for v in part.unique(label_column)}, key=lambda v: (str(type(v)), v)
-            )
+            str(v) for v in sorted({v for part in loaded.values() for v in part.unique(label_column)}, key=lambda v: (str(type(v)), v))
         ]
     return {"num_classes": len(names), "class_names": names}
 
@@ -303,9 +281,7 @@ def to_uint8(images: Sequence[Any], processor: Any, size: int, channels: int, wh
     try:
         pil = [as_image(image).convert(mode) for image in images]
     except Exception as error:
-        raise RaydraError(
-            f"{where} holds an image that does not decode ({_first_line(error)}); remove or replace it."
-        ) from None
+        raise RaydraError(f"{where} holds an image that does not decode ({_first_line(error)}); remove or replace it.") from None
     if processor is not None:
         pixels = processor(images=pil, do_rescale=False, do_normalize=False, return_tensors="np")["pixel_values"]
         return np.clip(np.rint(np.asarray(pixels)), 0, 255).astype(np.uint8)
@@ -316,14 +292,7 @@ def to_uint8(images: Sequence[Any], processor: Any, size: int, channels: int, wh
 
 
 def decode_split(
-    part: Any,
-    image_column: str,
-    label_column: str,
-    processor: Any,
-    size: int,
-    channels: int,
-    where: str,
-    chunk: int = 256,
+    part: Any, image_column: str, label_column: str, processor: Any, size: int, channels: int, where: str, chunk: int = 256
 ) -> Tuple[np.ndarray, np.ndarray]:
     images, labels = [], np.asarray(part[label_column], dtype=np.int64)
     for start in range(0, len(part), chunk):
@@ -331,9 +300,7 @@ def decode_split(
         try:
             column = rows[image_column]
         except Exception as error:
-            raise RaydraError(
-                f"{where} holds an image that does not decode ({_first_line(error)}); remove or replace it."
-            ) from None
+            raise RaydraError(f"{where} holds an image that does not decode ({_first_line(error)}); remove or replace it.") from None
         images.append(to_uint8(column, processor, size, channels, where))
     return np.concatenate(images), labels
 
@@ -394,20 +361,12 @@ class HFImageDataModule(DeviceSplitsDataModule):
             (
                 role,
                 *decode_split(
-                    part,
-                    hp.image_column,
-                    hp.label_column,
-                    processor,
-                    hp.image_size,
-                    hp.num_channels,
-                    f"data.name={hp.name} ({role})",
+                    part, hp.image_column, hp.label_column, processor, hp.image_size, hp.num_channels, f"data.name={hp.name} ({role})"
                 ),
             )
             for role, part in parts.items()
         )
-        self.loaders = place_splits(
-            self.trainer, decoded, hp.batch_size, hp.split_seed, hp.augment, mean, std, hp.crop_padding, hp.flip
-        )
+        self.loaders = place_splits(self.trainer, decoded, hp.batch_size, hp.split_seed, hp.augment, mean, std, hp.crop_padding, hp.flip)
 
     @staticmethod
     def ray_datasets(data: Dict[str, Any]) -> Dict[str, Tuple[Any, int, Any]]:
@@ -448,11 +407,7 @@ class HFImageDataModule(DeviceSplitsDataModule):
                 part = part.shuffle(seed=data["split_seed"])
             keep = part.select_columns([data["image_column"], data["label_column"]]).flatten_indices()
             dataset = ray.data.from_huggingface(keep)
-            out[role] = (
-                dataset.randomize_block_order() if role == "train" else dataset,
-                len(keep),
-                preprocess(data, role, **common),
-            )
+            out[role] = (dataset.randomize_block_order() if role == "train" else dataset, len(keep), preprocess(data, role, **common))
         return out
 
 
@@ -474,17 +429,13 @@ def _ray_parquet(data: Dict[str, Any], common: Dict[str, Any]) -> Dict[str, Tupl
     lookup = {v: i for i, v in enumerate(values)} if values is not None else None
     labels = np.asarray([lookup[v] for v in index[label_column]] if lookup else index[label_column], dtype=np.int64)
     hashes = index["row_hash"].to_numpy()
-    cut = stratified_split(
-        labels, {"val": data["val_fraction"], "test": data["test_fraction"]}, data["split_seed"], f"data.name={name}"
-    )
+    cut = stratified_split(labels, {"val": data["val_fraction"], "test": data["test_fraction"]}, data["split_seed"], f"data.name={name}")
     held = {role: hashes[index] for role, index in cut.items() if role != "train"}
     dropped = np.concatenate(list(held.values())) if held else np.empty(0, dtype=hashes.dtype)
     parts = {}
     for role in ("train", *held):
         dataset = ray.data.read_parquet(files, include_row_hash=True)
-        extra = dict(
-            label_values=values, **({"drop_hashes": dropped} if role == "train" else {"keep_hashes": held[role]})
-        )
+        extra = dict(label_values=values, **({"drop_hashes": dropped} if role == "train" else {"keep_hashes": held[role]}))
         if role == "train":
             dataset = dataset.randomize_block_order()
         parts[role] = (dataset, len(cut[role]), preprocess(data, role, **common, **extra))

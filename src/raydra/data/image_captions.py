@@ -23,14 +23,7 @@ class CaptionedBatches:
     The index lets the model cache each image's VAE latents (model.cache_latents)."""
 
     def __init__(
-        self,
-        images: torch.Tensor,
-        captions: Sequence[str],
-        batch_size: int,
-        rank: int,
-        world_size: int,
-        train: bool,
-        seed: int,
+        self, images: torch.Tensor, captions: Sequence[str], batch_size: int, rank: int, world_size: int, train: bool, seed: int
     ) -> None:
         self.captions = list(captions)
         self.batches = DeviceBatches(
@@ -67,9 +60,7 @@ def split(count: int, val_fraction: float, seed: int) -> Tuple[np.ndarray, np.nd
     classes to stratify by), at least one validation sample."""
     from sklearn.model_selection import train_test_split
 
-    train, val = train_test_split(
-        np.arange(count), test_size=max(1, int(round(count * val_fraction))), random_state=seed
-    )
+    train, val = train_test_split(np.arange(count), test_size=max(1, int(round(count * val_fraction))), random_state=seed)
     return np.sort(train), np.sort(val)
 
 
@@ -167,13 +158,7 @@ class ImageCaptionsDataModule(pl.LightningDataModule):
             if name == "train":
                 self.train_captions, self.train_images = captions, images
             self.loaders[name] = CaptionedBatches(
-                images,
-                captions,
-                self.hparams.batch_size // world_size,
-                rank,
-                world_size,
-                train=name == "train",
-                seed=self.seed,
+                images, captions, self.hparams.batch_size // world_size, rank, world_size, train=name == "train", seed=self.seed
             )
 
     def train_dataloader(self) -> CaptionedBatches:

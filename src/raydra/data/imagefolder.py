@@ -60,10 +60,7 @@ def find_splits(
         classes = sorted(per_split["train"])
         index = {name: i for i, name in enumerate(classes)}
         return classes, {
-            split: (
-                [p for c in sorted(found) for p in found[c]],
-                np.array([index[c] for c in sorted(found) for _ in found[c]]),
-            )
+            split: ([p for c in sorted(found) for p in found[c]], np.array([index[c] for c in sorted(found) for _ in found[c]]))
             for split, found in per_split.items()
         }
     found = scan(folder)
@@ -121,10 +118,7 @@ class ImageFolderDataModule(DeviceSplitsDataModule):
             )
         self.loaders = place_splits(
             self.trainer,
-            (
-                (split, decode(paths, hp.image_size, hp.num_channels), labels)
-                for split, (paths, labels) in splits.items()
-            ),
+            ((split, decode(paths, hp.image_size, hp.num_channels), labels) for split, (paths, labels) in splits.items()),
             hp.batch_size,
             hp.split_seed,
             hp.augment,
@@ -146,30 +140,15 @@ class ImageFolderDataModule(DeviceSplitsDataModule):
         size, channels = data["image_size"], data["num_channels"]
         parts = {}
         for role, (paths, labels) in splits.items():
-            order = (
-                np.random.default_rng(data["split_seed"]).permutation(len(paths))
-                if role == "train"
-                else np.arange(len(paths))
-            )
+            order = np.random.default_rng(data["split_seed"]).permutation(len(paths)) if role == "train" else np.arange(len(paths))
             files = [str(Path(paths[i]).resolve()) for i in order]
-            dataset = ray.data.read_images(
-                files, size=(size, size), mode={1: "L", 3: "RGB"}[channels], include_paths=True
-            )
+            dataset = ray.data.read_images(files, size=(size, size), mode={1: "L", 3: "RGB"}[channels], include_paths=True)
             if role == "train":
                 dataset = dataset.randomize_block_order()
             by_path = {str(Path(p).resolve()): int(label) for p, label in zip(paths, labels)}
             parts[role] = (
                 dataset,
                 len(files),
-                preprocess(
-                    data,
-                    role,
-                    "image",
-                    "label",
-                    size,
-                    data["mean"][:channels],
-                    data["std"][:channels],
-                    labels_by_path=by_path,
-                ),
+                preprocess(data, role, "image", "label", size, data["mean"][:channels], data["std"][:channels], labels_by_path=by_path),
             )
         return parts

@@ -63,11 +63,7 @@ class Preprocess:
     def __call__(self, batch: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         if self.keep_hashes is not None or self.drop_hashes is not None:
             hashes = batch["row_hash"]
-            keep = (
-                np.isin(hashes, self.keep_hashes)
-                if self.keep_hashes is not None
-                else ~np.isin(hashes, self.drop_hashes)
-            )
+            keep = np.isin(hashes, self.keep_hashes) if self.keep_hashes is not None else ~np.isin(hashes, self.drop_hashes)
             batch = {key: value[keep] for key, value in batch.items()}
         if self.labels_by_path is not None:
             labels = np.asarray([self.labels_by_path[p] for p in batch["path"]], dtype=np.int64)
@@ -172,12 +168,7 @@ def from_arrays(images: np.ndarray, labels: np.ndarray, block_rows: int = 2048) 
     from ray.data.extensions import ArrowTensorArray
 
     tables = [
-        pa.table(
-            {
-                "image": ArrowTensorArray.from_numpy(images[i : i + block_rows]),
-                "label": pa.array(labels[i : i + block_rows]),
-            }
-        )
+        pa.table({"image": ArrowTensorArray.from_numpy(images[i : i + block_rows]), "label": pa.array(labels[i : i + block_rows])})
         for i in range(0, max(len(labels), 1), block_rows)
     ]
     return ray.data.from_arrow(tables)

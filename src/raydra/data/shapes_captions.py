@@ -54,14 +54,7 @@ def make(count: int, size: int, seed: int) -> tuple:
 class ShapesCaptionsDataModule(ImageCaptionsDataModule):
     """ImageCaptionsDataModule over shapes made on the spot instead of a folder: only the data differs."""
 
-    def __init__(
-        self,
-        num_samples: int = 2048,
-        val_samples: int = 64,
-        resolution: int = 32,
-        batch_size: int = 16,
-        seed: int = 0,
-    ) -> None:
+    def __init__(self, num_samples: int = 2048, val_samples: int = 64, resolution: int = 32, batch_size: int = 16, seed: int = 0) -> None:
         super().__init__(root="", resolution=resolution, batch_size=batch_size, split_seed=seed)
         # The folder's settings mean nothing here; Lightning drops what a subclass ignores.
         self.save_hyperparameters(ignore=["root", "val_fraction", "split_seed", "caption_column"])

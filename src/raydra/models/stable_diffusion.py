@@ -60,9 +60,7 @@ class StableDiffusion(pl.LightningModule):
                 "(configs to build from, as model=sd_tiny does)."
             )
         if prediction_type not in (None, "epsilon", "v_prediction"):
-            raise RaydraError(
-                f"model.prediction_type={prediction_type} must be epsilon, v_prediction or null (the scheduler's)."
-            )
+            raise RaydraError(f"model.prediction_type={prediction_type} must be epsilon, v_prediction or null (the scheduler's).")
         self.bpe: Optional[Dict[str, Any]] = None  # the trained tokenizer's vocab and merges, when built from parts
         self._latent_cache: Dict[int, torch.Tensor] = {}
         self.ema_unet: Optional[torch.nn.Module] = None
@@ -96,9 +94,7 @@ class StableDiffusion(pl.LightningModule):
                 "model.parts trains the tokenizer on the data's captions, but the data module has no train_captions; "
                 "use data=shapes_captions or data=image_captions."
             )
-        vocab, merges = train_caption_bpe(
-            list(captions) + list(self.hparams.sample_prompts), self.hparams.parts["tokenizer"]["vocab_size"]
-        )
+        vocab, merges = train_caption_bpe(list(captions) + list(self.hparams.sample_prompts), self.hparams.parts["tokenizer"]["vocab_size"])
         return {"vocab": vocab, "merges": merges}
 
     def _build(self, bpe: Optional[Dict[str, Any]]) -> None:
@@ -155,11 +151,7 @@ class StableDiffusion(pl.LightningModule):
 
     def _encode_text(self, captions: List[str]) -> torch.Tensor:
         ids = self.tokenizer(
-            captions,
-            padding="max_length",
-            max_length=self.tokenizer.model_max_length,
-            truncation=True,
-            return_tensors="pt",
+            captions, padding="max_length", max_length=self.tokenizer.model_max_length, truncation=True, return_tensors="pt"
         ).input_ids
         with torch.no_grad():
             return self.text_encoder(ids.to(self.device))[0]

@@ -33,14 +33,9 @@ def train_caption_bpe(captions: Sequence[str], vocab_size: int) -> Tuple[Dict[st
     from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE(end_of_word_suffix="</w>", continuing_subword_prefix="", unk_token=EOS))
-    tokenizer.normalizer = normalizers.Sequence(
-        [normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Lowercase()]
-    )
+    tokenizer.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Lowercase()])
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(CLIP_SPLIT), behavior="removed", invert=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False),
-        ]
+        [pre_tokenizers.Split(Regex(CLIP_SPLIT), behavior="removed", invert=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
     )
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     trainer = trainers.BpeTrainer(
@@ -121,9 +116,7 @@ def load_parts(pretrained: str, from_scratch: bool) -> Dict[str, Any]:
             )
         source = str(folder)
     elif pretrained.startswith((".", "/", "~")):
-        raise RaydraError(
-            f"model.pretrained={pretrained} is not a folder; point it at a diffusers Stable Diffusion folder."
-        )
+        raise RaydraError(f"model.pretrained={pretrained} is not a folder; point it at a diffusers Stable Diffusion folder.")
     else:
         source = pretrained
     try:

@@ -37,9 +37,7 @@ class ViTClassifier(pl.LightningModule):
         self.save_hyperparameters()
         if pretrained:
             # A new head sized for this data; the backbone keeps its pretrained weights.
-            self.net = ViTForImageClassification.from_pretrained(
-                pretrained, num_labels=num_classes, ignore_mismatched_sizes=True
-            )
+            self.net = ViTForImageClassification.from_pretrained(pretrained, num_labels=num_classes, ignore_mismatched_sizes=True)
         else:
             self.net = ViTForImageClassification(
                 ViTConfig(
@@ -87,7 +85,5 @@ class ViTClassifier(pl.LightningModule):
         optimizer = instantiate(self.hparams.optimizer)(params=self.parameters())
         if not self.hparams.scheduler:
             return optimizer
-        scheduler = instantiate(self.hparams.scheduler)(
-            optimizer=optimizer, num_training_steps=self.trainer.estimated_stepping_batches
-        )
+        scheduler = instantiate(self.hparams.scheduler)(optimizer=optimizer, num_training_steps=self.trainer.estimated_stepping_batches)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

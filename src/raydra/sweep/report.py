@@ -46,9 +46,7 @@ class Progress(ray.tune.Callback):
     def on_trial_start(self, iteration: int, trials: List[Any], trial: Any, **info: Any) -> None:
         log.info(f"trial {trial.trial_id} started: {fmt_sampled(trial.config)}")
 
-    def on_trial_result(
-        self, iteration: int, trials: List[Any], trial: Any, result: Dict[str, Any], **info: Any
-    ) -> None:
+    def on_trial_result(self, iteration: int, trials: List[Any], trial: Any, result: Dict[str, Any], **info: Any) -> None:
         value = result.get(self.metric)
         if isinstance(value, (int, float)):
             log.info(f"trial {trial.trial_id} epoch {result.get('epochs_done')}: {self.metric} {value:.4f}")
@@ -64,13 +62,7 @@ class Progress(ray.tune.Callback):
 
     def __getstate__(self) -> Dict[str, Any]:
         # Tune pickles its RunConfig, callbacks included, into the sweep's tune/ directory.
-        return {
-            "metric": self.metric,
-            "max_epochs": self.max_epochs,
-            "statuses": {},
-            "scheduler": None,
-            "scheduler_state": None,
-        }
+        return {"metric": self.metric, "max_epochs": self.max_epochs, "statuses": {}, "scheduler": None, "scheduler_state": None}
 
 
 def settle_trials(
@@ -97,18 +89,13 @@ def settle_trials(
         # A trial Tune ended without error but that did not record its completion was stopped by
         # the scheduler (its process may have noted the stop as a failure on its way out).
         if status == "TERMINATED" and result is not None and summary["status"] in ("running", "failed", "interrupted"):
-            summary.update(
-                _stopped(result, metric, mode, run_dir, summary["run_id"], scheduler, summary.get("storage"))
-            )
+            summary.update(_stopped(result, metric, mode, run_dir, summary["run_id"], scheduler, summary.get("storage")))
             run_summary.write(run_dir, summary)
         if summary["status"] == "running":
             if status == "ERROR":
                 summary.update(status="failed", error=_one_line_error(result) or "the trial's process died")
             elif interrupted or status in ("RUNNING", "PENDING", "PAUSED"):
-                summary.update(
-                    status="interrupted",
-                    error="the sweep was interrupted; continue it with tune.resume=" + str(sweep_dir),
-                )
+                summary.update(status="interrupted", error="the sweep was interrupted; continue it with tune.resume=" + str(sweep_dir))
             if summary["status"] != "running":
                 summary.setdefault("finished_at", run_summary.now())
                 run_summary.write(run_dir, summary)
@@ -217,9 +204,7 @@ def write_tables(sweep_dir: Path, rows: List[Dict[str, Any]], metric: str) -> No
     (sweep_dir / "trials.md").write_text("\n".join(lines) + "\n")
 
 
-def write_best(
-    cfg: DictConfig, sweep_dir: Path, best: Dict[str, Any], metric: str, config_dir: Optional[str]
-) -> Dict[str, Any]:
+def write_best(cfg: DictConfig, sweep_dir: Path, best: Dict[str, Any], metric: str, config_dir: Optional[str]) -> Dict[str, Any]:
     """best_config.yaml: the whole composed config with the best trial's values, a primary config
     Hydra can run on its own; and a link to that trial's best checkpoint."""
     config = copy.deepcopy(cfg)
@@ -260,9 +245,7 @@ def write_record(sweep_dir: Path, record: Dict[str, Any]) -> None:
 
 
 def end(record: Dict[str, Any], sweep_dir: Path, started: float, status: str, reason: Optional[str]) -> None:
-    record.update(
-        status=status, error=reason, finished_at=run_summary.now(), wall_time_s=round(time.time() - started, 2)
-    )
+    record.update(status=status, error=reason, finished_at=run_summary.now(), wall_time_s=round(time.time() - started, 2))
     if sweep_dir.exists():
         write_record(sweep_dir, record)
     if reason:
@@ -270,6 +253,4 @@ def end(record: Dict[str, Any], sweep_dir: Path, started: float, status: str, re
 
 
 def fmt_sampled(sampled: Dict[str, Any]) -> str:
-    return "  ".join(
-        f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}" for key, value in sampled.items()
-    )
+    return "  ".join(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}" for key, value in sampled.items())

@@ -63,9 +63,7 @@ def parse_space(cfg: DictConfig) -> Dict[str, Tuple[str, List[Any]]]:
             # both; the one given last (the command line's) is the one meant.
             name, args = list(spec.items())[-1]
             if name not in DISTRIBUTIONS:
-                raise RaydraError(
-                    f"tune.space.{path}: {name} is not a distribution raydra knows; use one of {', '.join(DISTRIBUTIONS)}."
-                )
+                raise RaydraError(f"tune.space.{path}: {name} is not a distribution raydra knows; use one of {', '.join(DISTRIBUTIONS)}.")
             args = list(args) if isinstance(args, (list, tuple)) else [args]
             space[path] = (name, args)
 
@@ -117,9 +115,7 @@ def check_samples(cfg: DictConfig, space: Dict[str, Tuple[str, List[Any]]]) -> N
                 validate(trial_cfg)
             except (OmegaConfBaseException, RaydraError) as error:
                 reason = str(error).strip().splitlines()[0]
-                raise RaydraError(
-                    f"tune.space.{key}: the value {value} makes an invalid run ({reason}); narrow the space."
-                ) from None
+                raise RaydraError(f"tune.space.{key}: the value {value} makes an invalid run ({reason}); narrow the space.") from None
 
 
 def plain(value: Any) -> Any:

@@ -30,10 +30,7 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     # (on any node) writes into a scratch directory and pushes to storage, from where the sweep
     # driver pulls into record_dir: writing record_dir itself would race that pull.
     record_dir = Path(sweep["dir"], "trials", trial_id)
-    run = {
-        "dir": str(record_dir),
-        "storage": storage.join(sweep["storage"], "trials", trial_id) if sweep["storage"] else None,
-    }
+    run = {"dir": str(record_dir), "storage": storage.join(sweep["storage"], "trials", trial_id) if sweep["storage"] else None}
     if run["storage"]:
         run["dir"] = str(Path(tempfile.gettempdir(), "raydra-trials", sweep["id"], trial_id))
     run_dir = Path(run["dir"])
@@ -55,9 +52,7 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
         # A resumed sweep runs an unfinished trial again under the same run id: Train V2 continues
         # it from its last checkpoint.
         summary["started_at"] = previous["started_at"]
-        summary["resumed"] = previous.get("resumed", []) + [
-            {"at": run_summary.now(), "from_status": previous.get("status")}
-        ]
+        summary["resumed"] = previous.get("resumed", []) + [{"at": run_summary.now(), "from_status": previous.get("status")}]
     # The sweep only starts as many trials as the cluster holds, so a worker group that does not
     # start is slow (a loaded node, a stopped trial's workers still leaving), not starved: Train
     # V2's 60 s default failed trials on a busy 2-CPU machine. Still an error, never a hang.
@@ -67,17 +62,13 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
         config = fit.resolve(conf, record_dir, run_id)
         # Named here, not recomputed from paths.outputs: this process's working directory is Ray's.
         config["run"].update(dir=run["dir"], storage=run["storage"])
-        fit.fit_and_record(
-            config, summary, started, tune_trial=True, callbacks=[ReportToTune(config["trainer"]["max_epochs"])]
-        )
+        fit.fit_and_record(config, summary, started, tune_trial=True, callbacks=[ReportToTune(config["trainer"]["max_epochs"])])
     except Exception as error:
         if stopped_by_tune() or _settled(run_dir):
             # The scheduler ended this trial; the sweep driver records it from Tune's results.
             raise
         reason = str(error) if isinstance(error, RaydraError) else fit.one_line(error)
-        summary.update(
-            status="failed", error=reason, finished_at=run_summary.now(), wall_time_s=round(time.time() - started, 2)
-        )
+        summary.update(status="failed", error=reason, finished_at=run_summary.now(), wall_time_s=round(time.time() - started, 2))
         fit.write_summary(run, summary)
         raise
     # The last epoch reaches Tune only now, with the test metrics, once summary.json is complete

@@ -38,9 +38,7 @@ RESOLVER_CALL = re.compile(r"\$\{\s*[\w.\-]+\s*:")
 RESUMABLE_CHANGES = ("tune.resume", "tune.max_concurrent")
 
 
-def run_sweep(
-    cfg: DictConfig, output_dir: Path, overrides: List[str], config_dir: Optional[str] = None
-) -> Dict[str, Any]:
+def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_dir: Optional[str] = None) -> Dict[str, Any]:
     """Run the sweep `cfg.tune` describes in `output_dir` (Hydra's output directory for it), or
     continue the one tune.resume names; returns the sweep's record (sweep.json), its best trial
     under "best". `config_dir`: the primary config's directory, which best_config.yaml searches.
@@ -84,10 +82,7 @@ def run_sweep(
         report.write_record(sweep_dir, record)
         # With paths.storage, Tune's state and every trial's record live there; the trials' records
         # are pulled into this sweep directory as they go.
-        sweep_run = {
-            "dir": str(sweep_dir),
-            "storage": run_record.location(cfg.paths.storage, cfg.paths.outputs, sweep_dir),
-        }
+        sweep_run = {"dir": str(sweep_dir), "storage": run_record.location(cfg.paths.storage, cfg.paths.outputs, sweep_dir)}
         if sweep_run["storage"]:
             run_record.check_writable(cfg.paths.storage)
             record["storage"] = sweep_run["storage"]
@@ -131,9 +126,7 @@ def run_sweep(
             first_error = next((row["error"] for row in rows if row["error"]), "no trial completed")
             raise RaydraError(f"no trial of the sweep completed; the first error: {first_error}")
         record["best"] = report.write_best(cfg, sweep_dir, best, metric, config_dir)
-        record["trials"] = {
-            status: sum(row["status"] == status for row in rows) for status in ("completed", "stopped", "failed")
-        }
+        record["trials"] = {status: sum(row["status"] == status for row in rows) for status in ("completed", "stopped", "failed")}
     except RaydraError as error:
         report.end(record, sweep_dir, started, "failed", str(error))
         raise
@@ -181,9 +174,7 @@ def _continue(cfg: DictConfig, fresh_dir: Path) -> Tuple[Path, Dict[str, Any]]:
         {"at": run_summary.now(), "from_status": record.get("status"), "log": str(fresh_dir / "driver.log")}
     ]
     # The invocation's own Hydra directory points at the sweep it continued, so it never reads as a sweep of its own.
-    report.write_record(
-        fresh_dir, {"kind": "tune sweep resume", "status": "resumed elsewhere", "sweep_dir": str(sweep_dir)}
-    )
+    report.write_record(fresh_dir, {"kind": "tune sweep resume", "status": "resumed elsewhere", "sweep_dir": str(sweep_dir)})
     log.info(f"resuming sweep {sweep_dir} (this invocation's driver.log: {fresh_dir})")
     return sweep_dir, record
 
@@ -192,19 +183,12 @@ def _concurrency(cfg: DictConfig) -> int:
     fits = trials_that_fit(cfg.scale)
     asked = cfg.tune.max_concurrent
     if asked is not None and asked > fits:
-        log.info(
-            f"tune.max_concurrent={asked} but the cluster holds {fits} trial(s) side by side; running {fits} at a time"
-        )
+        log.info(f"tune.max_concurrent={asked} but the cluster holds {fits} trial(s) side by side; running {fits} at a time")
     return min(asked or fits, fits)
 
 
 def _tuner(
-    cfg: DictConfig,
-    sweep_dir: Path,
-    sweep_storage: Optional[str],
-    record: Dict[str, Any],
-    concurrency: int,
-    progress: "Progress",
+    cfg: DictConfig, sweep_dir: Path, sweep_storage: Optional[str], record: Dict[str, Any], concurrency: int, progress: "Progress"
 ) -> Any:
     tune = ray.tune
     filesystem, tune_root = storage.filesystem(sweep_storage or str(sweep_dir))
@@ -222,9 +206,7 @@ def _tuner(
         "id": record["id"],
         "overrides": [o for o in record["overrides"] if not o.startswith("tune.resume=")],
     }
-    trainable = tune.with_resources(
-        tune.with_parameters(run_trial, base=_trial_base(cfg, record["id"]), sweep=sweep), {"CPU": TRIAL_CPU}
-    )
+    trainable = tune.with_resources(tune.with_parameters(run_trial, base=_trial_base(cfg, record["id"]), sweep=sweep), {"CPU": TRIAL_CPU})
     if cfg.tune.resume:
         tuner = tune.Tuner.restore(
             posixpath.join(tune_root, "tune"),
@@ -261,11 +243,7 @@ def _tuner(
             reuse_actors=False,
         ),
         run_config=tune.RunConfig(
-            name="tune",
-            storage_path=tune_root,
-            storage_filesystem=filesystem,
-            verbose=1 if cfg.verbose else 0,
-            callbacks=[progress],
+            name="tune", storage_path=tune_root, storage_filesystem=filesystem, verbose=1 if cfg.verbose else 0, callbacks=[progress]
         ),
     )
 
@@ -322,11 +300,7 @@ def _freeze_resolver_calls(node: Any, plain: Any) -> None:
             _freeze_resolver_calls(node[key], value)
         elif isinstance(value, str) and RESOLVER_CALL.search(value):
             resolved = node[key]
-            plain[key] = (
-                OmegaConf.to_container(resolved, resolve=True)
-                if isinstance(resolved, (DictConfig, ListConfig))
-                else resolved
-            )
+            plain[key] = OmegaConf.to_container(resolved, resolve=True) if isinstance(resolved, (DictConfig, ListConfig)) else resolved
 
 
 def _sigterm_stops_tune() -> Any:

@@ -70,9 +70,7 @@ class TimedReport(pl.Callback):
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         step = trainer.global_step
         last = (
-            trainer.current_epoch + 1 >= trainer.max_epochs
-            or trainer.should_stop
-            or (trainer.max_steps > 0 and step >= trainer.max_steps)
+            trainer.current_epoch + 1 >= trainer.max_epochs or trainer.should_stop or (trainer.max_steps > 0 and step >= trainer.max_steps)
         )
         if self.every_n_steps:
             due = step % self.every_n_steps == 0 and step != self._last_saved_step
@@ -108,9 +106,7 @@ class TimedReport(pl.Callback):
         ray.train.report(
             metrics=self._metrics(trainer, mid_epoch),
             checkpoint=ray.train.Checkpoint.from_directory(tmpdir) if wrote else None,
-            checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC
-            if self.background_upload
-            else ray.train.CheckpointUploadMode.SYNC,
+            checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC if self.background_upload else ray.train.CheckpointUploadMode.SYNC,
             checkpoint_upload_fn=self._timed_upload if wrote else None,
             # A background upload still reads the directory: Ray removes it once uploaded.
             delete_local_checkpoint_after_upload=self.background_upload and wrote,

@@ -34,13 +34,9 @@ class ConsoleProgress(pl.Callback):
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         # Step-level values and Lightning's duplicated _epoch/_step twins would only crowd the line.
-        shown = "  ".join(
-            f"{k} {_fmt(v)}" for k, v in sorted(metrics.items()) if not k.endswith(("_step", "_epoch", "step_time_s"))
-        )
+        shown = "  ".join(f"{k} {_fmt(v)}" for k, v in sorted(metrics.items()) if not k.endswith(("_step", "_epoch", "step_time_s")))
         total = f"/{self.max_epochs}" if self.max_epochs > 0 else ""
-        print(
-            f"{PROGRESS_MARK}epoch {trainer.current_epoch + 1}{total}  step {trainer.global_step}  {shown}", flush=True
-        )
+        print(f"{PROGRESS_MARK}epoch {trainer.current_epoch + 1}{total}  step {trainer.global_step}  {shown}", flush=True)
 
 
 def _fmt(value: float) -> str:

@@ -28,10 +28,7 @@ def build_loggers(config: Dict[str, Any], rank: int, resumed_from: Optional[Dict
     if "csv" in settings:
         # name="" and version="" put metrics.csv straight into the run directory.
         csv_logger = pl.loggers.CSVLogger(
-            save_dir=str(run_dir),
-            name="",
-            version="",
-            flush_logs_every_n_steps=settings["csv"].get("flush_logs_every_n_steps", 50),
+            save_dir=str(run_dir), name="", version="", flush_logs_every_n_steps=settings["csv"].get("flush_logs_every_n_steps", 50)
         )
         _keep_rows_up_to(csv_logger, resumed_from)
         loggers.append(csv_logger)

@@ -94,11 +94,7 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
     resumable = Resumable()
     callbacks = [throughput, resumable, report]
     if rank == 0:
-        callbacks.append(
-            ConsoleProgress(
-                max_epochs=trainer_cfg["max_epochs"], max_steps=trainer_cfg["max_steps"], world_size=world_size
-            )
-        )
+        callbacks.append(ConsoleProgress(max_epochs=trainer_cfg["max_epochs"], max_steps=trainer_cfg["max_steps"], world_size=world_size))
     trainer = pl.Trainer(
         accelerator="gpu" if scale["use_gpu"] else "cpu",
         devices="auto",
@@ -190,11 +186,7 @@ def _position_of(checkpoint_path: Optional[str]) -> Optional[Dict[str, Any]]:
         return None
     meta = checkpoint_meta(checkpoint_path)
     data = meta.get("callbacks", {}).get("Resumable", {}).get("data", {})
-    return {
-        "epoch": int(meta["epoch"]),
-        "global_step": int(meta["global_step"]),
-        "mid_epoch": bool(data.get("mid_epoch")),
-    }
+    return {"epoch": int(meta["epoch"]), "global_step": int(meta["global_step"]), "mid_epoch": bool(data.get("mid_epoch"))}
 
 
 def _check_precision(device: torch.device, precision: str) -> None:
@@ -215,9 +207,7 @@ def _gather(trainer: Any, figures: Dict[str, int]) -> List[Dict[str, int]]:
     return gathered
 
 
-def run_test(
-    trainer: Any, model: Any, datamodule: Any, enabled: bool, rank: int
-) -> Tuple[Dict[str, float], Optional[str]]:
+def run_test(trainer: Any, model: Any, datamodule: Any, enabled: bool, rank: int) -> Tuple[Dict[str, float], Optional[str]]:
     """The test/* metrics, and why there are none when the run tests nothing (None when it tested).
 
     Data without a test split is not tested at all: no other split stands in for it, so nothing is
@@ -258,16 +248,7 @@ def _route_logs(path: Path, verbose: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
-    for name in (
-        "raydra",
-        "lightning",
-        "lightning.pytorch",
-        "pytorch_lightning",
-        "lightning_fabric",
-        "torch",
-        "wandb",
-        "ray.train",
-    ):
+    for name in ("raydra", "lightning", "lightning.pytorch", "pytorch_lightning", "lightning_fabric", "torch", "wandb", "ray.train"):
         logger = logging.getLogger(name)
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)

@@ -47,11 +47,7 @@ class Resumable(pl.Callback):
         if torch.cuda.is_available():
             state["cuda"] = torch.cuda.get_rng_state_all()
         if self._trainer is not None:
-            state["data"] = {
-                "epoch": self._trainer.current_epoch,
-                "batches": self._batches,
-                "mid_epoch": self._in_epoch,
-            }
+            state["data"] = {"epoch": self._trainer.current_epoch, "batches": self._batches, "mid_epoch": self._in_epoch}
         return state
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
@@ -65,19 +61,10 @@ class Resumable(pl.Callback):
         if restored is None:
             return
         epoch, skip = trainer.current_epoch, 0
-        if (
-            restored["mid_epoch"]
-            and restored["epoch"] == epoch
-            and 0 < restored["batches"] < trainer.num_training_batches
-        ):
+        if restored["mid_epoch"] and restored["epoch"] == epoch and 0 < restored["batches"] < trainer.num_training_batches:
             skip = restored["batches"]
         self._batches, self._in_epoch = skip, skip > 0
-        self.resumed_at = {
-            "epoch": epoch,
-            "batches": skip,
-            "of": int(trainer.num_training_batches),
-            "global_step": trainer.global_step,
-        }
+        self.resumed_at = {"epoch": epoch, "batches": skip, "of": int(trainer.num_training_batches), "global_step": trainer.global_step}
         for loader in _train_loaders(trainer):
             _position(loader, epoch, skip)
         # The train iterator was made before this hook (Lightning's setup_data); a DataLoader with

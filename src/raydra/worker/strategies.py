@@ -96,9 +96,7 @@ class RayFSDP2Strategy(ModelParallelStrategy):
     def __init__(self, settings: Dict[str, Any], shard_blocks: List[str]) -> None:
         world_size = ray.train.get_context().get_world_size()
         super().__init__(
-            data_parallel_size=world_size,
-            tensor_parallel_size=1,
-            save_distributed_checkpoint=settings["checkpoint_layout"] == "sharded",
+            data_parallel_size=world_size, tensor_parallel_size=1, save_distributed_checkpoint=settings["checkpoint_layout"] == "sharded"
         )
         self.settings = settings
         self.shard_blocks = shard_blocks
@@ -167,9 +165,7 @@ class RayFSDP2Strategy(ModelParallelStrategy):
         world, per_node = context.get_world_size(), context.get_local_world_size()
         if self.settings["sharding"] == "hybrid" and world > per_node:
             # Shard within a node (fast links), replicate across nodes (slow links).
-            return init_device_mesh(
-                self.root_device.type, (world // per_node, per_node), mesh_dim_names=("replicate", "shard")
-            )
+            return init_device_mesh(self.root_device.type, (world // per_node, per_node), mesh_dim_names=("replicate", "shard"))
         return init_device_mesh(self.root_device.type, (world,), mesh_dim_names=("shard",))
 
     def save_checkpoint(self, checkpoint: Dict[str, Any], filepath: Any, storage_options: Optional[Any] = None) -> None:
@@ -191,10 +187,7 @@ class ShardedRayDeepSpeedStrategy(RayDeepSpeedStrategy):
         # DeepSpeedStrategy.save_checkpoint without its broadcast of rank 0's path: see the module docstring.
         client_state = {k: v for k, v in checkpoint.items() if k not in ("state_dict", "optimizer_states")}
         self.deepspeed_engine.save_checkpoint(
-            filepath,
-            client_state=client_state,
-            tag="checkpoint",
-            exclude_frozen_parameters=self.exclude_frozen_parameters,
+            filepath, client_state=client_state, tag="checkpoint", exclude_frozen_parameters=self.exclude_frozen_parameters
         )
 
 
@@ -211,7 +204,5 @@ def _deepspeed_config(settings: Dict[str, Any]) -> Dict[str, Any]:
 def _merge(base: Dict[str, Any], extra: Dict[str, Any]) -> Dict[str, Any]:
     merged = dict(base)
     for key, value in extra.items():
-        merged[key] = (
-            _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
-        )
+        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
     return merged
