@@ -33,7 +33,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sweep import env, free_port, start_cluster, stop_cluster  # noqa: E402
+from sweep import env  # noqa: E402
+
+from raydra.testing import free_port, start_ray_head, stop_process_tree  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = re.compile(r"\(RayTrainWorker pid=(\d+)")
@@ -188,7 +190,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="raydra-faults-bench-"))
     common = ["experiment=vit_digits_smoke", f"trainer.max_epochs={epochs}", "trainer.test=false", "seed=0", "checkpoint.num_to_keep=1"]
     rows = []
-    proc, address = start_cluster(args.cpus, root / "ray_start.log")
+    proc, address = start_ray_head(root / "ray_start.log", env(), num_cpus=args.cpus)
     try:
 
         def on_cluster(name: str) -> tuple:
@@ -220,7 +222,7 @@ def main() -> None:
         rows.append(row(f"driver SIGKILL (epoch {epochs // 2 + 1}), then resume=latest", result, base, wall, base_s, epochs))
         print(rows[-1], file=sys.stderr)
     finally:
-        stop_cluster(proc)
+        stop_process_tree(proc)
 
     (node_base, node_base_s), (node_fault, node_s) = node_runs(root, common, epochs, epochs // 2, epoch_s)
     rows.append(row("none, 3-node cluster, SPREAD (uninterrupted)", node_base, node_base, node_base_s, node_base_s, epochs))

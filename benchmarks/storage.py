@@ -15,8 +15,6 @@ Prints a markdown table; the goal: background upload to S3 keeps the wait per ch
 
 import argparse
 import json
-import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,38 +23,12 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sweep import env, start_cluster, stop_cluster  # noqa: E402  (the shared cluster helpers)
+from sweep import env  # noqa: E402
+
+from raydra.testing import start_ray_head, start_s3_server, stop_process_tree  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 S3_ENV = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench-secret", "AWS_DEFAULT_REGION": "us-east-1"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_s3(log_path: Path) -> tuple:
-    """moto's S3 server on a free loopback port; returns (process, "127.0.0.1:port")."""
-    port = free_port()
-    log = open(log_path, "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, **S3_ENV},
-        start_new_session=True,
-    )
-    deadline = time.time() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, f"127.0.0.1:{port}"
-        except OSError:
-            if proc.poll() is not None or time.time() > deadline:
-                sys.exit(f"moto server did not start: {log_path.read_text()[-2000:]}")
-            time.sleep(0.3)
 
 
 def make_bucket(endpoint: str) -> str:
@@ -111,8 +83,8 @@ def main() -> None:
         f"model.num_layers={args.layers}",
         "checkpoint.num_to_keep=null",
     ]
-    s3, endpoint = start_s3(out / "moto.log")
-    cluster, address = start_cluster(2, out / "ray_start.log")
+    s3, endpoint = start_s3_server(out / "moto.log", S3_ENV)
+    cluster, address = start_ray_head(out / "ray_start.log", env(), num_cpus=2)
     try:
         uri = make_bucket(endpoint)
         # Quoted for Hydra's grammar: the URI's query holds '=' and '&'.
@@ -124,8 +96,8 @@ def main() -> None:
             ("S3 (moto)", "background", run(out, address, common, s3_storage, "checkpoint.upload=background")),
         ]
     finally:
-        stop_cluster(cluster)
-        stop_cluster(s3)
+        stop_process_tree(cluster)
+        stop_process_tree(s3)
     local_wait = rows[0][2]["wait_s"]
     print(
         f"\n{args.epochs} epochs, ViT hidden {args.hidden} x {args.layers} layers, 1 worker, a checkpoint per epoch; "

@@ -12,58 +12,25 @@ import argparse
 import csv
 import json
 import os
-import re
-import socket
+import secrets
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from raydra.testing import start_ray_head, stop_process_tree
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_cluster(cpus: int, log_path: Path) -> tuple:
-    cmd = [
-        str(Path(sys.executable).parent / "ray"),
-        "start",
-        "--head",
-        "--block",
-        f"--port={free_port()}",
-        f"--dashboard-port={free_port()}",
-        f"--ray-client-server-port={free_port()}",
-        f"--num-cpus={cpus}",
-        "--num-gpus=0",
-        "--disable-usage-stats",
-    ]
-    log = open(log_path, "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env(), start_new_session=True)
-    while "Ray runtime started" not in log_path.read_text():
-        if proc.poll() is not None:
-            sys.exit(f"ray start failed: {log_path.read_text()[-2000:]}")
-        time.sleep(0.5)
-    return proc, re.search(r"ray start --address='([^']+)'", log_path.read_text()).group(1)
-
-
-def stop_cluster(proc: subprocess.Popen) -> None:
-    import psutil
-
-    tree = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
-    for p in tree:
-        p.terminate()
-    _, alive = psutil.wait_procs(tree, timeout=10)
-    for p in alive:
-        p.kill()
+# The benchmark cluster's token: `ray start` with token authentication refuses to start without one.
+RAY_AUTH_TOKEN = secrets.token_hex(32)
 
 
 def env() -> dict:
-    e = dict(os.environ, WANDB_MODE="offline", RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="token")
+    """What the benchmark's cluster and every `python train.py` it starts run with."""
+    e = dict(os.environ, WANDB_MODE="offline", RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=RAY_AUTH_TOKEN)
     e.pop("RAY_ADDRESS", None)
     return e
 
@@ -85,7 +52,7 @@ def main() -> None:
 
     out = Path(tempfile.mkdtemp(prefix="raydra-sweep-bench-"))
     common = [f"paths.outputs={out}", "logger=csv", "scale.num_workers=1", f"trainer.max_epochs={args.epochs}"]
-    proc, address = start_cluster(args.cpus, out / "ray_start.log")
+    proc, address = start_ray_head(out / "ray_start.log", env(), num_cpus=args.cpus)
     try:
         common.append(f"ray.address={address}")
         sweep_s = train("tune=asha", f"tune.num_samples={args.samples}", *common)
@@ -97,7 +64,7 @@ def main() -> None:
         for trial in trials:
             one_by_one.append(train(*common, *[f"{key}={trial[key]}" for key in keys]))
     finally:
-        stop_cluster(proc)
+        stop_process_tree(proc)
 
     sequential_s = sum(one_by_one)
     stopped = sum(t["status"] == "stopped" for t in trials)

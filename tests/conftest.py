@@ -9,7 +9,6 @@ import json
 import os
 import re
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -18,17 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from raydra.testing import free_port, start_ray_head, start_s3_server, stop_process_tree, stop_ray_node
+
 REPO = Path(__file__).resolve().parents[1]
 # The test cluster's token (Ray's token authentication): one per session, handed to the cluster and
 # every client through the environment. `ray start` refuses to create one itself, and a token file
 # in ~/.ray would exist only if some earlier local ray.init happened to write it.
 RAY_AUTH_TOKEN = secrets.token_hex(32)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def base_env() -> dict:
@@ -51,52 +46,14 @@ def base_env() -> dict:
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory):
     """A 2-CPU Ray head node for the session; yields its address. Only this node is stopped."""
-    port, dashboard_port = _free_port(), _free_port()
-    cmd = [
-        str(Path(sys.executable).parent / "ray"),
-        "start",
-        "--head",
-        "--block",
-        f"--port={port}",
-        f"--dashboard-port={dashboard_port}",
-        f"--ray-client-server-port={_free_port()}",
-        "--num-cpus=2",
-        "--num-gpus=0",
-        "--disable-usage-stats",
-    ]
-    log_path = tmp_path_factory.mktemp("ray") / "ray_start.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=base_env(), start_new_session=True)
     try:
-        deadline = time.time() + 120
-        while "Ray runtime started" not in log_path.read_text():
-            if proc.poll() is not None or time.time() > deadline:
-                pytest.fail(f"the test Ray cluster did not start: {log_path.read_text()[-2000:]}")
-            time.sleep(0.5)
-        # The head listens on the node's address, which `ray start` prints for joining nodes.
-        yield re.search(r"ray start --address='([^']+)'", log_path.read_text()).group(1)
+        proc, address = start_ray_head(tmp_path_factory.mktemp("ray") / "ray_start.log", base_env())
+    except RuntimeError as error:
+        pytest.fail(f"the test Ray cluster: {error}")
+    try:
+        yield address
     finally:
         stop_process_tree(proc)
-
-
-def stop_process_tree(proc: subprocess.Popen) -> None:
-    """Stop `ray start` and everything it spawned (GCS, raylet, dashboard and their agents), by pid:
-    only this session's cluster, never another Ray on the machine."""
-    import psutil
-
-    try:
-        tree = [psutil.Process(proc.pid)]
-        tree += tree[0].children(recursive=True)
-    except psutil.NoSuchProcess:
-        return
-    for p in tree:
-        try:
-            p.terminate()
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(tree, timeout=10)
-    for p in alive:
-        p.kill()
 
 
 def run_train(*overrides: str, outputs: Path, address: str = None, timeout: int = 600, env: dict = None):
@@ -142,30 +99,13 @@ S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "A
 def s3_server(tmp_path_factory):
     """moto's S3 server for the session, as a subprocess on a free port (so Ray workers and other
     processes reach it too); yields its endpoint "127.0.0.1:PORT". Sets nothing global: processes
-    that use it take S3_ENV. moto[server] 5.2.5 at least (older ones break pyarrow's multipart uploads)."""
-    import urllib.request
-
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("s3") / "moto_server.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **S3_ENV},
-            start_new_session=True,
-        )
+    that use it take S3_ENV."""
     try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    pytest.fail(f"the test S3 server did not start: {log_path.read_text()[-2000:]}")
-                time.sleep(0.2)
-        yield f"127.0.0.1:{port}"
+        proc, endpoint = start_s3_server(tmp_path_factory.mktemp("s3") / "moto_server.log", S3_ENV)
+    except RuntimeError as error:
+        pytest.fail(f"the test S3 server: {error}")
+    try:
+        yield endpoint
     finally:
         stop_process_tree(proc)
 
@@ -238,12 +178,12 @@ def private_disk_cluster(tmp_path_factory):
 
     def node_ports() -> list:
         return [
-            f"--node-manager-port={_free_port()}",
-            f"--object-manager-port={_free_port()}",
-            f"--metrics-export-port={_free_port()}",
-            f"--dashboard-agent-listen-port={_free_port()}",
-            f"--dashboard-agent-grpc-port={_free_port()}",
-            f"--runtime-env-agent-port={_free_port()}",
+            f"--node-manager-port={free_port()}",
+            f"--object-manager-port={free_port()}",
+            f"--metrics-export-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
+            f"--dashboard-agent-grpc-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}",
             "--object-store-memory=300000000",
             "--num-gpus=0",
             "--disable-usage-stats",
@@ -268,9 +208,9 @@ def private_disk_cluster(tmp_path_factory):
             ray,
             "start",
             "--head",
-            f"--port={_free_port()}",
-            f"--dashboard-port={_free_port()}",
-            f"--ray-client-server-port={_free_port()}",
+            f"--port={free_port()}",
+            f"--dashboard-port={free_port()}",
+            f"--ray-client-server-port={free_port()}",
             "--num-cpus=0",
             *node_ports(),
         ],
@@ -308,23 +248,3 @@ def private_disk_cluster(tmp_path_factory):
             stop_ray_node(worker)
         stop_ray_node(head)
         shutil.rmtree(worker_temp, ignore_errors=True)
-
-
-def stop_ray_node(proc: subprocess.Popen) -> None:
-    """Stop a `ray start --block` node, by pid: SIGTERM to `ray start` alone, which stops its
-    processes in order (measured: all gone in ~5 s, where SIGTERM to each at once leaves the GCS,
-    raylet and agents running until the 10 s kill); whatever is left after 20 s is killed."""
-    import psutil
-
-    try:
-        tree = [psutil.Process(proc.pid)]
-        tree += tree[0].children(recursive=True)
-        tree[0].terminate()
-    except psutil.NoSuchProcess:
-        return
-    _, alive = psutil.wait_procs(tree, timeout=20)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass

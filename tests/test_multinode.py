@@ -10,8 +10,10 @@ import re
 
 import psutil
 import pytest
-from conftest import _free_port, summary_of
+from conftest import summary_of
 from test_reliability import EPOCHS, RUN, _epochs_with_val, _resumed_at, _start, _wait_for_checkpoint, _worker_pids
+
+from raydra.testing import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -23,7 +25,7 @@ def cluster():
     stops only what this cluster started."""
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "gcs_server_port": _free_port(), "dashboard_port": _free_port()})
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "gcs_server_port": free_port(), "dashboard_port": free_port()})
     try:
         for _ in range(3):
             cluster.add_node(num_cpus=1)
