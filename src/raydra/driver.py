@@ -49,8 +49,6 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str]) -> Dict[str, Any]:
             run_dir, run_id = _continue(cfg, summary, run_dir)
         config = fit.resolve(cfg, run_dir, run_id)
         run = config["run"]
-        if cfg.resume:
-            _check_same_storage(cfg, run_dir, run["storage"])
         if run["storage"]:
             run_record.check_writable(cfg.paths.storage)
         fit.record_start(config, summary)
@@ -90,12 +88,16 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str]) -> Dict[str, Any]:
 def _continue(cfg: DictConfig, summary: Dict[str, Any], fresh_dir: Path) -> Any:
     """Switch this invocation over to the run it resumes: its directory, run id and start time."""
     run_dir = resume.find(cfg)
+    # Checked before this invocation takes the run over: a refusal leaves the run's record as it was.
+    _check_same_storage(cfg, run_dir, run_record.location(cfg.paths.storage, cfg.paths.outputs, run_dir))
     previous = run_summary.read(run_dir)
     summary.update(
         run_id=previous["run_id"],
         run_dir=str(run_dir),
         started_at=previous["started_at"],
         overrides=previous.get("overrides", []),
+        # Kept, so that if this attempt fails too, resume=latest still finds the run.
+        config_hash=previous.get("config_hash"),
         resumed=previous.get("resumed", [])
         + [{"at": run_summary.now(), "from_status": previous.get("status"), "log": str(fresh_dir / "driver.log")}],
     )
