@@ -248,3 +248,26 @@ def private_disk_cluster(tmp_path_factory):
             stop_ray_node(worker)
         stop_ray_node(head)
         shutil.rmtree(worker_temp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lightning pieces for tests of one part (a callback, a data module, a checkpoint) without a run
+
+
+def bare_trainer(**settings):
+    """A plain Lightning Trainer on the CPU that writes and prints nothing; `settings` add to it."""
+    from raydra.lightning import pl
+
+    quiet = dict(
+        accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+    )
+    return pl.Trainer(**{**quiet, **settings})
+
+
+def tiny_vit(**settings):
+    """raydra's ViT at a size that trains on digits-sized (8x8, 1 channel) images in seconds."""
+    from raydra.models.vit import ViTClassifier
+
+    tiny = dict(image_size=8, num_channels=1, num_classes=10, patch_size=2, hidden_size=64, num_layers=4, num_heads=4, mlp_size=128)
+    tiny["optimizer"] = {"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3}
+    return ViTClassifier(**{**tiny, **settings})

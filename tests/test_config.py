@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, bare_trainer
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
@@ -104,15 +104,7 @@ def test_the_trainer_group_reaches_lightnings_trainer_as_it_is(tmp_path):
     )
     arguments = lightning_trainer_arguments(OmegaConf.to_container(cfg.trainer))
     assert not RAYDRA_TRAINER_KEYS & set(arguments)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        default_root_dir=str(tmp_path),
-        **arguments,
-    )
+    trainer = bare_trainer(default_root_dir=str(tmp_path), **arguments)
     assert (trainer.max_epochs, trainer.gradient_clip_val, trainer.accumulate_grad_batches, trainer.precision) == (5, 1.0, 2, "bf16-mixed")
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from conftest import run_dirs, run_train, summary_of
+from conftest import bare_trainer, run_dirs, run_train, summary_of
 from PIL import Image
 
 from raydra.data.imagefolder import ImageFolderDataModule
@@ -84,15 +84,7 @@ def test_validation_is_never_reported_as_test(tmp_path, test_fraction):
         root=str(write_folder(tmp_path)), num_classes=3, image_size=8, batch_size=8, test_fraction=test_fraction, augment=False
     )
     model = TinyClassifier()
-    trainer = pl.Trainer(
-        max_epochs=1,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = bare_trainer(max_epochs=1)
     trainer.fit(model, datamodule=data)
     assert loop._has_test_split(data) is bool(test_fraction)
     metrics, skipped = loop.run_test(trainer, model, data, enabled=True, rank=0)

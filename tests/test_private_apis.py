@@ -10,6 +10,7 @@ import inspect
 
 import pytest
 import torch
+from conftest import bare_trainer
 
 from raydra import private_apis
 from raydra.lightning import pl
@@ -163,15 +164,7 @@ def test_restarting_the_train_iterator_at_train_start_takes_the_loaders_new_posi
             first.append(batch[0][0].tolist())
             trainer.should_stop = True
 
-    trainer = pl.Trainer(
-        max_epochs=1,
-        callbacks=[SkipTwo()],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-    )
+    trainer = bare_trainer(max_epochs=1, callbacks=[SkipTwo()], default_root_dir=tmp_path)
     trainer.fit(_Tiny(num_workers=1))
     assert first[0] == [8.0, 9.0]  # index 4, not index 0
 

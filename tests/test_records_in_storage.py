@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, S3_ENV
+from conftest import REPO, S3_ENV, bare_trainer, tiny_vit
 from test_compare import make_run
 
 import raydra
@@ -186,14 +186,10 @@ def test_compare_of_storage_imports_pyarrow_but_not_the_training_stack(runs):
 def tiny_checkpoint(path: Path) -> "torch.nn.Module":
     """A real Lightning checkpoint of a tiny ViT, written by pl.Trainer with raydra's Resumable callback
     (which records the module class raydra.load rebuilds); returns the trained module."""
-    from raydra.lightning import pl
-    from raydra.models.vit import ViTClassifier
     from raydra.worker.resumable import Resumable
 
     torch.manual_seed(0)
-    module = ViTClassifier(
-        image_size=8,
-        num_channels=1,
+    module = tiny_vit(
         num_classes=3,
         patch_size=4,
         hidden_size=8,
@@ -203,16 +199,7 @@ def tiny_checkpoint(path: Path) -> "torch.nn.Module":
         optimizer={"_target_": "torch.optim.SGD", "_partial_": True, "lr": 0.5},
     )
     data = torch.utils.data.TensorDataset(torch.randn(8, 1, 8, 8), torch.randint(0, 3, (8,)))
-    trainer = pl.Trainer(
-        max_steps=2,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[Resumable()],
-    )
+    trainer = bare_trainer(max_steps=2, callbacks=[Resumable()])
     trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=4))
     path.parent.mkdir(parents=True, exist_ok=True)
     trainer.save_checkpoint(path)

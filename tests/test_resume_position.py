@@ -2,6 +2,7 @@
 so every batch a restarted fit trains on can be compared with an uninterrupted fit's."""
 
 import torch
+from conftest import bare_trainer
 from torch.utils.data import DataLoader, TensorDataset
 
 from raydra.data.device_batches import DeviceBatches
@@ -36,16 +37,7 @@ class SaveMidEpoch(pl.Callback):
 
 def _fit(loader_fn, tmp_path, ckpt_path=None):
     module, resumable = Recorder(), Resumable()
-    trainer = pl.Trainer(
-        max_epochs=3,
-        callbacks=[resumable, SaveMidEpoch(tmp_path / "mid.ckpt")],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
-        devices=1,
-    )
+    trainer = bare_trainer(max_epochs=3, callbacks=[resumable, SaveMidEpoch(tmp_path / "mid.ckpt")])
     trainer.fit(module, loader_fn(), ckpt_path=ckpt_path, weights_only=True)
     return module.seen, resumable.resumed_at
 

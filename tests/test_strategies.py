@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_dirs, run_train, summary_of
+from conftest import run_dirs, run_train, summary_of, tiny_vit
 from test_config import composed
 from test_reliability import RUN, _epochs_with_val, _start, _wait_for_checkpoint
 
@@ -61,19 +61,10 @@ def test_ddp_wraps_the_module_only_when_there_are_replicas_to_average(monkeypatc
     """One worker trains its module directly: DDP would only add per-step hooks and gradient copies."""
     from lightning_fabric.plugins.environments import LightningEnvironment
 
-    from raydra.models.vit import ViTClassifier
     from raydra.worker.strategies import RayDDP
 
-    module = ViTClassifier(
-        optimizer={"_target_": "torch.optim.AdamW", "_partial_": True},
-        image_size=8,
-        num_channels=1,
-        num_classes=10,
-        patch_size=2,
-        hidden_size=16,
-        num_layers=1,
-        num_heads=2,
-        mlp_size=16,
+    module = tiny_vit(
+        optimizer={"_target_": "torch.optim.AdamW", "_partial_": True}, hidden_size=16, num_layers=1, num_heads=2, mlp_size=16
     )
     alone = RayDDP()
     alone.model = module

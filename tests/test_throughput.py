@@ -4,6 +4,7 @@ import time
 
 import pytest
 import torch
+from conftest import bare_trainer, tiny_vit
 from torch.utils.data import DataLoader, TensorDataset
 
 from raydra.lightning import pl
@@ -26,15 +27,7 @@ class Linear(pl.LightningModule):
 def test_flops_per_step_of_a_linear_layer_match_the_hand_count():
     data = DataLoader(TensorDataset(torch.randn(16 * 20, 8), torch.randn(16 * 20, 4)), batch_size=16)
     throughput = Throughput(world_size=1, peak_flops=None)
-    trainer = pl.Trainer(
-        max_epochs=1,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[throughput],
-    )
+    trainer = bare_trainer(max_epochs=1, callbacks=[throughput])
     trainer.fit(Linear(), data)
     # forward x @ W.T: 2*16*8*4; backward dW = dy.T @ x: the same again (x needs no gradient).
     assert throughput.flops_per_step == 2 * (2 * 16 * 8 * 4)
@@ -55,15 +48,7 @@ class SlowBatches(TensorDataset):
 
 
 def _fit(throughput, data, epochs=1):
-    trainer = pl.Trainer(
-        max_epochs=epochs,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[throughput],
-    )
+    trainer = bare_trainer(max_epochs=epochs, callbacks=[throughput])
     trainer.fit(Linear(), data)
     return trainer
 
@@ -97,31 +82,11 @@ def test_peak_flops_is_unknown_on_cpu():
 @pytest.mark.gpu
 def test_mfu_of_the_vit_on_a_gpu_is_a_fraction_of_the_peak():
     from raydra.data.digits import DigitsDataModule
-    from raydra.models.vit import ViTClassifier
 
     device = torch.device("cuda")
     throughput = Throughput(world_size=1, peak_flops=peak_flops(device, "bf16-mixed"))
-    trainer = pl.Trainer(
-        max_epochs=3,
-        accelerator="gpu",
-        devices=1,
-        precision="bf16-mixed",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        callbacks=[throughput],
-    )
-    model = ViTClassifier(
-        image_size=8,
-        num_channels=1,
-        num_classes=10,
-        patch_size=2,
-        hidden_size=256,
-        num_layers=4,
-        num_heads=4,
-        mlp_size=1024,
-        optimizer={"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3},
-    )
+    trainer = bare_trainer(max_epochs=3, accelerator="gpu", precision="bf16-mixed", callbacks=[throughput])
+    model = tiny_vit(hidden_size=256, mlp_size=1024)
     trainer.fit(model, datamodule=DigitsDataModule(batch_size=256))
     summary = throughput.summary()
     assert summary["flops_per_step_per_worker"] > 0
@@ -134,36 +99,16 @@ def test_trainer_compile_trains_the_digits_vit_to_the_eager_accuracy(accelerator
     from torch._dynamo.utils import counters
 
     from raydra.data.digits import DigitsDataModule
-    from raydra.models.vit import ViTClassifier
     from raydra.worker.loop import compile_networks
 
     accuracy, keys = {}, {}
     for compiled in (False, True):
         pl.seed_everything(0, verbose=False)
-        model = ViTClassifier(
-            image_size=8,
-            num_channels=1,
-            num_classes=10,
-            patch_size=2,
-            hidden_size=64,
-            num_layers=4,
-            num_heads=4,
-            mlp_size=128,
-            optimizer={"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3},
-        )
+        model = tiny_vit()
         graphs = counters["stats"]["unique_graphs"]
         if compiled:
             assert compile_networks(model) == ["net"]
-        trainer = pl.Trainer(
-            max_epochs=15,
-            accelerator=accelerator,
-            devices=1,
-            precision=precision,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-        )
+        trainer = bare_trainer(max_epochs=15, accelerator=accelerator, precision=precision)
         trainer.fit(model, datamodule=DigitsDataModule(batch_size=32))
         accuracy[compiled] = float(trainer.callback_metrics["val/acc"])
         keys[compiled] = list(model.state_dict())
