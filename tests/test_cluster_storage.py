@@ -38,6 +38,14 @@ def _storage(uri: str) -> str:
     return f'paths.storage="{uri}"'
 
 
+def _train_on(cluster, *overrides: str, env: dict = None, timeout: int = 600):
+    """`python train.py` on the private-disk cluster, into an outputs directory of its own; returns
+    (the finished process, that directory)."""
+    outputs = cluster.outputs / uuid.uuid4().hex[:8]
+    done = run_train(*overrides, outputs=outputs, address=cluster.address, env={**S3_ENV, **(env or {})}, timeout=timeout)
+    return done, outputs
+
+
 def _start(*overrides, outputs, address):
     args = [sys.executable, str(REPO / "train.py"), f"paths.outputs={outputs}", *overrides, f"ray.address={address}"]
     return subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**base_env(), **S3_ENV})
@@ -73,8 +81,7 @@ def _train_workers() -> list:
 
 @pytest.mark.e2e
 def test_a_run_without_storage_on_nodes_without_a_shared_disk_is_refused_before_any_worker_starts(private_disk_cluster):
-    outputs = private_disk_cluster.outputs / uuid.uuid4().hex[:8]
-    done = run_train(*RUN, outputs=outputs, address=private_disk_cluster.address, env=S3_ENV, timeout=120)
+    done, outputs = _train_on(private_disk_cluster, *RUN, timeout=120)
     assert done.returncode == 1
     assert "cannot see" in done.stdout and "set paths.storage" in done.stdout, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
@@ -142,18 +149,8 @@ def test_a_run_on_s3_survives_a_worker_and_a_driver_kill_and_ends_whole_on_the_d
 def test_sd_tiny_on_s3_leaves_samples_and_a_pipeline_that_loads_on_the_drivers_disk(private_disk_cluster, s3_bucket):
     from diffusers import StableDiffusionPipeline
 
-    outputs = private_disk_cluster.outputs / uuid.uuid4().hex[:8]
-    done = run_train(
-        "experiment=sd_tiny",
-        "data.num_samples=64",
-        "data.batch_size=4",
-        "trainer.max_epochs=2",
-        "logger=csv",
-        _storage(s3_bucket),
-        outputs=outputs,
-        address=private_disk_cluster.address,
-        env={**S3_ENV, "HF_HUB_OFFLINE": "1"},
-    )
+    tiny = ("experiment=sd_tiny", "data.num_samples=64", "data.batch_size=4", "trainer.max_epochs=2", "logger=csv")
+    done, outputs = _train_on(private_disk_cluster, *tiny, _storage(s3_bucket), env={"HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stdout + done.stderr
     (run_dir,) = run_dirs(outputs)
     assert summary_of(run_dir)["status"] == "completed"
@@ -164,21 +161,9 @@ def test_sd_tiny_on_s3_leaves_samples_and_a_pipeline_that_loads_on_the_drivers_d
 
 @pytest.mark.e2e
 def test_an_asha_sweep_on_s3_records_every_trial_on_the_drivers_disk(private_disk_cluster, s3_bucket):
-    outputs = private_disk_cluster.outputs / uuid.uuid4().hex[:8]
-    done = run_train(
-        "tune=asha",
-        "tune.num_samples=2",
-        "tune.space={model.optimizer.lr: {choice: [1e-5, 3e-3]}, data.batch_size: null}",
-        "trainer.max_epochs=2",
-        "scale.num_workers=1",
-        "logger=csv",
-        "trainer.test=false",
-        _storage(s3_bucket),
-        outputs=outputs,
-        address=private_disk_cluster.address,
-        env=S3_ENV,
-        timeout=600,
-    )
+    space = "tune.space={model.optimizer.lr: {choice: [1e-5, 3e-3]}, data.batch_size: null}"
+    sweep = ("tune=asha", "tune.num_samples=2", space, "trainer.max_epochs=2", "scale.num_workers=1", "logger=csv", "trainer.test=false")
+    done, outputs = _train_on(private_disk_cluster, *sweep, _storage(s3_bucket))
     assert done.returncode == 0, done.stdout + done.stderr
     (sweep_dir,) = [p.parent for p in outputs.glob("sweeps/*/*/sweep.json")]
     record = json.loads((sweep_dir / "sweep.json").read_text())

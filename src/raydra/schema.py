@@ -38,18 +38,24 @@ class ScaleConfig:
 
 
 @dataclass
-class DDPConfig:
-    name: str = "ddp"
-    find_unused_parameters: bool = False
-    gradient_as_bucket_view: bool = True
-    static_graph: bool = False
+class ProcessGroupConfig:
+    """What every strategy sets of torch.distributed's process group (through Ray's TorchConfig)."""
+
     # torch.distributed backend; null picks nccl on GPU and gloo on CPU.
     backend: Optional[str] = None
     timeout_s: int = 1800
 
 
 @dataclass
-class FSDPConfig:
+class DDPConfig(ProcessGroupConfig):
+    name: str = "ddp"
+    find_unused_parameters: bool = False
+    gradient_as_bucket_view: bool = True
+    static_graph: bool = False
+
+
+@dataclass
+class FSDPConfig(ProcessGroupConfig):
     name: str = "fsdp"
     # full: parameters, gradients and optimizer state sharded, gathered per block (ZeRO-3).
     # grad_op: parameters stay gathered from forward to backward (ZeRO-2). hybrid: full within a
@@ -64,12 +70,10 @@ class FSDPConfig:
     mixed_precision: Optional[str] = None
     # sharded: each worker writes its shard (fast, no gather). full: rank 0 gathers one file.
     checkpoint_layout: str = "sharded"
-    backend: Optional[str] = None
-    timeout_s: int = 1800
 
 
 @dataclass
-class DeepSpeedConfig:
+class DeepSpeedConfig(ProcessGroupConfig):
     name: str = "deepspeed"
     # ZeRO stage: 1 shards optimizer state, 2 also gradients, 3 also parameters.
     stage: int = 2
@@ -78,8 +82,6 @@ class DeepSpeedConfig:
     offload_parameters: bool = False
     # Anything else DeepSpeed's config JSON takes, merged over what the keys above set.
     config: Dict[str, Any] = field(default_factory=dict)
-    backend: Optional[str] = None
-    timeout_s: int = 1800
 
 
 @dataclass
