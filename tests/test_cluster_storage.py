@@ -136,7 +136,7 @@ def test_a_run_on_s3_survives_a_worker_and_a_driver_kill_and_ends_whole_on_the_d
     model = raydra.load(checkpoints["best"])
     assert sum(p.numel() for p in model.parameters()) > 0
     compared = subprocess.run(
-        [sys.executable, "-m", "raydra.cli", "compare", s3_bucket],
+        [str(Path(sys.executable).parent / "raydra"), "compare", s3_bucket],
         capture_output=True,
         text=True,
         env={**base_env(), **S3_ENV},

@@ -4,6 +4,7 @@
 import json
 import subprocess
 import sys
+import uuid
 
 import pyarrow.fs as pafs
 import pytest
@@ -32,6 +33,7 @@ worker_node = next(n["NodeID"] for n in nodes if n["NodeID"] != driver_node)
 def on_worker_node(outputs, object_uri):
     import pyarrow.fs as pafs
 
+    os.makedirs(outputs, exist_ok=True)  # the node's own (empty) disk below the tmpfs
     with open(os.path.join(outputs, "from_worker.txt"), "w") as f:
         f.write("written on the worker node")
     fs, path = pafs.FileSystem.from_uri(object_uri)
@@ -56,7 +58,9 @@ print(json.dumps({
 
 
 def test_the_worker_node_has_its_own_outputs_dir_and_reaches_s3(private_disk_cluster, s3_bucket):
-    outputs = private_disk_cluster.outputs
+    # A directory of this test's own: the session's other tests write beside it.
+    outputs = private_disk_cluster.outputs / f"probe-{uuid.uuid4().hex[:8]}"
+    outputs.mkdir()
     (outputs / "driver_marker.txt").write_text("written by the driver")
     fs, prefix = pafs.FileSystem.from_uri(s3_bucket)
     with fs.open_output_stream(f"{prefix}/hello.txt") as stream:

@@ -119,3 +119,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         # `raydra compare ... | head`: the reader left; exit quietly instead of a traceback.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+if __name__ == "__main__":  # python -m raydra.cli, as well as the raydra command
+    sys.exit(main())
