@@ -41,6 +41,7 @@ def make_bucket(endpoint: str) -> str:
         access_key=S3_ENV["AWS_ACCESS_KEY_ID"],
         secret_key=S3_ENV["AWS_SECRET_ACCESS_KEY"],
         region="us-east-1",
+        allow_bucket_creation=True,
     )
     fs.create_dir(bucket)
     return f"s3://{bucket}/runs?endpoint_override={endpoint}&scheme=http"
@@ -84,7 +85,8 @@ def main() -> None:
         "checkpoint.num_to_keep=null",
     ]
     s3, endpoint = start_s3_server(out / "moto.log", S3_ENV)
-    cluster, address = start_ray_head(out / "ray_start.log", env(), num_cpus=2)
+    # The cluster's processes (Ray Train's controller among them) read the S3 credentials from their own environment.
+    cluster, address = start_ray_head(out / "ray_start.log", {**env(), **S3_ENV}, num_cpus=2)
     try:
         uri = make_bucket(endpoint)
         # Quoted for Hydra's grammar: the URI's query holds '=' and '&'.

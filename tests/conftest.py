@@ -40,6 +40,10 @@ def base_env() -> dict:
     )
     env.pop("WANDB_API_KEY", None)
     env.pop("RAY_ADDRESS", None)
+    # Storage credentials only where a test hands them over (S3_ENV): the session cluster has none,
+    # as a cluster whose nodes were never given them.
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        env.pop(key, None)
     return env
 
 

@@ -179,6 +179,17 @@ def test_an_asha_sweep_on_s3_records_every_trial_on_the_drivers_disk(private_dis
     assert len(rows) == 2
 
 
+@pytest.mark.e2e
+def test_a_cluster_whose_nodes_lack_the_storage_credentials_is_named_in_one_sentence(ray_cluster, s3_bucket, tmp_path):
+    """The driver can write (its own check passes) but Ray Train's controller, on a node without
+    the credentials, cannot: the run says so instead of Ray's actor traceback."""
+    done = run_train("experiment=vit_digits_smoke", _storage(s3_bucket), outputs=tmp_path, address=ray_cluster, env=S3_ENV, timeout=180)
+    assert done.returncode == 1
+    assert "on a Ray node: give every node the credentials in its own environment" in done.stdout, done.stdout + done.stderr
+    (run_dir,) = run_dirs(tmp_path)
+    assert "give every node the credentials" in summary_of(run_dir)["error"]
+
+
 def test_storage_that_cannot_be_written_is_named_in_one_sentence(s3_server, s3_bucket, monkeypatch):
     """Before any worker starts: a bucket that does not exist, an endpoint nobody answers, a
     scheme no filesystem serves."""

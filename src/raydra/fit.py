@@ -230,7 +230,7 @@ def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any]) -> Any:
     try:
         result = trainer.fit()
     except Exception as error:
-        friendly = _user_error(error)
+        friendly = _user_error(error) or _storage_failure(config, error)
         if friendly:
             raise friendly from None  # its one sentence, without Ray's worker-failure trace
         raise
@@ -249,6 +249,22 @@ def _user_error(error: BaseException) -> Optional[RaydraError]:
                 return RaydraError(str(failure).strip().splitlines()[-1])
             failure = failure.__cause__ or getattr(failure, "cause", None)
     return None
+
+
+# What pyarrow says when a store refuses or misses a write (S3's words; GCS's are alike).
+STORAGE_FAILURE = ("AWS Error", "ACCESS_DENIED", "AccessDenied", "NoSuchBucket", "When creating key", "google::cloud::Status")
+
+
+def _storage_failure(config: Dict[str, Any], error: BaseException) -> Optional[RaydraError]:
+    """A storage failure on a Ray node (the Train controller or a worker) as one sentence. The
+    driver's own check passed, so the node differs: most often it lacks the credentials, which
+    pyarrow reads from each node's own environment."""
+    if not config["run"]["storage"] or not any(word in str(error) for word in STORAGE_FAILURE):
+        return None
+    reason = run_record.storage_error(config["paths"]["storage"], error).rstrip(".")
+    return RaydraError(
+        f"{reason}, on a Ray node: give every node the credentials in its own environment (they are not sent from the driver)."
+    )
 
 
 def _outcome(result: Any, config: Dict[str, Any]) -> Dict[str, Any]:
