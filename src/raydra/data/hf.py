@@ -11,7 +11,6 @@ image processor resizes the images and its mean/std normalise them; otherwise a 
 """
 
 import contextlib
-import io
 import os
 import socket
 from pathlib import Path
@@ -21,6 +20,7 @@ from urllib.parse import urlparse
 import numpy as np
 
 from raydra.data.device_batches import DeviceSplitsDataModule, place_splits
+from raydra.data.images import first_line, image_processor, normalisation, processor_shape, to_uint8
 from raydra.data.splits import stratified_split
 from raydra.errors import RaydraError
 from raydra.private_apis import hub_offline
@@ -85,7 +85,7 @@ def load(name: str, subset: Optional[str] = None, revision: Optional[str] = None
             raise
         except Exception as error:
             raise RaydraError(
-                f"data.name={name} could not be read as a dataset ({_first_line(error)}); "
+                f"data.name={name} could not be read as a dataset ({first_line(error)}); "
                 "check the files are complete (a save_to_disk folder, parquet or an image folder)."
             ) from None
         return loaded if isinstance(loaded, datasets.DatasetDict) else datasets.DatasetDict({"train": loaded})
@@ -100,14 +100,9 @@ def load(name: str, subset: Optional[str] = None, revision: Optional[str] = None
                 "load it once where there is network, or point data.name at a save_to_disk folder or parquet copy."
             ) from None
         raise RaydraError(
-            f"data.name={name} could not be loaded from the Hugging Face Hub ({_first_line(error)}); "
+            f"data.name={name} could not be loaded from the Hugging Face Hub ({first_line(error)}); "
             "check the id (and data.subset), or point data.name at a local copy."
         ) from None
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0] if lines else ''}"
 
 
 def _check_columns(name: str, dataset: Any, image_column: str, label_column: str) -> None:
@@ -181,7 +176,7 @@ def parquet_classes(name: str, image_column: str, label_column: str) -> Tuple[Li
             labels = pq.ParquetDataset(files).read(columns=[label_column]).column(label_column)
     except Exception as error:  # pyarrow raises ArrowInvalid, OSError or its own types for broken files
         raise RaydraError(
-            f"data.name={name} is not readable parquet ({_first_line(error)}); write it again (e.g. Dataset.to_parquet)."
+            f"data.name={name} is not readable parquet ({first_line(error)}); write it again (e.g. Dataset.to_parquet)."
         ) from None
     for key, column in (("data.image_column", image_column), ("data.label_column", label_column)):
         if column not in schema.names:
@@ -222,75 +217,6 @@ def describe(
     return {"num_classes": len(names), "class_names": names}
 
 
-def image_processor(pretrained: Optional[str]) -> Any:
-    """The pretrained model's image processor (PIL backend: torchvision is not a dependency), or None."""
-    if not pretrained:
-        return None
-    from transformers import AutoImageProcessor
-
-    try:
-        return AutoImageProcessor.from_pretrained(pretrained, backend="pil")
-    except TypeError:
-        return AutoImageProcessor.from_pretrained(pretrained)
-    except OSError as error:
-        raise RaydraError(
-            f"model.pretrained={pretrained} has no image processor that loads here ({_first_line(error)}); "
-            "point it at a local folder with preprocessor_config.json or a cached hub id."
-        ) from None
-
-
-def processor_shape(processor: Any, image_size: int) -> Tuple[int, int]:
-    size = getattr(processor, "size", None) if processor is not None else None
-    if size is not None:
-        get = size.get if isinstance(size, dict) else lambda k, d=None: getattr(size, k, d)
-        if get("height") and get("width"):
-            return int(get("height")), int(get("width"))
-        if get("shortest_edge"):
-            return int(get("shortest_edge")), int(get("shortest_edge"))
-    return image_size, image_size
-
-
-def normalisation(processor: Any, mean: Sequence[float], std: Sequence[float], channels: int) -> Tuple[list, list]:
-    if processor is not None and getattr(processor, "do_normalize", True) and getattr(processor, "image_mean", None):
-        return list(processor.image_mean)[:channels], list(processor.image_std)[:channels]
-    return list(mean)[:channels], list(std)[:channels]
-
-
-def as_image(item: Any) -> Any:
-    """A PIL image from what a dataset column holds: PIL already, encoded bytes, a {bytes, path}
-    struct (Hugging Face's Image feature as stored in parquet), a file path, or an array."""
-    from PIL import Image
-
-    if isinstance(item, Image.Image):
-        return item
-    if isinstance(item, dict):
-        item = item.get("bytes") or item.get("path")
-    if isinstance(item, (bytes, bytearray)):
-        return Image.open(io.BytesIO(item))
-    if isinstance(item, str):
-        return Image.open(item)
-    return Image.fromarray(np.asarray(item))
-
-
-def to_uint8(images: Sequence[Any], processor: Any, size: int, channels: int, where: str) -> np.ndarray:
-    """(n, channels, H, W) uint8: the processor's resize (its rescale and normalisation are applied
-    later as batched tensor ops), or a plain bilinear resize to size x size."""
-    from PIL import Image
-
-    mode = {1: "L", 3: "RGB"}[channels]
-    try:
-        pil = [as_image(image).convert(mode) for image in images]
-    except Exception as error:
-        raise RaydraError(f"{where} holds an image that does not decode ({_first_line(error)}); remove or replace it.") from None
-    if processor is not None:
-        pixels = processor(images=pil, do_rescale=False, do_normalize=False, return_tensors="np")["pixel_values"]
-        return np.clip(np.rint(np.asarray(pixels)), 0, 255).astype(np.uint8)
-    out = np.empty((len(pil), channels, size, size), dtype=np.uint8)
-    for i, image in enumerate(pil):
-        out[i] = np.asarray(image.resize((size, size), Image.BILINEAR)).reshape(size, size, channels).transpose(2, 0, 1)
-    return out
-
-
 def decode_split(
     part: Any, image_column: str, label_column: str, processor: Any, size: int, channels: int, where: str, chunk: int = 256
 ) -> Tuple[np.ndarray, np.ndarray]:
@@ -300,7 +226,7 @@ def decode_split(
         try:
             column = rows[image_column]
         except Exception as error:
-            raise RaydraError(f"{where} holds an image that does not decode ({_first_line(error)}); remove or replace it.") from None
+            raise RaydraError(f"{where} holds an image that does not decode ({first_line(error)}); remove or replace it.") from None
         images.append(to_uint8(column, processor, size, channels, where))
     return np.concatenate(images), labels
 
@@ -425,7 +351,7 @@ def _ray_parquet(data: Dict[str, Any], common: Dict[str, Any]) -> Dict[str, Tupl
     try:
         index = ray.data.read_parquet(files, columns=[label_column], include_row_hash=True).to_pandas()
     except Exception as error:
-        raise RaydraError(f"data.name={name} is not readable parquet ({_first_line(error)}); write it again.") from None
+        raise RaydraError(f"data.name={name} is not readable parquet ({first_line(error)}); write it again.") from None
     lookup = {v: i for i, v in enumerate(values)} if values is not None else None
     labels = np.asarray([lookup[v] for v in index[label_column]] if lookup else index[label_column], dtype=np.int64)
     hashes = index["row_hash"].to_numpy()

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from raydra.data.device_batches import DeviceSplitsDataModule, crop_flip
+from raydra.data.images import image_processor, to_uint8
 from raydra.errors import RaydraError
 
 ROLES = ("train", "val", "test")
@@ -86,16 +87,12 @@ class Preprocess:
                 column = column.transpose(0, 3, 1, 2)  # read_images gives HWC
             if column.shape[2:] == (self.size, self.size) and self.processor is None:
                 return column
-        from raydra.data.hf import to_uint8
-
         return to_uint8(list(column), self._processor(), self.size, self.channels, "a Ray Data batch")
 
     def _processor(self) -> Any:
         if self.processor is None:
             return None
         if self.processor not in _PROCESSORS:  # once per Ray Data worker process, not per batch
-            from raydra.data.hf import image_processor
-
             _PROCESSORS[self.processor] = image_processor(self.processor)
         return _PROCESSORS[self.processor]
 
