@@ -18,6 +18,7 @@ disk; `check_shared` refuses a cluster where it is not).
 
 import logging
 import os
+import shutil
 import tempfile
 import threading
 import uuid
@@ -131,6 +132,13 @@ class WorkerMirror:
     def push(self) -> None:
         if self.storage:
             storage.copy_tree(str(self.dir), self.storage, seen=self._seen)
+
+    def close(self) -> None:
+        """The last push; then the scratch directory goes, so nodes do not fill up run after run
+        (kept if the push failed: it is then the only copy)."""
+        self.push()
+        if self.storage:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def check_writable(location_: str) -> None:

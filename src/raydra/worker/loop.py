@@ -48,7 +48,7 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
         with contextlib.ExitStack() as stack:
             return _train(config, mirror, _restored_checkpoint_path(stack))
     finally:
-        mirror.push()
+        mirror.close()
 
 
 def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]) -> Dict[str, Any]:
