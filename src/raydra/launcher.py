@@ -59,6 +59,7 @@ class Job:
     metric: Optional[float] = None
     monitor: Optional[str] = None
     shown: List[str] = field(default_factory=list)  # its overrides that tell it from the other jobs
+    run_overrides: List[str] = field(default_factory=list)  # what its train.py got, less ray.address
 
     @property
     def label(self) -> str:
@@ -73,6 +74,8 @@ def run(
     `entry`: the command that runs one job (python, the script, its config path and name).
     `hydra_overrides`: the multirun's own hydra.* overrides, of which the jobs get those for a run.
     Raises RaydraError, before any job starts, if one of them cannot run on the cluster."""
+    if not jobs:
+        return jobs
     # Lines name a job by what sets it apart: the overrides all jobs share are said once.
     common = set.intersection(*(set(j.overrides) for j in jobs)) if len(jobs) > 1 else set()
     for job in jobs:
@@ -92,7 +95,6 @@ def _prepare(
     jobs: List[Job], entry: List[str], hydra_overrides: List[str], sweep_dir: Path, max_concurrent: Any
 ) -> None:
     """Check every job can run, join the cluster, and build each job's command."""
-    common = [o for o in jobs[0].overrides if o not in jobs[0].shown]
     from raydra.cluster import check_fits, connect
     from raydra.schema import validate
 
@@ -113,16 +115,19 @@ def _prepare(
     import ray
 
     local = ray.get_runtime_context().gcs_address
+    forwarded = [o for o in hydra_overrides if not NOT_FOR_JOBS.match(o)]
     for job in jobs:
         _refuse_for(job, check_fits, job.cfg.scale)
         job.share = 1.0 / _jobs_that_fit(job.cfg)
-        forwarded = [o for o in hydra_overrides if not NOT_FOR_JOBS.match(o)]
+        overrides = _job_overrides(job, local, sweep_dir)
+        job.run_overrides = [o for o in overrides if not RAY_ADDRESS.match(o)]
         job.command = [
             *entry,
-            *_job_overrides(job, local, sweep_dir),
+            *overrides,
             *forwarded,
             f"hydra.run.dir={_quote(str(job.dir))}",
         ]
+    common = [o for o in jobs[0].overrides if o not in jobs[0].shown]
     fit = math.floor(1 / jobs[0].share + 1e-9)
     cap = (
         f"hydra.launcher.max_concurrent={max_concurrent}"
@@ -294,10 +299,13 @@ def report(jobs: List[Job], sweep_dir: Path) -> None:
         log.info(f"{len(bad)} of {len(jobs)} jobs did not complete: " + ", ".join(f"{j.label} {j.status}" for j in bad))
         stopped = [j for j in bad if j.status == "interrupted" and (j.dir / run_summary.SUMMARY).is_file()]
         if stopped:
+            # Its overrides as its train.py got them (the W&B group included): resume= refuses a
+            # config that differs from the one the run started with.
+            job = stopped[0]
+            script = os.path.relpath(job.command[1])
             log.info(
-                "continue an interrupted job with its overrides and resume=<its dir>, e.g.\n  python train.py "
-                + " ".join(stopped[0].overrides)
-                + f" resume={stopped[0].dir}"
+                "continue an interrupted job with its overrides and resume=<its dir>, e.g.\n"
+                f"  python {script} {' '.join(job.run_overrides)} resume={job.dir}"
             )
 
 
