@@ -143,8 +143,9 @@ def test_sigterm_stops_every_job_each_recorded_interrupted_with_its_resume_comma
         summary = summary_of(job)
         assert summary["status"] == "interrupted" and f"resume={job}" in summary["error"], summary["error"]
     assert "#2 (model.optimizer.lr=0.003) not started" in out
-    assert "continue an interrupted job with its overrides and resume=<its dir>" in out
-    assert f"model.optimizer.lr=0.001 resume={jobs[0]}" in out
+    # The command that continues a job: its overrides, as resume= needs the same config back.
+    (command,) = [line.strip() for line in out.splitlines() if line.strip().startswith("python ") and f"resume={jobs[0]}" in line]
+    assert command.startswith("python train.py ") and "model.optimizer.lr=0.001" in command, command
 
 
 @pytest.mark.e2e
@@ -183,11 +184,17 @@ def ray_dashboard(ray_cluster):
 @pytest.mark.e2e
 def test_a_run_submitted_as_a_ray_job_trains_on_the_cluster_and_leaves_its_record(ray_cluster, ray_dashboard, tmp_path):
     ray = str(Path(sys.executable).parent / "ray")
-    done = subprocess.run(
-        [ray, "job", "submit", "--address", ray_dashboard, "--working-dir", str(REPO), "--",
-         sys.executable, "train.py", "ray.address=auto", *SMALL, f"paths.outputs={tmp_path}"],
-        cwd=REPO, capture_output=True, text=True, env=base_env(), timeout=600,
-    )
+    for _ in range(3):
+        done = subprocess.run(
+            [ray, "job", "submit", "--address", ray_dashboard, "--working-dir", str(REPO), "--",
+             sys.executable, "train.py", "ray.address=auto", *SMALL, f"paths.outputs={tmp_path}"],
+            cwd=REPO, capture_output=True, text=True, env=base_env(), timeout=600,
+        )
+        # The job server answers this, before it takes the job, when its agent on the head node
+        # does not answer within 10 s (seen on this 2-CPU machine under load); it asks to retry.
+        if "No available agent to submit job" not in done.stdout + done.stderr:
+            break
+        time.sleep(5)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "succeeded" in done.stdout and "done in" in done.stdout
     (run_dir,) = run_dirs(tmp_path)
