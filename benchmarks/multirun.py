@@ -1,7 +1,7 @@
 """Wall time of a 4-job `python train.py -m` multirun: Hydra's basic launcher (one job after another,
 in one process) versus raydra's launcher (jobs side by side, as many as the cluster holds).
 
-    python benchmarks/multirun.py [--epochs 5] [--cpus 2]
+    python benchmarks/multirun.py [--epochs 10] [--cpus 2]
 
 Both multiruns join one `ray start --head` cluster (started here, stopped by process id at the end),
 so neither pays Ray's start. The jobs are four 1-worker digits ViT runs differing in learning rate.
@@ -52,7 +52,7 @@ def multirun(out: Path, launcher: str, common: list) -> tuple:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--cpus", type=int, default=2)
     args = parser.parse_args()
 

@@ -60,6 +60,7 @@ class Job:
     monitor: Optional[str] = None
     shown: List[str] = field(default_factory=list)  # its overrides that tell it from the other jobs
     run_overrides: List[str] = field(default_factory=list)  # what its train.py got, less ray.address
+    trained: bool = False  # its summary.json holds its outcome: its workers are gone, its process is closing
 
     @property
     def label(self) -> str:
@@ -188,11 +189,14 @@ def _schedule(jobs: List[Job], max_concurrent: Optional[int]) -> None:
             # In order: a job that does not fit yet waits for room rather than being overtaken.
             while queued and _room_for(queued[0], running, max_concurrent):
                 job = queued.pop(0)
-                _start(job, running_after=len(running) + 1, waiting=len(queued))
+                _start(job, running_after=sum(not j.trained for j in running) + 1, waiting=len(queued))
                 running.append(job)
-            for job in [j for j in running if j.proc.poll() is not None]:
-                running.remove(job)
-                _settle(job, stopped=False)
+            for job in running[:]:
+                if job.proc.poll() is not None:
+                    running.remove(job)
+                    _settle(job, stopped=False)
+                elif not job.trained:
+                    job.trained = _outcome_recorded(job)
             time.sleep(POLL_S)
     except BaseException:
         # Ctrl-C, SIGTERM, or a fault here: no job may go on running unwatched.
@@ -203,11 +207,23 @@ def _schedule(jobs: List[Job], max_concurrent: Optional[int]) -> None:
 
 
 def _room_for(job: Job, running: List[Job], max_concurrent: Optional[int]) -> bool:
-    if not running:
+    # A job whose outcome is recorded has released its workers; the seconds its process takes to
+    # close (its report, Ray's shutdown) need not hold the next job back.
+    training = [j for j in running if not j.trained]
+    if not training:
         return True  # it fits the cluster alone: checked before anything started
-    if max_concurrent and len(running) >= max_concurrent:
+    if max_concurrent and len(training) >= max_concurrent:
         return False
-    return sum(j.share for j in running) + job.share <= 1 + 1e-9
+    return sum(j.share for j in training) + job.share <= 1 + 1e-9
+
+
+def _outcome_recorded(job: Job) -> bool:
+    """summary.json says how the run ended: the driver writes that once its TorchTrainer has
+    returned, its workers and their placement group gone."""
+    try:
+        return run_summary.read(job.dir).get("status") != "running"
+    except (OSError, ValueError):
+        return False  # not written yet (summary.json is replaced whole, never seen half-written)
 
 
 def _start(job: Job, running_after: int, waiting: int) -> None:
