@@ -34,8 +34,13 @@ def _overlap(a: dict, b: dict) -> bool:
 def test_jobs_run_side_by_side_as_the_cluster_allows_and_a_failed_job_stops_no_other(ray_cluster, tmp_path):
     # lr=-1 fails on the worker (the optimizer refuses it), after the job has started.
     done = run_train(
-        "-m", *SMALL, "model.optimizer.lr=1e-3,-1,3e-3", "logger=[csv,wandb]", "logger.wandb.mode=disabled",
-        outputs=tmp_path, address=ray_cluster,
+        "-m",
+        *SMALL,
+        "model.optimizer.lr=1e-3,-1,3e-3",
+        "logger=[csv,wandb]",
+        "logger.wandb.mode=disabled",
+        outputs=tmp_path,
+        address=ray_cluster,
     )
     out = done.stdout + done.stderr
     assert done.returncode == 1, out
@@ -87,7 +92,9 @@ def test_the_basic_launcher_still_runs_jobs_one_after_another_in_one_process(tmp
     # raydra compare on the real sweep: only the swept key differs, metrics come from summary.json.
     table = subprocess.run(
         [sys.executable, "-m", "raydra", "compare", str(jobs[0].parent), "--format", "json", "--metric", "val/acc"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     rows = json.loads(table)
     assert [row["trainer.max_epochs"] for row in rows] == [1, 2]
@@ -120,11 +127,21 @@ def test_a_job_that_cannot_run_refuses_the_multirun_before_any_job_starts(ray_cl
 
 @pytest.mark.e2e
 def test_sigterm_stops_every_job_each_recorded_interrupted_with_its_resume_command(ray_cluster, tmp_path):
-    args = [sys.executable, str(REPO / "train.py"), "-m", f"paths.outputs={tmp_path}", f"ray.address={ray_cluster}",
-            "experiment=vit_digits_smoke", "trainer.max_epochs=50", "trainer.test=false", "scale.num_workers=1",
-            "model.optimizer.lr=1e-3,2e-3,3e-3"]
-    multirun = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=base_env())
+    args = [
+        sys.executable,
+        str(REPO / "train.py"),
+        "-m",
+        f"paths.outputs={tmp_path}",
+        f"ray.address={ray_cluster}",
+        "experiment=vit_digits_smoke",
+        "trainer.max_epochs=50",
+        "trainer.test=false",
+        "scale.num_workers=1",
+        "model.optimizer.lr=1e-3,2e-3,3e-3",
+    ]
+    multirun = subprocess.Popen(
+        args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=base_env()
+    )
     try:
         # Both running jobs have trained an epoch: their drivers handle SIGTERM by then.
         deadline = time.time() + 240
@@ -144,16 +161,25 @@ def test_sigterm_stops_every_job_each_recorded_interrupted_with_its_resume_comma
         assert summary["status"] == "interrupted" and f"resume={job}" in summary["error"], summary["error"]
     assert "#2 (model.optimizer.lr=0.003) not started" in out
     # The command that continues a job: its overrides, as resume= needs the same config back.
-    (command,) = [line.strip() for line in out.splitlines() if line.strip().startswith("python ") and f"resume={jobs[0]}" in line]
+    (command,) = [
+        line.strip() for line in out.splitlines() if line.strip().startswith("python ") and f"resume={jobs[0]}" in line
+    ]
     assert command.startswith("python train.py ") and "model.optimizer.lr=0.001" in command, command
 
 
 @pytest.mark.e2e
 def test_the_optuna_sweeper_drives_jobs_side_by_side_with_each_jobs_metric_as_its_objective(ray_cluster, tmp_path):
     done = run_train(
-        "-m", *SMALL, "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2",
-        "hydra.sweeper.direction=maximize", "hydra.sweeper.sampler.seed=0", "model.optimizer.lr=tag(log,interval(1e-4,1e-2))",
-        outputs=tmp_path, address=ray_cluster,
+        "-m",
+        *SMALL,
+        "hydra/sweeper=optuna",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.n_jobs=2",
+        "hydra.sweeper.direction=maximize",
+        "hydra.sweeper.sampler.seed=0",
+        "model.optimizer.lr=tag(log,interval(1e-4,1e-2))",
+        outputs=tmp_path,
+        address=ray_cluster,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     jobs = run_dirs(tmp_path, kind="sweeps")
@@ -175,7 +201,10 @@ def ray_dashboard(ray_cluster):
     """The session cluster's dashboard: Ray's job server, the address `ray job submit` takes."""
     done = subprocess.run(
         [sys.executable, "-c", f"import ray; print(ray.init(address={ray_cluster!r}).dashboard_url)"],
-        capture_output=True, text=True, env=base_env(), timeout=120,
+        capture_output=True,
+        text=True,
+        env=base_env(),
+        timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return "http://" + done.stdout.strip().splitlines()[-1]
@@ -186,9 +215,26 @@ def test_a_run_submitted_as_a_ray_job_trains_on_the_cluster_and_leaves_its_recor
     ray = str(Path(sys.executable).parent / "ray")
     for _ in range(3):
         done = subprocess.run(
-            [ray, "job", "submit", "--address", ray_dashboard, "--working-dir", str(REPO), "--",
-             sys.executable, "train.py", "ray.address=auto", *SMALL, f"paths.outputs={tmp_path}"],
-            cwd=REPO, capture_output=True, text=True, env=base_env(), timeout=600,
+            [
+                ray,
+                "job",
+                "submit",
+                "--address",
+                ray_dashboard,
+                "--working-dir",
+                str(REPO),
+                "--",
+                sys.executable,
+                "train.py",
+                "ray.address=auto",
+                *SMALL,
+                f"paths.outputs={tmp_path}",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            env=base_env(),
+            timeout=600,
         )
         # The job server answers this, before it takes the job, when its agent on the head node
         # does not answer within 10 s (seen on this 2-CPU machine under load); it asks to retry.
