@@ -156,6 +156,8 @@ def _jobs_that_fit(cfg: DictConfig) -> int:
 
     from raydra.cluster import trials_that_fit
 
+    if cfg.get("tune") is not None:
+        return 1  # a tune= job is a sweep that sizes its trials to the whole cluster by itself
     fits = trials_that_fit(cfg.scale)
     if cfg.data.get("loader") == "ray_data":
         # Ray Data's preprocessing tasks run beside the workers on CPUs no worker holds: leave one
