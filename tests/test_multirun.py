@@ -126,13 +126,15 @@ def test_a_job_that_cannot_run_refuses_the_multirun_before_any_job_starts(ray_cl
 
 
 @pytest.mark.e2e
-def test_sigterm_stops_every_job_each_recorded_interrupted_with_its_resume_command(ray_cluster, tmp_path):
+def test_sigterm_stops_every_job_each_recorded_interrupted_with_its_resume_command(tmp_path):
+    # No ray.address: the launcher starts a local Ray (2 CPUs, as the session cluster has) that the
+    # jobs join by its address.
     args = [
         sys.executable,
         str(REPO / "train.py"),
         "-m",
         f"paths.outputs={tmp_path}",
-        f"ray.address={ray_cluster}",
+        "ray.num_cpus=2",
         "experiment=vit_digits_smoke",
         "trainer.max_epochs=50",
         "trainer.test=false",
@@ -154,11 +156,13 @@ def test_sigterm_stops_every_job_each_recorded_interrupted_with_its_resume_comma
         if multirun.poll() is None:
             multirun.kill()
     assert multirun.returncode == 130, out
+    assert "started a local Ray with 2 CPUs" in out
     jobs = _job_dirs(tmp_path)
     assert [p.name for p in jobs] == ["0", "1"]  # job 2 was still queued: never started
     for job in jobs:
         summary = summary_of(job)
         assert summary["status"] == "interrupted" and f"resume={job}" in summary["error"], summary["error"]
+        assert "joined the Ray cluster at" in (job / "driver.log").read_text()
     assert "#2 (model.optimizer.lr=0.003) not started" in out
     # The command that continues a job: its overrides, as resume= needs the same config back.
     (command,) = [
