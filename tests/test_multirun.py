@@ -71,6 +71,7 @@ def test_jobs_run_side_by_side_as_the_cluster_allows_and_a_failed_job_stops_no_o
     assert table.strip() in done.stdout
     assert "1 of 3 jobs did not complete: #1 (model.optimizer.lr=-1) failed" in done.stdout
     assert "multirun job #1 (model.optimizer.lr=-1) failed" in done.stderr
+    assert "Traceback" not in done.stderr  # one sentence per failed job, as Hydra prints a compact error
     assert "[0] completed in" in done.stdout and "best val/acc" in done.stdout
 
 
