@@ -8,7 +8,7 @@ run and --help included), so this one imports only Hydra at its top; the work is
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
@@ -19,6 +19,9 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from raydra.errors import RaydraError
+
+if TYPE_CHECKING:
+    from raydra.launcher import Job
 
 
 @dataclass
@@ -66,7 +69,7 @@ class RaydraLauncher(Launcher):
         launcher.report(jobs, sweep_dir)
         return [self._job_return(job) for job in jobs]
 
-    def _compose(self, overrides: List[str], num: int) -> "launcher.Job":  # noqa: F821
+    def _compose(self, overrides: List[str], num: int) -> "Job":
         from raydra.launcher import Job
 
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
@@ -97,7 +100,7 @@ class RaydraLauncher(Launcher):
                 command.append(f"--config-dir={source.path}")
         return command
 
-    def _job_return(self, job: "launcher.Job") -> JobReturn:  # noqa: F821
+    def _job_return(self, job: "Job") -> JobReturn:
         task_cfg = OmegaConf.masked_copy(job.cfg, [k for k in job.cfg if k != "hydra"])
         ret = JobReturn(
             overrides=job.overrides,
