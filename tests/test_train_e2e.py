@@ -2,8 +2,6 @@
 
 import csv
 import json
-import subprocess
-import sys
 import time
 
 import pytest
@@ -69,30 +67,6 @@ def test_default_run_trains_the_digits_vit_and_leaves_a_self_describing_run_dir(
         assert noise not in done.stdout + done.stderr
     # ... which still land in the run directory's logs.
     assert "TrainController" in (run_dir / "logs" / "ray.log").read_text()
-
-
-def test_multirun_runs_every_job_through_one_local_ray(tmp_path):
-    done = run_train("-m", "trainer.max_epochs=1,2", "logger=csv", "trainer.test=false", outputs=tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
-    jobs = run_dirs(tmp_path, kind="sweeps")
-    assert [p.name for p in jobs] == ["0", "1"]
-    assert [summary_of(p)["epochs_completed"] for p in jobs] == [1, 2]
-    assert all(summary_of(p)["status"] == "completed" for p in jobs)
-    assert "started a local Ray" in (jobs[0] / "driver.log").read_text()
-    assert "reusing the Ray" in (jobs[1] / "driver.log").read_text()
-
-    # raydra compare on the real sweep: only the swept key differs, metrics come from summary.json.
-    table = subprocess.run(
-        [sys.executable, "-m", "raydra", "compare", str(jobs[0].parent), "--format", "json", "--metric", "val/acc"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    rows = json.loads(table)
-    assert [row["trainer.max_epochs"] for row in rows] == [1, 2]
-    assert not [key for key in rows[0] if key.startswith(("model.", "data.", "scale."))]
-    for row, job in zip(rows, jobs):
-        assert row["final val/acc"] == pytest.approx(summary_of(job)["metrics"]["final"]["val/acc"])
 
 
 def test_joins_a_running_cluster_with_address_auto_and_logger_none(ray_cluster, tmp_path):

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 def connect(address: Any, num_cpus: Any, verbose: bool) -> None:
     """Join `address`, or start a local Ray inside this process when it is null.
 
-    Hydra multirun jobs share one process, so a Ray that is already up is reused.
+    Jobs of a multirun on Hydra's basic launcher share one process, so a Ray already up is reused.
     """
     if ray.is_initialized():
         log.info(f"reusing the Ray this process already joined ({ray.get_runtime_context().gcs_address})")

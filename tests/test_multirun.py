@@ -1,0 +1,248 @@
+"""`python train.py -m ...`: jobs side by side on the Ray cluster through raydra's Hydra launcher
+(src/hydra_plugins/raydra_launcher), Hydra's basic launcher one after another, the Optuna sweeper
+on top, and a run submitted as a Ray job. Real runs of train.py, checked through what they leave."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, base_env, run_dirs, run_train, summary_of
+
+# One worker each: two jobs fit the session cluster's 2 CPUs side by side.
+SMALL = ("experiment=vit_digits_smoke", "trainer.max_epochs=1", "trainer.test=false", "scale.num_workers=1")
+
+
+def _when(summary: dict, key: str) -> datetime:
+    return datetime.fromisoformat(summary[key])
+
+
+def _job_dirs(outputs: Path) -> list:
+    return sorted(p for p in outputs.glob("sweeps/*/*/*") if p.is_dir())
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return _when(a, "started_at") < _when(b, "finished_at") and _when(b, "started_at") < _when(a, "finished_at")
+
+
+@pytest.mark.e2e
+def test_jobs_run_side_by_side_as_the_cluster_allows_and_a_failed_job_stops_no_other(ray_cluster, tmp_path):
+    # lr=-1 fails on the worker (the optimizer refuses it), after the job has started.
+    done = run_train(
+        "-m",
+        *SMALL,
+        "model.optimizer.lr=1e-3,-1,3e-3",
+        "logger=[csv,wandb]",
+        "logger.wandb.mode=disabled",
+        outputs=tmp_path,
+        address=ray_cluster,
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    jobs = run_dirs(tmp_path, kind="sweeps")
+    assert [p.name for p in jobs] == ["0", "1", "2"]
+    sweep_dir = jobs[0].parent
+    first, failed, third = (summary_of(p) for p in jobs)
+    assert [first["status"], failed["status"], third["status"]] == ["completed", "failed", "completed"]
+
+    # The cluster holds two 1-worker runs: jobs 0 and 1 ran side by side, job 2 waited for a free slot.
+    assert _overlap(first, failed)
+    assert _when(third, "started_at") >= min(_when(first, "finished_at"), _when(failed, "finished_at"))
+    assert "up to 2 at a time" in done.stdout
+    assert "[1] started  model.optimizer.lr=-1  (2 running, 1 queued)" in done.stdout
+
+    # Each job is a single run of its own: its overrides, the multirun's cluster, one W&B group.
+    for job, lr in zip(jobs, (0.001, -1, 0.003), strict=True):
+        config = yaml.safe_load((job / ".hydra" / "config.yaml").read_text())
+        assert config["model"]["optimizer"]["lr"] == lr
+        assert config["ray"]["address"] == ray_cluster
+        assert config["logger"]["wandb"]["group"] == f"{sweep_dir.parent.name}_{sweep_dir.name}"
+        assert (job / "console.log").is_file() and (job / "driver.log").is_file()
+
+    # The closing table is `raydra compare <sweep dir>`'s, and the failed job is named.
+    table = subprocess.run([sys.executable, "-m", "raydra", "compare", str(sweep_dir)], capture_output=True, text=True, check=True).stdout
+    assert table.strip() in done.stdout
+    assert "1 of 3 jobs did not complete: #1 (model.optimizer.lr=-1) failed" in done.stdout
+    assert "multirun job #1 (model.optimizer.lr=-1) failed" in done.stderr
+    assert "Traceback" not in done.stderr  # one sentence per failed job, as Hydra prints a compact error
+    assert "[0] completed in" in done.stdout and "best val/acc" in done.stdout
+
+
+@pytest.mark.e2e
+def test_the_basic_launcher_still_runs_jobs_one_after_another_in_one_process(tmp_path):
+    done = run_train("-m", "hydra/launcher=basic", "trainer.max_epochs=1,2", "logger=csv", "trainer.test=false", outputs=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    jobs = run_dirs(tmp_path, kind="sweeps")
+    assert [p.name for p in jobs] == ["0", "1"]
+    summaries = [summary_of(p) for p in jobs]
+    assert [s["epochs_completed"] for s in summaries] == [1, 2]
+    assert all(s["status"] == "completed" for s in summaries)
+    assert _when(summaries[1], "started_at") >= _when(summaries[0], "finished_at")
+    assert "started a local Ray" in (jobs[0] / "driver.log").read_text()
+    assert "reusing the Ray" in (jobs[1] / "driver.log").read_text()
+
+    # raydra compare on the real sweep: only the swept key differs, metrics come from summary.json.
+    table = subprocess.run(
+        [sys.executable, "-m", "raydra", "compare", str(jobs[0].parent), "--format", "json", "--metric", "val/acc"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rows = json.loads(table)
+    assert [row["trainer.max_epochs"] for row in rows] == [1, 2]
+    assert not [key for key in rows[0] if key.startswith(("model.", "data.", "scale."))]
+    for row, job in zip(rows, jobs, strict=True):
+        assert row["final val/acc"] == pytest.approx(summary_of(job)["metrics"]["final"]["val/acc"])
+
+
+@pytest.mark.e2e
+def test_a_job_that_cannot_run_refuses_the_multirun_before_any_job_starts(ray_cluster, tmp_path):
+    started = time.time()
+    done = run_train("-m", *SMALL[:-1], "scale.num_workers=1,4", outputs=tmp_path, address=ray_cluster, timeout=120)
+    assert time.time() - started < 60
+    assert done.returncode == 1, done.stdout + done.stderr
+    # The single run's sentence, naming the job it is about.
+    assert "multirun job #1 (scale.num_workers=4) cannot run, so no job was started:" in done.stdout
+    assert "the run asks for 4 workers x {CPU: 1} = {CPU: 4}" in done.stdout and "cluster has {CPU: 2}" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
+    assert not _job_dirs(tmp_path)  # no job directory: no job started
+
+    # A config that a single run would refuse refuses the multirun too, before Ray starts.
+    done = run_train("-m", *SMALL, "trainer.precision=32,16-mixed", outputs=tmp_path, timeout=60)
+    assert done.returncode == 1
+    assert "multirun job #1 (trainer.precision=16-mixed) cannot run" in done.stdout
+    assert "trainer.precision=16-mixed needs GPU workers" in done.stdout
+    done = run_train("-m", *SMALL, "hydra.launcher.max_concurrent=0", outputs=tmp_path, timeout=60)
+    assert done.returncode == 1 and "hydra.launcher.max_concurrent=0 must be a whole number" in done.stdout
+    assert not _job_dirs(tmp_path)
+
+
+@pytest.mark.e2e
+def test_sigterm_stops_every_job_each_recorded_interrupted_with_its_resume_command(tmp_path):
+    # No ray.address: the launcher starts a local Ray (2 CPUs, as the session cluster has) that the
+    # jobs join by its address.
+    args = [
+        sys.executable,
+        str(REPO / "train.py"),
+        "-m",
+        f"paths.outputs={tmp_path}",
+        "ray.num_cpus=2",
+        "experiment=vit_digits_smoke",
+        "trainer.max_epochs=50",
+        "trainer.test=false",
+        "scale.num_workers=1",
+        "model.optimizer.lr=1e-3,2e-3,3e-3",
+    ]
+    multirun = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=base_env())
+    try:
+        # Both running jobs have trained an epoch: their drivers handle SIGTERM by then.
+        deadline = time.time() + 240
+        while len([p for p in tmp_path.glob("sweeps/*/*/*/console.log") if "epoch 1/50" in p.read_text()]) < 2:
+            assert multirun.poll() is None and time.time() < deadline, multirun.communicate()[0]
+            time.sleep(1)
+        multirun.send_signal(signal.SIGTERM)
+        out, _ = multirun.communicate(timeout=180)
+    finally:
+        if multirun.poll() is None:
+            multirun.kill()
+    assert multirun.returncode == 130, out
+    assert "started a local Ray with 2 CPUs" in out
+    jobs = _job_dirs(tmp_path)
+    assert [p.name for p in jobs] == ["0", "1"]  # job 2 was still queued: never started
+    for job in jobs:
+        summary = summary_of(job)
+        assert summary["status"] == "interrupted" and f"resume={job}" in summary["error"], summary["error"]
+        assert "joined the Ray cluster at" in (job / "driver.log").read_text()
+    assert "#2 (model.optimizer.lr=0.003) not started" in out
+    # The command that continues a job: its overrides, as resume= needs the same config back.
+    (command,) = [line.strip() for line in out.splitlines() if line.strip().startswith("python ") and f"resume={jobs[0]}" in line]
+    assert command.startswith("python train.py ") and "model.optimizer.lr=0.001" in command, command
+
+
+@pytest.mark.e2e
+def test_the_optuna_sweeper_drives_jobs_side_by_side_with_each_jobs_metric_as_its_objective(ray_cluster, tmp_path):
+    done = run_train(
+        "-m",
+        *SMALL,
+        "hydra/sweeper=optuna",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.n_jobs=2",
+        "hydra.sweeper.direction=maximize",
+        "hydra.sweeper.sampler.seed=0",
+        "model.optimizer.lr=tag(log,interval(1e-4,1e-2))",
+        outputs=tmp_path,
+        address=ray_cluster,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    jobs = run_dirs(tmp_path, kind="sweeps")
+    assert [p.name for p in jobs] == ["0", "1"]
+    summaries = [summary_of(p) for p in jobs]
+    assert all(s["status"] == "completed" for s in summaries)
+    assert _overlap(*summaries)  # the sweeper's batch of n_jobs=2 ran side by side
+
+    # Optuna received each job's best val/acc (checkpoint.monitor) and picked the better job.
+    results = yaml.safe_load((jobs[0].parent / "optimization_results.yaml").read_text())
+    best = max(summaries, key=lambda s: s["metrics"]["best"]["val/acc"])
+    assert results["best_value"] == pytest.approx(best["metrics"]["best"]["val/acc"])
+    config = yaml.safe_load((Path(best["run_dir"]) / ".hydra" / "config.yaml").read_text())
+    assert results["best_params"]["model.optimizer.lr"] == pytest.approx(config["model"]["optimizer"]["lr"])
+
+
+@pytest.fixture(scope="module")
+def ray_dashboard(ray_cluster):
+    """The session cluster's dashboard: Ray's job server, the address `ray job submit` takes."""
+    done = subprocess.run(
+        [sys.executable, "-c", f"import ray; print(ray.init(address={ray_cluster!r}).dashboard_url)"],
+        capture_output=True,
+        text=True,
+        env=base_env(),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return "http://" + done.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.e2e
+def test_a_run_submitted_as_a_ray_job_trains_on_the_cluster_and_leaves_its_record(ray_cluster, ray_dashboard, tmp_path):
+    ray = str(Path(sys.executable).parent / "ray")
+    for _ in range(3):
+        done = subprocess.run(
+            [
+                ray,
+                "job",
+                "submit",
+                "--address",
+                ray_dashboard,
+                "--working-dir",
+                str(REPO),
+                "--",
+                sys.executable,
+                "train.py",
+                "ray.address=auto",
+                *SMALL,
+                f"paths.outputs={tmp_path}",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            env=base_env(),
+            timeout=600,
+        )
+        # The job server answers this, before it takes the job, when its agent on the head node
+        # does not answer within 10 s (seen on this 2-CPU machine under load); it asks to retry.
+        if "No available agent to submit job" not in done.stdout + done.stderr:
+            break
+        time.sleep(5)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "succeeded" in done.stdout and "done in" in done.stdout
+    (run_dir,) = run_dirs(tmp_path)
+    summary = summary_of(run_dir)
+    assert summary["status"] == "completed" and summary["epochs_completed"] == 1
+    assert "ray.address=auto" in summary["overrides"]
+    # It joined the cluster it was submitted to, through the job's RAY_ADDRESS.
+    assert f"joined the Ray cluster at {ray_cluster} " in (run_dir / "driver.log").read_text()
