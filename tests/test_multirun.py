@@ -33,15 +33,8 @@ def _overlap(a: dict, b: dict) -> bool:
 @pytest.mark.e2e
 def test_jobs_run_side_by_side_as_the_cluster_allows_and_a_failed_job_stops_no_other(ray_cluster, tmp_path):
     # lr=-1 fails on the worker (the optimizer refuses it), after the job has started.
-    done = run_train(
-        "-m",
-        *SMALL,
-        "model.optimizer.lr=1e-3,-1,3e-3",
-        "logger=[csv,wandb]",
-        "logger.wandb.mode=disabled",
-        outputs=tmp_path,
-        address=ray_cluster,
-    )
+    one_fails = ("model.optimizer.lr=1e-3,-1,3e-3", "logger=[csv,wandb]", "logger.wandb.mode=disabled")
+    done = run_train("-m", *SMALL, *one_fails, outputs=tmp_path, address=ray_cluster)
     out = done.stdout + done.stderr
     assert done.returncode == 1, out
     jobs = run_dirs(tmp_path, kind="sweeps")
@@ -166,18 +159,15 @@ def test_sigterm_stops_every_job_each_recorded_interrupted_with_its_resume_comma
 
 @pytest.mark.e2e
 def test_the_optuna_sweeper_drives_jobs_side_by_side_with_each_jobs_metric_as_its_objective(ray_cluster, tmp_path):
-    done = run_train(
-        "-m",
-        *SMALL,
+    sweeper = (
         "hydra/sweeper=optuna",
         "hydra.sweeper.n_trials=2",
         "hydra.sweeper.n_jobs=2",
         "hydra.sweeper.direction=maximize",
         "hydra.sweeper.sampler.seed=0",
         "model.optimizer.lr=tag(log,interval(1e-4,1e-2))",
-        outputs=tmp_path,
-        address=ray_cluster,
     )
+    done = run_train("-m", *SMALL, *sweeper, outputs=tmp_path, address=ray_cluster)
     assert done.returncode == 0, done.stdout + done.stderr
     jobs = run_dirs(tmp_path, kind="sweeps")
     assert [p.name for p in jobs] == ["0", "1"]
