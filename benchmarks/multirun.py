@@ -18,7 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from sweep import env, start_cluster, stop_cluster
+from sweep import env
+
+from raydra.testing import start_ray_head, stop_process_tree
 
 REPO = Path(__file__).resolve().parents[1]
 LRS = "1e-4,3e-4,1e-3,3e-3"
@@ -58,13 +60,13 @@ def main() -> None:
 
     out = Path(tempfile.mkdtemp(prefix="raydra-multirun-bench-"))
     load_before = os.getloadavg()
-    proc, address = start_cluster(args.cpus, out / "ray_start.log")
+    proc, address = start_ray_head(out / "ray_start.log", env(), num_cpus=args.cpus)
     try:
         common = ["experiment=vit_digits_smoke", "scale.num_workers=1", f"trainer.max_epochs={args.epochs}", f"ray.address={address}"]
         basic_s, basic_jobs, _ = multirun(out, "basic", common)
         raydra_s, raydra_jobs, at_once = multirun(out, "raydra", common)
     finally:
-        stop_cluster(proc)
+        stop_process_tree(proc)
 
     print(
         f"4 jobs (model.optimizer.lr={LRS}) of the digits ViT, {args.epochs} epochs, 1 worker each, on a "
