@@ -9,8 +9,10 @@ import json
 import os
 import re
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,15 +51,26 @@ def base_env() -> dict:
 
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory):
-    """A 2-CPU Ray head node for the session; yields its address. Only this node is stopped."""
+    """A 2-CPU Ray head node for the session; yields its address. Only this node is stopped.
+
+    Its own --temp-dir: `ray start` records the latest cluster in <temp-dir>/ray_current_cluster, and
+    Ray's job server hands that address to every job it starts (ray.address=auto). Sharing /tmp/ray
+    with the private-disk cluster, started later, sent this cluster's jobs to that one."""
+    temp_dir = _short_temp_dir("rayh-")
     try:
-        proc, address = start_ray_head(tmp_path_factory.mktemp("ray") / "ray_start.log", base_env())
+        proc, address = start_ray_head(tmp_path_factory.mktemp("ray") / "ray_start.log", base_env(), args=[f"--temp-dir={temp_dir}"])
     except RuntimeError as error:
         pytest.fail(f"the test Ray cluster: {error}")
     try:
         yield address
     finally:
         stop_process_tree(proc)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _short_temp_dir(prefix: str) -> Path:
+    """A Ray --temp-dir: short, as Ray's unix sockets live below it and a socket path may not exceed 107 bytes."""
+    return Path(tempfile.mkdtemp(prefix=prefix))
 
 
 def run_train(*overrides: str, outputs: Path, address: str = None, timeout: int = 600, env: dict = None):
@@ -152,7 +165,7 @@ def private_disk_cluster(tmp_path_factory):
     as on a cluster whose nodes share no disk (ray.cluster_utils.Cluster's nodes share one and cannot
     show it).
 
-    - Head: `ray start --head --num-cpus=0`. Nothing that asks for CPU lands there, so every training
+    - Head: `ray start --head --num-cpus=0`, its own --temp-dir (see ray_cluster). Nothing that asks for CPU lands there, so every training
       worker and Tune trial runs on the worker node; the Train controller asks for 0 CPU and is pinned
       to the driver's node (the head) by Ray. A passing run therefore proves that no worker touched
       the driver's disk.
@@ -164,9 +177,6 @@ def private_disk_cluster(tmp_path_factory):
 
     Both nodes get S3_ENV and the session's auth token. Linux and root only (unshare -m needs
     CAP_SYS_ADMIN)."""
-    import shutil
-    import tempfile
-
     if not sys.platform.startswith("linux") or os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("private_disk_cluster needs Linux, root and unshare (util-linux) to give a Ray node its own mounts")
     probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True, text=True)
@@ -177,8 +187,7 @@ def private_disk_cluster(tmp_path_factory):
     env = {**base_env(), **S3_ENV}
     logs = tmp_path_factory.mktemp("private_disk_cluster")
     outputs = tmp_path_factory.mktemp("private_outputs")
-    # Short: Ray's unix sockets live below it, and a socket path may not exceed 107 bytes.
-    worker_temp = Path(tempfile.mkdtemp(prefix="rayw-"))
+    head_temp, worker_temp = _short_temp_dir("rayp-"), _short_temp_dir("rayw-")
 
     def node_ports() -> list:
         return [
@@ -216,6 +225,7 @@ def private_disk_cluster(tmp_path_factory):
             f"--dashboard-port={free_port()}",
             f"--ray-client-server-port={free_port()}",
             "--num-cpus=0",
+            f"--temp-dir={head_temp}",
             *node_ports(),
         ],
         head_log,
@@ -252,6 +262,7 @@ def private_disk_cluster(tmp_path_factory):
             stop_ray_node(worker)
         stop_ray_node(head)
         shutil.rmtree(worker_temp, ignore_errors=True)
+        shutil.rmtree(head_temp, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------
