@@ -1,4 +1,5 @@
-"""`raydra compare` and `raydra show`: runs and sweeps side by side, from their run directories alone.
+"""Finding and reading run directories, on a disk or in storage: the one place that knows the run record's files.
+
 
 Reads `.hydra/config.yaml`, `.hydra/overrides.yaml`, `summary.json` and `metrics.csv` and nothing
 else. It never imports ray, torch, wandb or hydra, so it answers in well under a second for hundreds
@@ -12,11 +13,8 @@ Problems with one input (a path that holds no run, a corrupt file, a metric no r
 one-line notes for stderr, and the rest of the comparison still goes ahead.
 """
 
-import base64
 import csv
 import glob
-import html
-import io
 import json
 import math
 import os
@@ -26,7 +24,6 @@ import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
@@ -39,9 +36,6 @@ from raydra.storage import is_uri
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 NO_SUMMARY = "unknown (no summary.json)"
 CORRUPT_SUMMARY = "unknown (corrupt summary.json)"
-FIXED_COLUMNS = ("status", "wall_s", "samples/s")
-MAX_CELL = 48
-MAX_LEGEND = 20
 # What marks a directory as a run's, and the files compare and show read. From storage only these
 # are downloaded; the rest of a run there (checkpoints, logs, samples, wandb: up to gigabytes) is
 # only listed, to say what exists.
@@ -346,6 +340,13 @@ def load_run(run_dir: str, notes: List[str], source: Optional[str] = None, listi
     return run
 
 
+def config_text(value: Any) -> str:
+    """A config value as it would be typed in an override: null, true, 0.001, [1, 2]."""
+    if value is None or isinstance(value, (bool, list, dict)):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
 def flatten(data: dict, prefix: str = "") -> dict:
     """Nested config -> {"model.optimizer.lr": 0.01, ...}; lists stay values, as typed on a command line."""
     flat = {}
@@ -468,247 +469,12 @@ def to_float(text: str) -> Optional[float]:
     return None if math.isnan(value) else value
 
 
-def metric_mode(metric: str, runs: List[Run]) -> str:
-    """max or min: the monitor mode of a run that monitored this metric, else a guess from its name."""
-    for run in runs:
-        mode = dig(run.summary, "monitor", "mode")
-        if dig(run.summary, "monitor", "metric") == metric and mode in ("max", "min"):
-            return mode
-    return "min" if re.search(r"loss|err|perplexity|time", metric) else "max"
-
-
-def metric_values(run: Run, metric: str, mode: str, notes: List[str]) -> Tuple[Optional[float], Optional[float]]:
-    """(final, best) from summary.json; from metrics.csv when the summary lacks the metric (a run that
-    is still running, failed, or predates the summary)."""
-    final = number(dig(run.summary, "metrics", "final", metric))
-    best = number(dig(run.summary, "metrics", "best", metric))
-    if final is None and best is None:
-        values = [p[2] for p in read_curves(run, notes).get(metric, [])]
-        if values:
-            final, best = values[-1], (max if mode == "max" else min)(values)
-    return final, best
-
-
-def choose_metrics(runs: List[Run], asked: Optional[List[str]], notes: List[str]) -> List[str]:
-    if not asked:
-        monitors = [dig(r.summary, "monitor", "metric") for r in runs]
-        chosen = list(dict.fromkeys(m for m in monitors if isinstance(m, str) and m))
-        if not chosen and runs:
-            notes.append("no run's summary.json names a monitor metric; choose metrics with --metric NAME.")
-        return chosen
-    chosen = []
-    for metric in dict.fromkeys(asked):
-        in_summary = any(dig(r.summary, "metrics", part, metric) is not None for r in runs for part in ("final", "best"))
-        if in_summary or any(metric in read_curves(r, notes) for r in runs):
-            chosen.append(metric)
-        else:
-            known = ", ".join(known_metrics(runs, notes)) or "none"
-            notes.append(f"no run has metric {metric!r} in summary.json or metrics.csv (known: {known}); its columns are left out.")
-    return chosen
-
-
-def known_metrics(runs: List[Run], notes: List[str]) -> List[str]:
-    names = {}
-    for run in runs:
-        for part in ("final", "best"):
-            names.update(dict.fromkeys(k for k in (dig(run.summary, "metrics", part) or {}) if k not in ("epoch", "step")))
-        names.update(dict.fromkeys(read_curves(run, notes)))
-    return sorted(names)
-
-
-# ---------------------------------------------------------------------------------------------
-# The table
-
-
-def differing_keys(runs: List[Run]) -> List[str]:
-    """Config keys whose value is not the same in every run that has a config; a key some lack differs."""
-    flats = [r.flat for r in runs if r.config is not None]
-    if len(flats) < 2:
-        return []
-    keys = dict.fromkeys(k for flat in flats for k in flat)
-    missing = object()
-    # Compare canonical text, so 1 and true and 1.0 differ as they do in YAML.
-    canon = lambda v: missing if v is missing else json.dumps(v, sort_keys=True, default=str)  # noqa: E731
-    return [k for k in keys if len({canon(flat.get(k, missing)) for flat in flats}) > 1]
-
-
 def status_text(run: Run) -> str:
     """The status with its reason: "failed: CUDA out of memory", "interrupted by the user"."""
     if not run.error or run.status == "completed":
         return run.status
     error = " ".join(str(run.error).split())
     return error if error.lower().startswith(run.status.lower()) else f"{run.status}: {error}"
-
-
-def table_columns(keys: List[str], metrics: List[str]) -> List[str]:
-    return ["run", *keys, *(f"{part} {m}" for m in metrics for part in ("final", "best")), *FIXED_COLUMNS]
-
-
-def build_table(
-    runs: List[Run], metrics: List[str], keys: List[str], notes: List[str], sort: bool = False, descending: Optional[bool] = None
-) -> List[Tuple[Run, Dict[str, Any]]]:
-    """One (run, {column: raw value}) per run, in discovery order or sorted by the first metric."""
-    rows = []
-    modes = {m: metric_mode(m, runs) for m in metrics}
-    for run in runs:
-        row: Dict[str, Any] = {"run": run.label}
-        row.update((k, run.flat.get(k)) for k in keys)
-        for metric in metrics:
-            row[f"final {metric}"], row[f"best {metric}"] = metric_values(run, metric, modes[metric], notes)
-        row["status"] = status_text(run)
-        row["wall_s"] = number(run.summary.get("wall_time_s"))
-        row["samples/s"] = number(dig(run.summary, "throughput", "samples_per_s"))
-        rows.append((run, row))
-    if (sort or descending is not None) and metrics:
-        metric = metrics[0]
-        reverse = descending if descending is not None else modes[metric] == "max"
-        value = lambda row: row[f"best {metric}"] if row[f"best {metric}"] is not None else row[f"final {metric}"]  # noqa: E731
-        # Runs without the value go last whichever way the rest is sorted.
-        ranked = sorted((r for r in rows if value(r[1]) is not None), key=lambda r: value(r[1]), reverse=reverse)
-        rows = ranked + [r for r in rows if value(r[1]) is None]
-    elif sort or descending is not None:
-        notes.append("--sort needs a metric and none was found; the runs are left in directory order.")
-    return rows
-
-
-def config_text(value: Any) -> str:
-    """A config value as it would be typed in an override: null, true, 0.001, [1, 2]."""
-    if value is None or isinstance(value, (bool, list, dict)):
-        return json.dumps(value, default=str)
-    return str(value)
-
-
-def cell_text(column: str, value: Any, keys: List[str]) -> str:
-    if value is None:
-        return ""
-    if column in keys:
-        return config_text(value)
-    if isinstance(value, float):
-        return f"{value:.1f}" if column in ("wall_s", "samples/s") else f"{value:.4g}"
-    return str(value)
-
-
-def export_text(column: str, value: Any, keys: List[str]) -> str:
-    """Exports keep every digit, so they parse back to the same numbers."""
-    if value is None:
-        return ""
-    return config_text(value) if column in keys else repr(value) if isinstance(value, float) else str(value)
-
-
-def clip(text: str, width: int = MAX_CELL, keep_end: bool = True) -> str:
-    """Shorten from the middle: run names and paths differ at their ends."""
-    if len(text) <= width:
-        return text
-    if not keep_end:
-        return text[: width - 3] + "..."
-    head = (width - 3) // 2
-    return text[:head] + "..." + text[len(text) - (width - 3 - head) :]
-
-
-def is_numeric(column: str, rows: List[Tuple[Run, dict]]) -> bool:
-    values = [row[column] for _, row in rows if row[column] is not None]
-    return bool(values) and all(number(v) is not None for v in values)
-
-
-def render_table(columns: List[str], rows: List[Tuple[Run, dict]], keys: List[str]) -> str:
-    # A failure reason reads from its start; names and paths differ at their ends.
-    shorten = lambda c, text: clip(text, 64, keep_end=False) if c == "status" else clip(text)  # noqa: E731
-    cells = [[shorten(c, cell_text(c, row[c], keys)) for c in columns] for _, row in rows]
-    widths = [max([len(c)] + [len(line[i]) for line in cells]) for i, c in enumerate(columns)]
-    right = [is_numeric(c, rows) for c in columns]
-
-    def fmt(line: List[str]) -> str:
-        return "  ".join(t.rjust(w) if r else t.ljust(w) for t, w, r in zip(line, widths, right, strict=True)).rstrip()
-
-    return "\n".join([fmt(columns), "  ".join("-" * w for w in widths), *(fmt(line) for line in cells)])
-
-
-def render_markdown(columns: List[str], rows: List[Tuple[Run, dict]], keys: List[str]) -> str:
-    escape = lambda text: text.replace("|", "\\|").replace("\n", " ")  # noqa: E731
-    lines = ["| " + " | ".join(escape(c) for c in columns) + " |"]
-    lines.append("|" + "|".join("---:" if is_numeric(c, rows) else "---" for c in columns) + "|")
-    lines += ["| " + " | ".join(escape(cell_text(c, row[c], keys)) for c in columns) + " |" for _, row in rows]
-    return "\n".join(lines)
-
-
-def render_csv(columns: List[str], rows: List[Tuple[Run, dict]], keys: List[str]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([*columns, "run_dir"])
-    writer.writerows([*(export_text(c, row[c], keys) for c in columns), run.source] for run, row in rows)
-    return out.getvalue().rstrip("\n")
-
-
-def render_json(columns: List[str], rows: List[Tuple[Run, dict]], keys: List[str]) -> str:
-    records = [{**{c: row[c] for c in columns}, "run_dir": run.source, "overrides": run.overrides} for run, row in rows]
-    return json.dumps(records, indent=2, default=str)
-
-
-RENDERERS = {"table": render_table, "markdown": render_markdown, "csv": render_csv, "json": render_json}
-
-
-# ---------------------------------------------------------------------------------------------
-# Curves and the HTML report
-
-
-def run_title(run: Run, keys: List[str]) -> str:
-    """A legend entry: the run, and what it set when that is short enough to read (a sweep's axes)."""
-    settings = ", ".join(f"{k.rsplit('.', 1)[-1]}={config_text(run.flat[k])}" for k in keys if k in run.flat)
-    return f"{clip(run.label, 40)}  {clip(settings, 50, keep_end=False)}" if settings and len(keys) <= 3 else clip(run.label, 60)
-
-
-def curve_points(run: Run, metric: str, x: str, notes: List[str]) -> Tuple[List[float], List[float]]:
-    points = read_curves(run, notes).get(metric, [])
-    if x == "step":
-        pairs = [(step, value) for step, _, value in points if step is not None]
-    else:
-        # Per-step metrics are logged many times an epoch: one point per epoch, their mean.
-        by_epoch: Dict[float, List[float]] = {}
-        for _, epoch, value in points:
-            if epoch is not None:
-                by_epoch.setdefault(epoch, []).append(value)
-        pairs = sorted((epoch, sum(v) / len(v)) for epoch, v in by_epoch.items())
-    return [p[0] for p in pairs], [p[1] for p in pairs]
-
-
-def render_curves(runs: List[Run], metrics: List[str], keys: List[str], x: str, notes: List[str]) -> Dict[str, bytes]:
-    """{metric: PNG bytes}, one figure per metric with every run that logged it in metrics.csv."""
-    from matplotlib.figure import Figure  # no pyplot: no global backend or figure state to leak
-
-    for run in runs:
-        if not (run.dir / "metrics.csv").is_file():
-            notes.append(f"{run.source} has no metrics.csv (no csv logger, or it stopped before logging); its curves are left out.")
-    pngs = {}
-    for metric in metrics:
-        fig = Figure(figsize=(8, 4.5), dpi=100, layout="constrained")
-        ax = fig.subplots()
-        drawn = 0
-        for run in runs:
-            xs, ys = curve_points(run, metric, x, notes)
-            if xs:
-                ax.plot(xs, ys, marker="o" if len(xs) < 3 else None, linewidth=1.5, label=run_title(run, keys))
-                drawn += 1
-        if not drawn:
-            notes.append(f"no run logged {metric!r} against {x} in metrics.csv; no curve is drawn for it.")
-            continue
-        ax.set(title=metric, xlabel=x, ylabel=metric)
-        ax.grid(alpha=0.3)
-        if drawn <= MAX_LEGEND:
-            ax.legend(fontsize=7)
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
-        pngs[metric] = buf.getvalue()
-    return pngs
-
-
-def write_plots(pngs: Dict[str, bytes], out_dir: str) -> List[Path]:
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    written = []
-    for metric, png in pngs.items():
-        path = Path(out_dir) / (re.sub(r"[^\w.-]+", "_", metric).strip("_") + ".png")
-        path.write_bytes(png)
-        written.append(path)
-    return written
 
 
 def run_files(run: Run) -> List[Tuple[str, str, Optional[bool]]]:
@@ -736,139 +502,9 @@ def run_files(run: Run) -> List[Tuple[str, str, Optional[bool]]]:
     return files + [(what, run.where(relative), True) for what, relative in own if run.has(relative)]
 
 
-CSS = """
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px; color: #1d1d1f; }
-h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8px; }
-.meta { color: #666; margin: 0 0 12px; }
-table { border-collapse: collapse; font-size: 13px; }
-.scroll { overflow-x: auto; max-width: 100%; }
-th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: left; vertical-align: top; white-space: nowrap; }
-td.status { white-space: normal; min-width: 24em; }
-th { background: #f3f3f5; position: sticky; top: 0; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-tr:nth-child(even) td { background: #fafafa; }
-.completed { color: #1a7f37; } .failed { color: #cf222e; } .running, .interrupted { color: #9a6700; } .unknown { color: #666; }
-figure { margin: 0 0 16px; } img { max-width: 100%; border: 1px solid #eee; }
-details { border: 1px solid #ddd; border-radius: 6px; padding: 6px 10px; margin: 6px 0; }
-summary { cursor: pointer; font-weight: 600; } pre { background: #f6f8fa; padding: 8px; overflow-x: auto; font-size: 12px; }
-ul.notes li { color: #9a6700; }
-"""
-
-
-def status_class(run: Run) -> str:
-    word = run.status.split()[0] if run.status else "unknown"
-    return word if word in ("completed", "failed", "running", "interrupted") else "unknown"
-
-
-def file_link(location: str, exists: Optional[bool]) -> str:
-    text = html.escape(str(location))
-    if exists is False:
-        return f"{text} (missing)"
-    if exists is None or is_uri(location):  # no browser opens s3://; the URI is shown to copy
-        return text
-    return f'<a href="{html.escape(Path(location).resolve().as_uri())}">{text}</a>'
-
-
-def render_html(
-    rows: List[Tuple[Run, dict]], columns: List[str], keys: List[str], pngs: Dict[str, bytes], notes: List[str], title: str
-) -> str:
-    """One self-contained page: inline CSS, curves as data: URIs, no script, nothing fetched."""
-    e = html.escape
-    out = [
-        "<!doctype html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{e(title)}</title><style>{CSS}</style></head><body>",
-        f"<h1>{e(title)}</h1>",
-        f'<p class="meta">{len(rows)} run(s), written {datetime.now().isoformat(timespec="seconds")} by raydra compare</p>',
-        '<div class="scroll"><table><thead><tr>' + "".join(f"<th>{e(c)}</th>" for c in columns) + "</tr></thead><tbody>",
-    ]
-    numeric = {c: is_numeric(c, rows) for c in columns}
-    for i, (run, row) in enumerate(rows):
-        cells = []
-        for c in columns:
-            text = e(cell_text(c, row[c], keys))
-            if c == "run":
-                text = f'<a href="#run-{i}">{text}</a>'
-            cls = f"status {status_class(run)}" if c == "status" else "num" if numeric[c] else ""
-            cells.append(f'<td class="{cls}">{text}</td>' if cls else f"<td>{text}</td>")
-        out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</tbody></table></div>")
-    if pngs:
-        out.append("<h2>Learning curves</h2>")
-        for metric, png in pngs.items():
-            data = base64.b64encode(png).decode("ascii")
-            out.append(f'<figure><img alt="{e(metric)}" src="data:image/png;base64,{data}"></figure>')
-    out.append("<h2>Runs</h2>")
-    for i, (run, _) in enumerate(rows):
-        status = f'<span class="{status_class(run)}">{e(status_text(run))}</span>'
-        out.append(f'<details id="run-{i}"><summary>{e(run.label)} &mdash; {status}</summary>')
-        out.append(f"<p>directory: {file_link(run.source, True)}</p>")
-        out.append("<p>overrides:</p><pre>" + (e("\n".join(run.overrides)) or "(none)") + "</pre>")
-        out.append("<ul>" + "".join(f"<li>{e(what)}: {file_link(p, ok)}</li>" for what, p, ok in run_files(run)) + "</ul>")
-        config = config_source(run)
-        out.append(f"<details><summary>config</summary><pre>{e(config) if config else '(no .hydra/config.yaml)'}</pre></details>")
-        out.append("</details>")
-    if notes:
-        out.append('<h2>Notes</h2><ul class="notes">' + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
-    out.append("</body></html>")
-    return "\n".join(out)
-
-
 def config_source(run: Run) -> str:
     """The config as Hydra wrote it (comments and key order kept), not re-dumped."""
     try:
         return (run.dir / ".hydra" / "config.yaml").read_text()
     except (OSError, UnicodeDecodeError):
         return ""
-
-
-# ---------------------------------------------------------------------------------------------
-# `raydra show`
-
-
-def show_text(run: Run, notes: List[str]) -> str:
-    s = run.summary
-    lines = [f"run       {run.source}", f"status    {status_text(run)}"]
-    for label, key in (("name", "name"), ("run id", "run_id"), ("started", "started_at"), ("finished", "finished_at")):
-        if s.get(key):
-            lines.append(f"{label:<10}{s[key]}")
-    if number(s.get("wall_time_s")) is not None:
-        lines.append(f"wall time {s['wall_time_s']:.1f} s")
-    if number(dig(s, "throughput", "samples_per_s")) is not None:
-        lines.append(f"samples/s {dig(s, 'throughput', 'samples_per_s'):.1f}")
-    if s.get("world_size") or s.get("strategy"):
-        strategy = s.get("strategy")
-        # summary.json records the strategy's settings; older runs only its name.
-        name = strategy.get("name", "?") if isinstance(strategy, dict) else strategy or "?"
-        lines.append(f"workers   {s.get('world_size', '?')} ({name})")
-    if s.get("git_commit"):
-        lines.append(f"commit    {s['git_commit']}")
-
-    monitor = dig(s, "monitor", "metric")
-    if monitor:
-        lines.append(f"monitor   {monitor} ({dig(s, 'monitor', 'mode') or '?'})")
-    final, best = dig(s, "metrics", "final") or {}, dig(s, "metrics", "best") or {}
-    names = [n for n in dict.fromkeys([*final, *best]) if n not in ("epoch", "step")]
-    if names:
-        width = max(len(n) for n in names)
-        lines += ["", "metrics".ljust(width + 2) + f"{'final':>12}  {'best':>12}"]
-        for n in names:
-            f_, b_ = (cell_text("", number(d.get(n)), []) for d in (final, best))
-            lines.append(f"  {n:<{width}}{f_:>12}  {b_:>12}")
-        where = [f"{k} {final[k]}" for k in ("epoch", "step") if k in final]
-        if where:
-            lines.append(f"  (final at {', '.join(where)})")
-    elif run.summary:
-        lines += ["", "metrics   none recorded in summary.json"]
-
-    lines += ["", "overrides"] + [f"  {o}" for o in run.overrides or ["(none)"]]
-    lines += ["", "files"]
-    for what, location, exists in run_files(run):
-        lines.append(f"  {what:<16}{location}{'  (missing)' if exists is False else ''}")
-    if run.listing is None:
-        if sorted((run.dir / "wandb").glob("offline-run-*")):
-            lines.append(f"  upload W&B with: wandb sync {run.dir / 'wandb'}/offline-run-*")
-    elif any(f.startswith("wandb/offline-run-") for f in run.listing):
-        lines.append(f"  upload W&B: copy {run.where('wandb')} to a disk, then run wandb sync on its offline-run-* folders")
-    config = config_source(run)
-    lines += ["", "config (.hydra/config.yaml)"] + ([f"  {line}" for line in config.rstrip().splitlines()] or ["  (none)"])
-    return "\n".join(lines)

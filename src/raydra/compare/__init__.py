@@ -1,0 +1,49 @@
+"""`raydra compare` and `raydra show`: runs and sweeps side by side, from their run directories alone.
+
+One module per concern, imports pointing down: runs (find and read run directories) <- table (metrics
+and config columns, text formats) <- groups (seeds aggregated, differences to a baseline) <- curves
+(PNGs) and report (the interactive HTML page); show (one run as text). None imports ray, torch,
+wandb or hydra; matplotlib, plotly and scipy are imported only by the functions that need them.
+"""
+
+from raydra.compare.curves import render_curves, write_plots
+from raydra.compare.report import render_html
+from raydra.compare.runs import (
+    Run,
+    collect,
+    config_source,
+    is_run_dir,
+    is_uri,
+    list_remote,
+    load_remote_runs,
+    load_run,
+    relocated,
+    run_dirs_in,
+    runs_below,
+)
+from raydra.compare.show import show_text
+from raydra.compare.table import RENDERERS, build_table, choose_metrics, differing_keys, render_table, table_columns
+
+__all__ = [
+    "RENDERERS",
+    "Run",
+    "build_table",
+    "choose_metrics",
+    "collect",
+    "config_source",
+    "differing_keys",
+    "is_run_dir",
+    "is_uri",
+    "list_remote",
+    "load_remote_runs",
+    "load_run",
+    "relocated",
+    "render_curves",
+    "render_html",
+    "render_table",
+    "run_dirs_in",
+    "runs_below",
+    "show_text",
+    "table_columns",
+    "write_plots",
+]

@@ -1,0 +1,55 @@
+"""`raydra show RUN_DIR`: one run as text."""
+
+from typing import List
+
+from raydra.compare.runs import Run, config_source, dig, number, run_files, status_text
+from raydra.compare.table import cell_text
+
+
+def show_text(run: Run, notes: List[str]) -> str:
+    s = run.summary
+    lines = [f"run       {run.source}", f"status    {status_text(run)}"]
+    for label, key in (("name", "name"), ("run id", "run_id"), ("started", "started_at"), ("finished", "finished_at")):
+        if s.get(key):
+            lines.append(f"{label:<10}{s[key]}")
+    if number(s.get("wall_time_s")) is not None:
+        lines.append(f"wall time {s['wall_time_s']:.1f} s")
+    if number(dig(s, "throughput", "samples_per_s")) is not None:
+        lines.append(f"samples/s {dig(s, 'throughput', 'samples_per_s'):.1f}")
+    if s.get("world_size") or s.get("strategy"):
+        strategy = s.get("strategy")
+        # summary.json records the strategy's settings; older runs only its name.
+        name = strategy.get("name", "?") if isinstance(strategy, dict) else strategy or "?"
+        lines.append(f"workers   {s.get('world_size', '?')} ({name})")
+    if s.get("git_commit"):
+        lines.append(f"commit    {s['git_commit']}")
+
+    monitor = dig(s, "monitor", "metric")
+    if monitor:
+        lines.append(f"monitor   {monitor} ({dig(s, 'monitor', 'mode') or '?'})")
+    final, best = dig(s, "metrics", "final") or {}, dig(s, "metrics", "best") or {}
+    names = [n for n in dict.fromkeys([*final, *best]) if n not in ("epoch", "step")]
+    if names:
+        width = max(len(n) for n in names)
+        lines += ["", "metrics".ljust(width + 2) + f"{'final':>12}  {'best':>12}"]
+        for n in names:
+            f_, b_ = (cell_text("", number(d.get(n)), []) for d in (final, best))
+            lines.append(f"  {n:<{width}}{f_:>12}  {b_:>12}")
+        where = [f"{k} {final[k]}" for k in ("epoch", "step") if k in final]
+        if where:
+            lines.append(f"  (final at {', '.join(where)})")
+    elif run.summary:
+        lines += ["", "metrics   none recorded in summary.json"]
+
+    lines += ["", "overrides"] + [f"  {o}" for o in run.overrides or ["(none)"]]
+    lines += ["", "files"]
+    for what, location, exists in run_files(run):
+        lines.append(f"  {what:<16}{location}{'  (missing)' if exists is False else ''}")
+    if run.listing is None:
+        if sorted((run.dir / "wandb").glob("offline-run-*")):
+            lines.append(f"  upload W&B with: wandb sync {run.dir / 'wandb'}/offline-run-*")
+    elif any(f.startswith("wandb/offline-run-") for f in run.listing):
+        lines.append(f"  upload W&B: copy {run.where('wandb')} to a disk, then run wandb sync on its offline-run-* folders")
+    config = config_source(run)
+    lines += ["", "config (.hydra/config.yaml)"] + ([f"  {line}" for line in config.rstrip().splitlines()] or ["  (none)"])
+    return "\n".join(lines)
