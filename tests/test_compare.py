@@ -33,13 +33,17 @@ def make_run(
     monitor=("val/acc", "max"),
     summary: bool = True,
     metrics_csv: bool = True,
+    seed: int = 42,
+    choices: dict = None,
+    config_extra: dict = None,
 ) -> Path:
-    """One run dir as the training core writes it; val/acc per epoch is `accs`."""
+    """One run dir as the training core writes it; val/acc per epoch is `accs`. `choices`: the
+    config group choices Hydra records in .hydra/hydra.yaml (none written without them)."""
     run = root / job
     (run / ".hydra").mkdir(parents=True)
     config = {
         "name": "vit_digits",
-        "seed": 42,
+        "seed": seed,
         "tags": ["sweep", "digits"],
         "model": {
             "_target_": f"raydra.models.{model}.Classifier",
@@ -53,7 +57,14 @@ def make_run(
         "trainer": {"max_epochs": epochs, "precision": "32-true"},
         "logger": {"csv": {"flush_logs_every_n_steps": 50}},
     }
+    config.update(config_extra or {})
     (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    if choices is not None:
+        # Hydra's layout: hydra.runtime.choices, its own groups (hydra/...) after the task's.
+        hydra = {
+            "hydra": {"run": {"dir": str(run)}, "runtime": {"output_dir": str(run), "choices": {**choices, "hydra/launcher": "basic"}}}
+        }
+        (run / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump(hydra, sort_keys=False))
     overrides = [f"model.optimizer.lr={lr}", f"trainer.max_epochs={epochs}"]
     (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
     (run / "samples").mkdir()
@@ -142,9 +153,9 @@ def test_columns_are_the_differing_config_keys_and_metrics_match_summary(sweep, 
     assert [r["run"] for r in records] == ["0", "1", "2"]
     assert list(records[0]) == [
         "run",
-        "model.optimizer.lr",
         "final val/acc",
         "best val/acc",
+        "model.optimizer.lr",
         "status",
         "wall_s",
         "samples/s",
@@ -169,25 +180,26 @@ def test_plain_table_shows_only_what_differs(sweep, tmp_path, capsys):
     header, rule, *lines = out.strip().splitlines()
     assert header.split() == [
         "run",
+        "final",
+        "val/acc",
+        "best",
+        "val/acc",
+        "final",
+        "test/acc",
+        "best",
+        "test/acc",
         "model._target_",
         "model.name",
         "model.optimizer.lr",
         "trainer.max_epochs",
-        "final",
-        "val/acc",
-        "best",
-        "val/acc",
-        "final",
-        "test/acc",
-        "best",
-        "test/acc",
         "status",
         "wall_s",
         "samples/s",
     ]
     assert set(rule) == {"-", " "}
     assert len(lines) == 4
-    assert lines[3].split()[:5] == ["runs/deep", "raydra.models.cnn.Classifier", "cnn", "0.01", "5"]
+    assert lines[3].split()[:2] == ["runs/deep", "0.9"]
+    assert lines[3].split()[-7:-3] == ["raydra.models.cnn.Classifier", "cnn", "0.01", "5"]
     assert "seed" not in header and "data.batch_size" not in header and "tags" not in header
     assert "0.905" in lines[3]  # final test/acc; best test/acc is not in summary.json, so blank
 
@@ -268,10 +280,10 @@ def test_failed_running_corrupt_and_bad_paths_are_reported_and_the_table_still_p
     lines = {line.split()[0]: line for line in out.strip().splitlines()[2:]}
     assert sorted(lines) == ["0", "1", "2", "3", "4", "5", "6", "7"]
     assert "failed: CUDA out of memory while allocating 2 GiB" in lines["3"]
-    assert lines["4"].split()[2:5] == ["0.6", "0.6", "running"]  # from metrics.csv, the summary has none yet
+    assert lines["4"].split()[1:5] == ["0.6", "0.6", "0.2", "running"]  # from metrics.csv, the summary has none yet
     assert "unknown (corrupt summary.json)" in lines["5"]
     assert "unknown (no summary.json)" in lines["6"]
-    assert lines["7"].split()[2:] == ["0.1", "0.1", "interrupted", "by", "the", "user"]
+    assert lines["7"].split()[1:] == ["0.1", "0.1", "0.6", "interrupted", "by", "the", "user"]
 
     err_lines = err.strip().splitlines()
     assert len(err_lines) == 4, err
@@ -416,8 +428,8 @@ def test_200_runs_compare_in_under_3_seconds(tmp_path, capsys):
     elapsed = time.perf_counter() - started
     lines = out.strip().splitlines()
     assert code == 0 and len(lines) == 202
-    assert lines[2].split()[:4] == ["199", "0.02", "0.199", "0.199"]
-    assert lines[-1].split()[:4] == ["0", "0.0001", "0", "0"]
+    assert lines[2].split()[:3] == ["199", "0.199", "0.199"] and lines[2].split()[5] == "0.02"
+    assert lines[-1].split()[:3] == ["0", "0", "0"] and lines[-1].split()[5] == "0.0001"
     print(f"compare over 200 runs: {elapsed:.2f} s")
     assert elapsed < 3.0
 

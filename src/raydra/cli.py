@@ -31,6 +31,17 @@ def build_parser() -> argparse.ArgumentParser:
     order.add_argument("--asc", dest="descending", action="store_const", const=False, help="sort low to high")
     c.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE", help="keep runs whose config KEY is VALUE, repeatable")
     c.add_argument("--format", choices=sorted(cmp.RENDERERS), default="table", help="output format (default: table)")
+    c.add_argument(
+        "--group-by",
+        action="append",
+        metavar="KEY[,KEY]",
+        help="one row per group of runs with mean ± sd and 95%% CI of each metric (default when runs differ by seed: every differing key but seed; none: one row per run)",
+    )
+    c.add_argument(
+        "--baseline",
+        metavar="GROUP",
+        help="with groups: each group's difference to this one (KEY=VALUE[,KEY=VALUE] or its number), CI and Welch p-value",
+    )
     c.add_argument("--plot", metavar="DIR", help="write one learning-curve PNG per metric into DIR")
     c.add_argument("--x", choices=("step", "epoch"), default="step", help="x axis of the curves (default: step)")
     c.add_argument("--html", metavar="FILE", help="write a self-contained HTML report (table, curves, configs)")
@@ -61,7 +72,17 @@ def run_compare(args: argparse.Namespace) -> int:
     keys = cmp.differing_keys(runs)
     rows = cmp.build_table(runs, metrics, keys, notes, sort=args.sort, descending=args.descending)
     columns = cmp.table_columns(keys, metrics)
-    print(cmp.RENDERERS[args.format](columns, rows, keys))
+    try:
+        grouped = cmp.aggregate(runs, keys, metrics, args.group_by, args.baseline, notes)
+    except ValueError as error:  # a --baseline that names no group
+        report([*notes, str(error)], "compare")
+        return 2
+    if grouped is None:
+        print(cmp.RENDERERS[args.format](columns, rows, keys))
+    else:
+        if args.format == "table":
+            print(grouped.heading)
+        print(cmp.render_groups(args.format, grouped.columns, grouped.rows))
 
     written = []
     if args.plot or args.html:

@@ -7,6 +7,7 @@ wandb or hydra; matplotlib, plotly and scipy are imported only by the functions 
 """
 
 from raydra.compare.curves import render_curves, write_plots
+from raydra.compare.groups import aggregate, render_groups
 from raydra.compare.report import render_html
 from raydra.compare.runs import (
     Run,
@@ -25,6 +26,8 @@ from raydra.compare.show import show_text
 from raydra.compare.table import RENDERERS, build_table, choose_metrics, differing_keys, render_table, table_columns
 
 __all__ = [
+    "aggregate",
+    "render_groups",
     "RENDERERS",
     "Run",
     "build_table",

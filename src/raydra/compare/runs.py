@@ -40,7 +40,17 @@ CORRUPT_SUMMARY = "unknown (corrupt summary.json)"
 # are downloaded; the rest of a run there (checkpoints, logs, samples, wandb: up to gigabytes) is
 # only listed, to say what exists.
 RUN_MARKERS = ("summary.json", ".hydra/config.yaml")
-RECORD_FILES = ("summary.json", "metrics.csv", ".hydra/config.yaml", ".hydra/overrides.yaml")
+RECORD_FILES = ("summary.json", "metrics.csv", ".hydra/config.yaml", ".hydra/overrides.yaml", ".hydra/hydra.yaml")
+
+
+class _Absent:
+    """A config key a run does not have: shown as `absent`, never confused with null or blank."""
+
+    def __repr__(self) -> str:
+        return "absent"
+
+
+ABSENT = _Absent()
 
 
 @dataclass
@@ -58,9 +68,17 @@ class Run:
     # record files and `listing` holds every file below the URI (relative to it).
     source: str = ""
     listing: Optional[frozenset] = None
+    # Hydra's config group choices ({"model": "vit", "logger": "[csv, wandb]"}), from .hydra/hydra.yaml.
+    choices: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.source = self.source or str(self.dir)
+
+    def value(self, key: str) -> Any:
+        """A table column's value: a config group's choice, or a dotted config key (ABSENT if not set)."""
+        if key in self.choices:
+            return self.choices[key]
+        return self.flat.get(key, ABSENT)
 
     def where(self, relative: str = "") -> str:
         """A file of the run as shown to a person: below its directory or its URI."""
@@ -321,6 +339,7 @@ def load_run(run_dir: str, notes: List[str], source: Optional[str] = None, listi
     run.config = read_yaml(run.dir / ".hydra" / "config.yaml", dict, notes, run.where(".hydra/config.yaml"))
     run.flat = flatten(run.config) if run.config is not None else {}
     overrides = read_yaml(run.dir / ".hydra" / "overrides.yaml", list, notes, run.where(".hydra/overrides.yaml"))
+    run.choices = read_choices(run.dir / ".hydra" / "hydra.yaml")
     path = run.dir / "summary.json"
     if path.is_file():
         try:
@@ -347,6 +366,30 @@ def config_text(value: Any) -> str:
     return str(value)
 
 
+def read_choices(path: Path) -> dict:
+    """The config groups a run chose (hydra.runtime.choices), Hydra's own groups left out. Only that
+    block of hydra.yaml is parsed: the whole file is 10x the config and this runs per run. A missing
+    or unreadable file means no choices: the keys the groups set still show one by one."""
+    try:
+        lines = path.read_text().splitlines()
+        start = lines.index("    choices:") + 1
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    end = start
+    while end < len(lines) and lines[end].startswith("      "):
+        end += 1
+    try:
+        block = yaml.load("\n".join(line[6:] for line in lines[start:end]), Loader=YAML_LOADER) or {}
+    except yaml.YAMLError:
+        return {}
+    if not isinstance(block, dict):
+        return {}
+    # A list of options (logger=[csv,wandb]) shows as typed; null (no choice) is a choice too.
+    return {
+        str(k): "[" + ", ".join(map(str, v)) + "]" if isinstance(v, list) else v for k, v in block.items() if not str(k).startswith("hydra")
+    }
+
+
 def flatten(data: dict, prefix: str = "") -> dict:
     """Nested config -> {"model.optimizer.lr": 0.01, ...}; lists stay values, as typed on a command line."""
     flat = {}
@@ -371,8 +414,8 @@ def parse_filters(filters: List[str]) -> List[Tuple[str, str]]:
 
 def matches(run: Run, filters: List[Tuple[str, str]]) -> bool:
     for key, wanted in filters:
-        if key in run.flat:
-            value = run.flat[key]
+        if key in run.flat or key in run.choices:
+            value = run.value(key)
             # str() as asked, and also the form the table shows (true, null), so what you see filters.
             if wanted not in (str(value), config_text(value)):
                 return False
@@ -392,7 +435,7 @@ def collect(paths: List[str], filters: List[str], notes: List[str]) -> List[Run]
     remote = load_remote_runs({d: listings[d] for d in dirs if d in listings}, notes) if listings else {}
     runs = [remote[d] if d in listings else load_run(d, notes) for d in dirs if d in remote or d not in listings]
     for key, _ in wanted:
-        if key != "status" and runs and not any(key in r.flat for r in runs):
+        if key != "status" and runs and not any(key in r.flat or key in r.choices for r in runs):
             notes.append(f"no run has config key {key!r}, so --filter {key}=... matches nothing; check its spelling.")
     shown = [r for r in runs if matches(r, wanted)]
     if runs and not shown and wanted:

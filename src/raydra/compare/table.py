@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from raydra.compare.runs import Run, config_text, dig, number, read_curves, status_text
+from raydra.compare.runs import ABSENT, Run, config_text, dig, number, read_curves, status_text
 
 FIXED_COLUMNS = ("status", "wall_s", "samples/s")
 MAX_CELL = 48
@@ -65,19 +65,39 @@ def known_metrics(runs: List[Run], notes: List[str]) -> List[str]:
 
 
 def differing_keys(runs: List[Run]) -> List[str]:
-    """Config keys whose value is not the same in every run that has a config; a key some lack differs."""
-    flats = [r.flat for r in runs if r.config is not None]
+    """The columns that tell the runs apart: config group choices that differ (`model`, `logger`),
+    then config keys whose value is not the same in every run that has a config (a key some lack
+    differs). A key under a differing group is left out when the choice explains it: runs with the
+    same choice agree on it. A group is a column only when every run with a hydra.yaml records it."""
+    flats = [r for r in runs if r.config is not None]
     if len(flats) < 2:
         return []
-    keys = dict.fromkeys(k for flat in flats for k in flat)
-    missing = object()
     # Compare canonical text, so 1 and true and 1.0 differ as they do in YAML.
-    canon = lambda v: missing if v is missing else json.dumps(v, sort_keys=True, default=str)  # noqa: E731
-    return [k for k in keys if len({canon(flat.get(k, missing)) for flat in flats}) > 1]
+    canon = lambda v: "\0absent" if v is ABSENT else json.dumps(v, sort_keys=True, default=str)  # noqa: E731
+    chosen = [r for r in flats if r.choices]
+    groups = []
+    if len(chosen) >= 2:
+        names = dict.fromkeys(g for r in chosen for g in r.choices)
+        groups = [g for g in names if all(g in r.choices for r in chosen) and len({canon(r.choices[g]) for r in chosen}) > 1]
+    keys = dict.fromkeys(k for r in flats for k in r.flat)
+    differing = [k for k in keys if len({canon(r.flat.get(k, ABSENT)) for r in flats}) > 1]
+
+    def explained(key: str) -> bool:
+        for group in groups:
+            if key.startswith(group.replace("/", ".") + "."):
+                by_choice: Dict[str, set] = {}
+                for r in chosen:
+                    by_choice.setdefault(canon(r.choices[group]), set()).add(canon(r.flat.get(key, ABSENT)))
+                if all(len(values) == 1 for values in by_choice.values()):
+                    return True
+        return False
+
+    return groups + [k for k in differing if not explained(k)]
 
 
 def table_columns(keys: List[str], metrics: List[str]) -> List[str]:
-    return ["run", *keys, *(f"{part} {m}" for m in metrics for part in ("final", "best")), *FIXED_COLUMNS]
+    """Metrics first, what a reader looks for; then what set the runs apart; then how they ran."""
+    return ["run", *(f"{part} {m}" for m in metrics for part in ("final", "best")), *keys, *FIXED_COLUMNS]
 
 
 def build_table(
@@ -88,7 +108,7 @@ def build_table(
     modes = {m: metric_mode(m, runs) for m in metrics}
     for run in runs:
         row: Dict[str, Any] = {"run": run.label}
-        row.update((k, run.flat.get(k)) for k in keys)
+        row.update((k, run.value(k)) for k in keys)
         for metric in metrics:
             row[f"final {metric}"], row[f"best {metric}"] = metric_values(run, metric, modes[metric], notes)
         row["status"] = status_text(run)
@@ -108,6 +128,8 @@ def build_table(
 
 
 def cell_text(column: str, value: Any, keys: List[str]) -> str:
+    if value is ABSENT:
+        return "absent"
     if value is None:
         return ""
     if column in keys:
@@ -118,8 +140,8 @@ def cell_text(column: str, value: Any, keys: List[str]) -> str:
 
 
 def export_text(column: str, value: Any, keys: List[str]) -> str:
-    """Exports keep every digit, so they parse back to the same numbers."""
-    if value is None:
+    """Exports keep every digit, so they parse back to the same numbers; an absent key is an empty cell."""
+    if value is None or value is ABSENT:
         return ""
     return config_text(value) if column in keys else repr(value) if isinstance(value, float) else str(value)
 
@@ -135,13 +157,13 @@ def clip(text: str, width: int = MAX_CELL, keep_end: bool = True) -> str:
 
 
 def is_numeric(column: str, rows: List[Tuple[Run, dict]]) -> bool:
-    values = [row[column] for _, row in rows if row[column] is not None]
+    values = [row[column] for _, row in rows if row[column] is not None and row[column] is not ABSENT]
     return bool(values) and all(number(v) is not None for v in values)
 
 
 def render_table(columns: List[str], rows: List[Tuple[Run, dict]], keys: List[str]) -> str:
     # A failure reason reads from its start; names and paths differ at their ends.
-    shorten = lambda c, text: clip(text, 64, keep_end=False) if c == "status" else clip(text)  # noqa: E731
+    shorten = lambda c, text: clip(text, 64, keep_end=False) if c in ("status", "vs baseline") else clip(text)  # noqa: E731
     cells = [[shorten(c, cell_text(c, row[c], keys)) for c in columns] for _, row in rows]
     widths = [max([len(c)] + [len(line[i]) for line in cells]) for i, c in enumerate(columns)]
     right = [is_numeric(c, rows) for c in columns]
@@ -169,7 +191,10 @@ def render_csv(columns: List[str], rows: List[Tuple[Run, dict]], keys: List[str]
 
 
 def render_json(columns: List[str], rows: List[Tuple[Run, dict]], keys: List[str]) -> str:
-    records = [{**{c: row[c] for c in columns}, "run_dir": run.source, "overrides": run.overrides} for run, row in rows]
+    # A key the run does not have is not in its record (null is a value).
+    records = [
+        {**{c: row[c] for c in columns if row[c] is not ABSENT}, "run_dir": run.source, "overrides": run.overrides} for run, row in rows
+    ]
     return json.dumps(records, indent=2, default=str)
 
 
