@@ -23,11 +23,11 @@ $(STAMP):
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# The HTML report test renders in Debian's headless Chromium.
+# The HTML report test renders in Debian's headless Chromium, driven by selenium through chromedriver.
 browser:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
-	  else echo "chromium is missing: sudo apt-get install chromium"; fi; }
+	@{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	  else echo "chromium or chromedriver is missing: sudo apt-get install chromium chromium-driver"; fi; }
 
 train: install
 	$(PY) train.py $(ARGS)

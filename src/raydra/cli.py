@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def report(notes: List[str], command: str) -> None:
-    for note in notes:
+    for note in dict.fromkeys(notes):  # the curves and the report may both notice the same file
         print(f"raydra {command}: {note}", file=sys.stderr)
 
 
@@ -85,16 +85,13 @@ def run_compare(args: argparse.Namespace) -> int:
         print(cmp.render_groups(args.format, grouped.columns, grouped.rows))
 
     written = []
-    if args.plot or args.html:
-        ordered = [run for run, _ in rows]
-        pngs = cmp.render_curves(ordered, metrics, keys, args.x, notes)
-        if args.plot:
-            written += cmp.write_plots(pngs, args.plot)
-        if args.html:
-            title = "raydra compare: " + " ".join(args.paths)
-            Path(args.html).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.html).write_text(cmp.render_html(rows, columns, keys, pngs, notes, title), encoding="utf-8")
-            written.append(Path(args.html))
+    if args.plot:
+        written += cmp.write_plots(cmp.render_curves([run for run, _ in rows], metrics, keys, args.x, notes), args.plot)
+    if args.html:
+        title = "raydra compare: " + " ".join(args.paths)
+        Path(args.html).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.html).write_text(cmp.render_html(rows, columns, keys, metrics, notes, title, grouped), encoding="utf-8")
+        written.append(Path(args.html))
     report(notes, "compare")
     for path in written:
         print(f"wrote {path}", file=sys.stderr)

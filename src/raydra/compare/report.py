@@ -1,36 +1,48 @@
-"""The HTML report."""
+"""The HTML report: one self-contained file, interactive and offline.
 
-import base64
+The runs table (sortable), every logged metric's curves (x as step, epoch or wall time; smoothing;
+log scale; runs toggled from the legend; values on hover; seed groups as their mean with a ±sd band),
+for a sweep a parallel-coordinates view and one scatter per sampled key with stopped and failed runs
+marked, and a side-by-side diff of any two runs' configs. plotly.js is embedded in the page, so it
+opens with no network and no server, years later; the page's own script (report.js, beside this
+module) only reshapes the data it hands to plotly.
+"""
+
 import html
+import json
 from datetime import datetime
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from raydra.compare.runs import Run, config_source, run_files, status_text
+from raydra.compare.groups import Grouped
+from raydra.compare.runs import ABSENT, Run, config_source, config_text, number, read_curves, run_files, status_text
 from raydra.compare.table import cell_text, is_numeric
 from raydra.storage import is_uri
 
+HERE = Path(__file__).parent
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px; color: #1d1d1f; }
 h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8px; }
 .meta { color: #666; margin: 0 0 12px; }
 table { border-collapse: collapse; font-size: 13px; }
-.scroll { overflow-x: auto; max-width: 100%; }
+.scroll { overflow: auto; max-width: 100%; max-height: 70vh; }
 th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: left; vertical-align: top; white-space: nowrap; }
-td.status { white-space: normal; min-width: 24em; }
-th { background: #f3f3f5; position: sticky; top: 0; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+th { background: #f3f3f5; position: sticky; top: 0; cursor: pointer; user-select: none; }
+th.asc::after { content: " ▲"; } th.desc::after { content: " ▼"; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr:nth-child(even) td { background: #fafafa; }
-.completed { color: #1a7f37; } .failed { color: #cf222e; } .running, .interrupted { color: #9a6700; } .unknown { color: #666; }
-figure { margin: 0 0 16px; } img { max-width: 100%; border: 1px solid #eee; }
+.completed { color: #1a7f37; } .failed { color: #cf222e; } .running, .interrupted, .stopped { color: #9a6700; } .unknown { color: #666; }
+.controls { display: flex; gap: 16px; align-items: center; flex-wrap: wrap; margin: 8px 0; }
+.plot { width: 100%; height: 420px; } .scatters { display: flex; flex-wrap: wrap; } .scatters .plot { width: 420px; height: 320px; }
 details { border: 1px solid #ddd; border-radius: 6px; padding: 6px 10px; margin: 6px 0; }
 summary { cursor: pointer; font-weight: 600; } pre { background: #f6f8fa; padding: 8px; overflow-x: auto; font-size: 12px; }
-ul.notes li { color: #9a6700; }
+#diff td.differs { background: #fff5d6; } ul.notes li { color: #9a6700; }
 """
 
 
 def status_class(run: Run) -> str:
     word = run.status.split()[0] if run.status else "unknown"
-    return word if word in ("completed", "failed", "running", "interrupted") else "unknown"
+    return word if word in ("completed", "failed", "running", "interrupted", "stopped") else "unknown"
 
 
 def file_link(location: str, exists: Optional[bool]) -> str:
@@ -42,46 +54,140 @@ def file_link(location: str, exists: Optional[bool]) -> str:
     return f'<a href="{html.escape(Path(location).resolve().as_uri())}">{text}</a>'
 
 
-def render_html(
-    rows: List[Tuple[Run, dict]], columns: List[str], keys: List[str], pngs: Dict[str, bytes], notes: List[str], title: str
-) -> str:
-    """One self-contained page: inline CSS, curves as data: URIs, no script, nothing fetched."""
+def run_curves(run: Run, notes: List[str]) -> Dict[str, Dict[str, list]]:
+    """{metric: {"step": [...], "epoch": [...], "time": [...], "y": [...]}} from metrics.csv. metrics.csv
+    has no clock, so wall time is estimated as step x (the run's wall time / its last step): labelled so."""
+    curves = read_curves(run, notes)
+    steps = [s for points in curves.values() for s, _, _ in points if s is not None]
+    wall = number(run.summary.get("wall_time_s"))
+    per_step = wall / max(steps) if wall and steps and max(steps) > 0 else None
+    out = {}
+    for metric, points in curves.items():
+        if points:
+            out[metric] = {
+                "step": [p[0] for p in points],
+                "epoch": [p[1] for p in points],
+                "time": [None if per_step is None or p[0] is None else round(p[0] * per_step, 3) for p in points],
+                "y": [p[2] for p in points],
+            }
+    return out
+
+
+def json_value(value: Any) -> Any:
+    """A config value for the page: numbers stay numbers (axes), the rest as typed on a command line."""
+    if value is ABSENT:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    return config_text(value)
+
+
+def page_data(
+    rows: List[Tuple[Run, dict]], columns: List[str], keys: List[str], metrics: List[str], grouped: Optional[Grouped], notes: List[str]
+) -> Dict[str, Any]:
+    runs = [run for run, _ in rows]
+    numeric = {c: is_numeric(c, rows) for c in columns}
+    table = [[[cell_text(c, row[c], keys), row[c] if numeric[c] and row[c] is not ABSENT else None] for c in columns] for _, row in rows]
+    data: Dict[str, Any] = {
+        "columns": columns,
+        "numeric": [numeric[c] for c in columns],
+        "table": table,
+        "runs": [
+            {
+                "label": run.label,
+                "status": status_text(run),
+                "cls": status_class(run),
+                "config": {k: config_text(v) for k, v in run.flat.items()},
+                "settings": {k: json_value(run.value(k)) for k in keys},
+            }
+            for run in runs
+        ],
+        "curves": {},
+        "keys": keys,
+        "metrics": metrics,
+        "monitor": [],
+        "groups": [],
+    }
+    for i, run in enumerate(runs):
+        if not (run.dir / "metrics.csv").is_file():
+            notes.append(f"{run.source} has no metrics.csv (no csv logger, or it stopped before logging); its curves are left out.")
+        for metric, curve in run_curves(run, notes).items():
+            data["curves"].setdefault(metric, []).append({"run": i, **curve})
+    for metric in metrics:
+        values = [row[f"best {metric}"] if row[f"best {metric}"] is not None else row[f"final {metric}"] for _, row in rows]
+        data["monitor"].append({"metric": metric, "values": values})
+    if grouped is not None:
+        index = {id(run): i for i, run in enumerate(runs)}
+        data["groups"] = [{"label": g.label, "runs": [index[id(r)] for r in g.runs if id(r) in index]} for g in grouped.groups]
+    return data
+
+
+def group_table(grouped: Grouped) -> str:
     e = html.escape
+    head = "".join(f"<th>{e(c)}</th>" for c in grouped.columns)
+    body = "".join("<tr>" + "".join(f"<td>{e(str(row.get(c, '')))}</td>" for c in grouped.columns) + "</tr>" for row in grouped.rows)
+    return f'<h2>Groups</h2><p class="meta">{e(grouped.heading)}</p><div class="scroll"><table id="groups"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def render_html(
+    rows: List[Tuple[Run, dict]],
+    columns: List[str],
+    keys: List[str],
+    metrics: List[str],
+    notes: List[str],
+    title: str,
+    grouped: Optional[Grouped] = None,
+) -> str:
+    """The page: plotly.js and the data inline, nothing fetched."""
+    from plotly.offline import get_plotlyjs
+
+    e = html.escape
+    data = page_data(rows, columns, keys, metrics, grouped, notes)
+    # "</" inside a script would end it early; JSON allows the escaped form.
+    payload = json.dumps(data, default=str, separators=(",", ":")).replace("</", "<\\/")
     out = [
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{e(title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{e(title)}</h1>",
         f'<p class="meta">{len(rows)} run(s), written {datetime.now().isoformat(timespec="seconds")} by raydra compare</p>',
-        '<div class="scroll"><table><thead><tr>' + "".join(f"<th>{e(c)}</th>" for c in columns) + "</tr></thead><tbody>",
     ]
-    numeric = {c: is_numeric(c, rows) for c in columns}
-    for i, (run, row) in enumerate(rows):
-        cells = []
-        for c in columns:
-            text = e(cell_text(c, row[c], keys))
-            if c == "run":
-                text = f'<a href="#run-{i}">{text}</a>'
-            cls = f"status {status_class(run)}" if c == "status" else "num" if numeric[c] else ""
-            cells.append(f'<td class="{cls}">{text}</td>' if cls else f"<td>{text}</td>")
-        out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</tbody></table></div>")
-    if pngs:
-        out.append("<h2>Learning curves</h2>")
-        for metric, png in pngs.items():
-            data = base64.b64encode(png).decode("ascii")
-            out.append(f'<figure><img alt="{e(metric)}" src="data:image/png;base64,{data}"></figure>')
-    out.append("<h2>Runs</h2>")
+    if notes:
+        out.append('<h2>Notes</h2><ul class="notes">' + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
+    if grouped is not None:
+        out.append(group_table(grouped))
+    out += [
+        '<h2>Runs</h2><p class="meta">click a column to sort</p><div class="scroll"><table id="runs"></table></div>',
+        "<h2>Curves</h2>",
+        '<div class="controls"><label>x <select id="x"><option value="step">step</option><option value="epoch">epoch</option>'
+        '<option value="time">wall time (s, estimated)</option></select></label>'
+        '<label>smoothing <input id="smooth" type="range" min="0" max="0.99" step="0.01" value="0"> <span id="smooth-value">0</span></label>'
+        '<label><input id="logy" type="checkbox"> log y</label>'
+        + ('<label><input id="by-group" type="checkbox" checked> seed groups: mean ± sd</label>' if grouped is not None else "")
+        + "</div>",
+        '<div id="curves"></div>',
+        '<div id="sweep-section"><h2>Sweep</h2><div class="controls"><label>metric <select id="sweep-metric"></select></label></div>'
+        '<div id="parcoords" class="plot"></div><div id="scatters" class="scatters"></div></div>',
+        '<h2>Config diff</h2><div class="controls"><select id="diff-a"></select> vs <select id="diff-b"></select>'
+        '<label><input id="diff-only" type="checkbox" checked> only keys that differ</label></div>'
+        '<div class="scroll"><table id="diff"></table></div>',
+        "<h2>Run details</h2>",
+    ]
     for i, (run, _) in enumerate(rows):
-        status = f'<span class="{status_class(run)}">{e(status_text(run))}</span>'
-        out.append(f'<details id="run-{i}"><summary>{e(run.label)} &mdash; {status}</summary>')
+        out.append(
+            f'<details id="run-{i}"><summary>{e(run.label)} &mdash; <span class="{status_class(run)}">{e(status_text(run))}</span></summary>'
+        )
         out.append(f"<p>directory: {file_link(run.source, True)}</p>")
+        if run.summary.get("reproduces"):
+            out.append(f"<p>reproduces: {e(str(run.summary['reproduces']))}</p>")
         out.append("<p>overrides:</p><pre>" + (e("\n".join(run.overrides)) or "(none)") + "</pre>")
         out.append("<ul>" + "".join(f"<li>{e(what)}: {file_link(p, ok)}</li>" for what, p, ok in run_files(run)) + "</ul>")
         config = config_source(run)
-        out.append(f"<details><summary>config</summary><pre>{e(config) if config else '(no .hydra/config.yaml)'}</pre></details>")
-        out.append("</details>")
-    if notes:
-        out.append('<h2>Notes</h2><ul class="notes">' + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
-    out.append("</body></html>")
+        out.append(f"<details><summary>config</summary><pre>{e(config) if config else '(no .hydra/config.yaml)'}</pre></details></details>")
+    out += [
+        f'<script type="text/javascript">{get_plotlyjs()}</script>',
+        f'<script id="data" type="application/json">{payload}</script>',
+        f"<script>{(HERE / 'report.js').read_text()}</script>",
+        "</body></html>",
+    ]
     return "\n".join(out)
