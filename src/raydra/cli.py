@@ -15,7 +15,7 @@ from raydra import compare as cmp
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raydra", description="Compare and inspect raydra run directories.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{compare,show}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{compare,show,rerun}")
 
     c = commands.add_parser(
         "compare",
@@ -46,6 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--x", choices=("step", "epoch"), default="step", help="x axis of the curves (default: step)")
     c.add_argument("--html", metavar="FILE", help="write a self-contained HTML report (table, curves, configs)")
     c.set_defaults(func=run_compare)
+
+    r = commands.add_parser(
+        "rerun",
+        help="run a recorded run again from its own config, into a new run directory",
+        epilog="example: raydra rerun outputs/runs/2026-11-22/15-50-43_vit_digits trainer.max_epochs=1",
+    )
+    r.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its .hydra/config.yaml is the config)")
+    r.add_argument("overrides", nargs=argparse.REMAINDER, metavar="OVERRIDE", help="key=value overrides on top of the recorded config")
+    r.set_defaults(func=lambda args: __import__("raydra.rerun", fromlist=["rerun"]).rerun(args.run_dir, args.overrides))
 
     s = commands.add_parser("show", help="one run: config, overrides, status, metrics, files")
     s.add_argument("run_dir", metavar="RUN_DIR", help="a run directory, or its storage URI (s3://...)")
