@@ -184,7 +184,9 @@ def private_disk_cluster(tmp_path_factory):
         pytest.skip(f"unshare --mount is refused here ({probe.stderr.strip()}); run as root with CAP_SYS_ADMIN")
 
     ray = str(Path(sys.executable).parent / "ray")
-    env = {**base_env(), **S3_ENV}
+    dashboard_port = free_port()
+    # Its nodes' processes reach its State API here (see raydra.testing.start_ray_head).
+    env = {**base_env(), **S3_ENV, "RAY_API_SERVER_ADDRESS": f"http://127.0.0.1:{dashboard_port}"}
     logs = tmp_path_factory.mktemp("private_disk_cluster")
     outputs = tmp_path_factory.mktemp("private_outputs")
     head_temp, worker_temp = _short_temp_dir("rayp-"), _short_temp_dir("rayw-")
@@ -222,7 +224,7 @@ def private_disk_cluster(tmp_path_factory):
             "start",
             "--head",
             f"--port={free_port()}",
-            f"--dashboard-port={free_port()}",
+            f"--dashboard-port={dashboard_port}",
             f"--ray-client-server-port={free_port()}",
             "--num-cpus=0",
             f"--temp-dir={head_temp}",

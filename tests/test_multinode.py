@@ -19,13 +19,18 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def cluster():
+def cluster(monkeypatch):
     """A head node with no CPU (nothing of the run lands there but the driver) and three 1-CPU nodes.
     Its own ports and processes: the session's `ray start` cluster is untouched, and shutdown
-    stops only what this cluster started."""
+    stops only what this cluster started. Its processes, started from this one, find its State API
+    through RAY_API_SERVER_ADDRESS (see raydra.testing.start_ray_head)."""
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "gcs_server_port": free_port(), "dashboard_port": free_port()})
+    dashboard_port = free_port()
+    monkeypatch.setenv("RAY_API_SERVER_ADDRESS", f"http://127.0.0.1:{dashboard_port}")
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 0, "gcs_server_port": free_port(), "dashboard_port": dashboard_port}
+    )
     try:
         for _ in range(3):
             cluster.add_node(num_cpus=1)

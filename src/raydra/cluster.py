@@ -29,11 +29,21 @@ def connect(address: Any, num_cpus: Any, verbose: bool) -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address and address != "auto" and not address.startswith("ray://"):
         _check_reachable(address)
+    dashboard_port = None
+    if not address:
+        # Ray Train's PlacementGroupCleaner asks Ray's State API, from inside the cluster, whether
+        # the run's controller lives. Without an address that API takes the one `ray start` last
+        # wrote to /tmp/ray/ray_current_cluster: a cluster long gone (each run then ended 12 s late,
+        # measured) or another live one, whose "no such actor" reads as a dead controller. The local
+        # Ray's processes inherit this environment, so name its own dashboard for them.
+        dashboard_port = free_port()
+        os.environ["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{dashboard_port}"
     try:
         ray.init(
             # "local" forces a fresh in-process cluster even if `ray start` left one running here.
             address=address or "local",
             num_cpus=None if address else num_cpus,
+            dashboard_port=dashboard_port,
             logging_level=logging.INFO if verbose else logging.WARNING,
             # Not verbose: Ray's own driver-side notices propagate to driver.log, not the console.
             configure_logging=verbose,
@@ -48,6 +58,13 @@ def connect(address: Any, num_cpus: Any, verbose: bool) -> None:
     take_over_worker_output(verbose)
     where = f"joined the Ray cluster at {ray.get_runtime_context().gcs_address}" if address else "started a local Ray"
     log.info(f"{where} with {ray.cluster_resources().get('CPU', 0):g} CPUs")
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _check_reachable(address: str) -> None:

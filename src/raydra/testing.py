@@ -8,18 +8,15 @@ nothing else running on the machine (another Ray, another test session) is touch
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Tuple
 
+from raydra.cluster import free_port
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+__all__ = ["free_port", "start_ray_head", "start_s3_server", "stop_process_tree", "stop_ray_node"]
 
 
 def _wait_for(proc: subprocess.Popen, ready, log_path: Path, what: str, timeout: float) -> None:
@@ -36,9 +33,13 @@ def start_ray_head(
 ) -> Tuple[subprocess.Popen, str]:
     """`ray start --head --block` on free ports; returns the process and the address nodes and
     drivers join (`ray.address=`). Stop it with stop_process_tree."""
+    dashboard_port = free_port()
+    # The cluster's own processes find its State API here, not through /tmp/ray/ray_current_cluster,
+    # which names whichever cluster was started last on this machine (see raydra.cluster.connect).
+    env = {**env, "RAY_API_SERVER_ADDRESS": f"http://127.0.0.1:{dashboard_port}"}
     cmd = [
         str(Path(sys.executable).parent / "ray"), "start", "--head", "--block",
-        f"--port={free_port()}", f"--dashboard-port={free_port()}", f"--ray-client-server-port={free_port()}",
+        f"--port={free_port()}", f"--dashboard-port={dashboard_port}", f"--ray-client-server-port={free_port()}",
         f"--num-cpus={num_cpus}", "--num-gpus=0", "--disable-usage-stats", *args,
     ]  # fmt: skip
     with open(log_path, "w") as log:
