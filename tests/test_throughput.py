@@ -118,3 +118,35 @@ def test_trainer_compile_trains_the_digits_vit_to_the_eager_accuracy(accelerator
     assert abs(accuracy[True] - accuracy[False]) < 0.03
     # Checkpoints of a compiled run load into an eager module (raydra.load) and the other way round.
     assert keys[True] == keys[False]
+
+
+class SlowStart(Linear):
+    """Set-up takes a second before the first batch, and validation another: neither is training."""
+
+    def on_fit_start(self):
+        time.sleep(1.0)
+
+    def validation_step(self, batch, batch_idx):
+        time.sleep(0.05)
+
+    def val_dataloader(self):
+        return DataLoader(TensorDataset(torch.randn(16 * 10, 8), torch.randn(16 * 10, 4)), batch_size=16)
+
+
+def test_the_step_line_and_the_epoch_line_report_samples_per_s_on_one_basis():
+    from raydra.worker.console_progress import ConsoleProgress
+
+    lines = []
+    # every_s=0.3: a step line now and then through each epoch, as every 15 s on a long run.
+    progress = ConsoleProgress(max_steps=-1, world_size=1, every_s=0.3, emit=lines.append)
+    data = DataLoader(SlowBatches(torch.randn(16 * 40, 8), torch.randn(16 * 40, 4)), batch_size=16)
+    trainer = bare_trainer(max_epochs=2, callbacks=[Throughput(world_size=1), progress])
+    trainer.fit(SlowStart(), data)
+    step_rates = [float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("step ")]
+    epoch_rate = float(trainer.callback_metrics["train/samples_per_s"])
+    assert step_rates and all(line.split()[-2] == "train/samples_per_s" for line in lines if line.startswith("step "))
+    # The first step line once took in the second of set-up, and lines after validation its time:
+    # then a line read a fraction of the epoch's figure (624 against ~2000). Now each agrees.
+    for rate in step_rates:
+        assert 0.7 * epoch_rate < rate < 1.3 * epoch_rate, (step_rates, epoch_rate)
+    assert [line.split()[:2] for line in lines if line.startswith("epoch ")] == [["epoch", "1/2"], ["epoch", "2/2"]]

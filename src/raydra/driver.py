@@ -9,6 +9,8 @@ turns a RaydraError into exit code 1; nothing here exits the process or reads Hy
 Hydra multirun job, a script or a test can call `run` directly.
 """
 
+import contextlib
+import importlib
 import logging
 import signal
 import threading
@@ -20,7 +22,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig
 
-from raydra import fit, resume, run_record
+from raydra import fit, resume, run_record, startup
 from raydra import summary as run_summary
 from raydra.cluster import check_fits, check_room_for_data, connect
 from raydra.console import worker_output
@@ -35,6 +37,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str]) -> Dict[str, Any]:
     """Train the run `cfg` describes into `run_dir` (Hydra's output directory for it); returns its
     summary. `overrides`: the command-line overrides, recorded in summary.json."""
     started = time.time()
+    marks = {"process_start": startup.process_started(), "run_entered": started}
     run_dir = Path(run_dir).resolve()
     run_id = f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{cfg.name}_{uuid.uuid4().hex[:6]}"
     summary = fit.new_summary(cfg, run_dir, run_id, list(overrides))
@@ -47,25 +50,34 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str]) -> Dict[str, Any]:
         validate(cfg)
         if cfg.resume:
             run_dir, run_id = _continue(cfg, summary, run_dir)
+        local = cfg.scale.num_workers == 0
+        if local:
+            log.info("local mode (scale.num_workers=0): training in this process, without Ray")
+        else:
+            # Ray starts (~5 s here) while another thread imports the training code (torch, Lightning,
+            # the data module: ~5 s more), which resolving the config and starting the fit need next.
+            _import_in_background(cfg.data.get("_target_"))
+            connect(cfg.ray.address, cfg.ray.num_cpus, cfg.verbose)
+        # After connecting: ray.init installs its own SIGTERM handler, which would end the process
+        # without a summary.
+        restore_sigterm = _sigterm_interrupts()
+        marks["ray_ready"] = time.time()
         config = fit.resolve(cfg, run_dir, run_id)
         run = config["run"]
         if run["storage"]:
             run_record.check_writable(cfg.paths.storage)
         fit.record_start(config, summary)
         log.info(f"run {run_id}\n  dir  {run_dir}" + (f"\n  storage  {run['storage']}" if run["storage"] else ""))
-
-        connect(cfg.ray.address, cfg.ray.num_cpus, cfg.verbose)
-        # After connecting: ray.init installs its own SIGTERM handler, which would end the process
-        # without a summary.
-        restore_sigterm = _sigterm_interrupts()
-        check_fits(cfg.scale)
-        if not run["storage"]:
-            run_record.check_shared(run_dir)
-        if cfg.data.get("loader") == "ray_data":
-            check_room_for_data(cfg.scale)
-        worker_output.start_run(run_dir)
+        if not local:
+            check_fits(cfg.scale)
+            if not run["storage"]:
+                run_record.check_shared(run_dir)
+            if cfg.data.get("loader") == "ray_data":
+                check_room_for_data(cfg.scale)
+            worker_output.start_run(run_dir)
+        marks["resolved"] = time.time()
         try:
-            fit.fit_and_record(config, summary, started)
+            fit.fit_and_record(config, summary, started, marks=marks)
         finally:
             worker_output.end_run()
     except RaydraError as error:
@@ -83,6 +95,20 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str]) -> Dict[str, Any]:
     _report(summary, config)
     run_record.push_driver_files(run)  # driver.log with the closing lines
     return summary
+
+
+def _import_in_background(data_target: Optional[str]) -> None:
+    """Import the modules the fit needs, in a daemon thread, so the import runs alongside Ray's
+    start. Only a warm-up: whoever needs a module imports it as usual (waiting for this thread if
+    it is halfway), and an import that fails here fails there too, with its own error."""
+
+    def warm() -> None:
+        for name in ("raydra.worker.loop", (data_target or "").rpartition(".")[0]):
+            if name:
+                with contextlib.suppress(Exception):
+                    importlib.import_module(name)
+
+    threading.Thread(target=warm, name="raydra-imports", daemon=True).start()
 
 
 def _continue(cfg: DictConfig, summary: Dict[str, Any], fresh_dir: Path) -> Any:

@@ -28,15 +28,13 @@ def main(cfg: DictConfig) -> Optional[float]:
 
             # The primary config's directory, so best_config.yaml can find the groups it composes from.
             config_dir = next((s["path"] for s in hydra.runtime.config_sources if s["provider"] == "main" and s["schema"] == "file"), None)
-            try:
-                record = run_sweep(cfg, output_dir, overrides, config_dir)
-            except KeyboardInterrupt:
-                raise SystemExit(130) from None
-            return record["best"]["metric"]
+            return run_sweep(cfg, output_dir, overrides, config_dir)["best"]["metric"]
         from raydra.driver import run
 
-        summary = run(cfg, output_dir, overrides)
-        return summary["metrics"]["best"].get(cfg.checkpoint.monitor)
+        return run(cfg, output_dir, overrides)["metrics"]["best"].get(cfg.checkpoint.monitor)
     except RaydraError:
         # Already recorded and logged as one sentence where it happened; no traceback for it.
         raise SystemExit(1) from None
+    except KeyboardInterrupt:
+        # Recorded as interrupted, with how to continue, already; 130 is the shell's code for Ctrl-C.
+        raise SystemExit(130) from None

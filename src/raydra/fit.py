@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from raydra import run_record, storage
+from raydra import run_record, startup, storage
 from raydra import summary as run_summary
 from raydra.cluster import worker_resources
 from raydra.errors import RaydraError
@@ -51,7 +51,13 @@ def new_summary(cfg: Any, run_dir: Path, run_id: str, overrides: List[str]) -> D
 
 
 def fit_and_record(
-    config: Dict[str, Any], summary: Dict[str, Any], started: float, *, tune_trial: bool = False, callbacks: Sequence[Any] = ()
+    config: Dict[str, Any],
+    summary: Dict[str, Any],
+    started: float,
+    *,
+    tune_trial: bool = False,
+    callbacks: Sequence[Any] = (),
+    marks: Optional[Dict[str, float]] = None,
 ) -> Dict[str, Any]:
     """Fit a resolved plain-dict config into config["run"]["dir"] and record the outcome in its
     summary.json. The one fit behind a single run, a Hydra multirun job and a Tune trial; errors
@@ -59,17 +65,20 @@ def fit_and_record(
 
     `tune_trial`: the fit runs inside a Tune trial (its workers leave the trial's own CPU share free,
     and a group that cannot be placed fails instead of waiting). `callbacks`: Ray Train UserCallbacks
-    for the TorchTrainer, such as the sweep's report to Tune.
+    for the TorchTrainer, such as the sweep's report to Tune. `marks`: the caller's start-up marks
+    (raydra.startup), completed here and by rank 0 into summary.json's `startup`.
     """
+    marks = dict(marks or {})
     record_start(config, summary)
     try:
         # With paths.storage, the workers' files reach this run directory while the run goes on (a
         # trial's process needs no copy: the sweep's driver follows the trial's storage itself).
         with contextlib.nullcontext() if tune_trial else run_record.Follower(config["run"]):
-            result = _fit(config, tune_trial, list(callbacks))
+            result = _fit(config, tune_trial, list(callbacks), marks)
     finally:
         summary["data"] = _data_record(config)
     summary.update(_outcome(result, config))
+    summary["startup"] = startup.phases({**marks, **((result.return_value or {}).get("startup_marks") or {})})
     summary["finished_at"] = run_summary.now()
     summary["wall_time_s"] = round(time.time() - started, 2)
     write_summary(config["run"], summary)
@@ -179,7 +188,7 @@ def _wandb_api_key_configured() -> bool:
     return any(host in entries for host in hosts)
 
 
-def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any]) -> Any:
+def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any], marks: Dict[str, float]) -> Any:
     import ray.train
     from ray.train.torch import TorchTrainer
 
@@ -197,6 +206,13 @@ def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any]) -> Any:
         # the controller of a worker group that timed out starting, without end.
         failure["controller_failure_limit"] = 0
     datasets = None
+    if scale["num_workers"] == 0:
+        # Local mode: Ray Train hands the training function no checkpoint to resume from; the
+        # run's own last one (resume=) is named here, where the run's record is.
+        config["run"]["restore"] = last_checkpoint(Path(config["run"]["dir"]), run_id, config["run"]["storage"])
+        if not config["verbose"]:
+            # Its notice that local mode runs in this process: the driver has said so already.
+            logging.getLogger("ray.train").setLevel(logging.WARNING)
     if config["data"].get("loader") == "ray_data":
         from raydra.data.ray_data import build
 
@@ -227,6 +243,7 @@ def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any]) -> Any:
             ),
         ),
     )
+    marks["fit_started"] = time.time()
     try:
         result = trainer.fit()
     except Exception as error:
@@ -274,7 +291,18 @@ def _outcome(result: Any, config: Dict[str, Any]) -> Dict[str, Any]:
     upload_s = worker.get("checkpoint_upload_s") or []
     checkpoints = run_record.checkpoints_location(config["run"])
     monitor, mode = config["checkpoint"]["monitor"], config["checkpoint"]["mode"]
-    history = result.metrics_dataframe
+    local = worker.get("local_record")
+    if local:
+        # Local mode: Ray Train kept nothing; the training function's own record says the same.
+        import pandas
+
+        history = pandas.DataFrame(local["history"]) if local["history"] else None
+        kept = [(c["path"], c["metrics"]) for c in local["checkpoints"]]
+        last_path, run_path = local["last"], storage.join(checkpoints, config["run"]["id"])
+    else:
+        history = result.metrics_dataframe
+        kept = [(c.path, m) for c, m in result.best_checkpoints or []]
+        last_path, run_path = (result.checkpoint.path if result.checkpoint else None), result.path
     final = {k: number(v) for k, v in (result.metrics or {}).items()}
     final.update(worker.get("test_metrics", {}))
     best: Dict[str, Any] = {}
@@ -282,10 +310,10 @@ def _outcome(result: Any, config: Dict[str, Any]) -> Dict[str, Any]:
         row = history.loc[history[monitor].idxmax() if mode == "max" else history[monitor].idxmin()]
         best = {k: number(v) for k, v in row.items() if number(v) is not None}
     best_checkpoint = None
-    if result.best_checkpoints:
+    if kept:
         # Mid-epoch checkpoints report the monitor as NaN (unvalidated weights): never the best.
         worst = float("-inf") if mode == "max" else float("inf")
-        scored = [(c, m.get(monitor)) for c, m in result.best_checkpoints]
+        scored = [(c, m.get(monitor)) for c, m in kept]
         scored = [(c, v if isinstance(v, (int, float)) and v == v else worst) for c, v in scored]
         pick = max if mode == "max" else min
         best_checkpoint = pick(scored, key=lambda pair: pair[1])[0]
@@ -301,8 +329,8 @@ def _outcome(result: Any, config: Dict[str, Any]) -> Dict[str, Any]:
         "global_step": worker.get("global_step"),
         "checkpoints": {
             "best": _ckpt_file(checkpoints, best_checkpoint),
-            "last": _ckpt_file(checkpoints, result.checkpoint),
-            "dir": storage.location_of(checkpoints, result.path),
+            "last": _ckpt_file(checkpoints, last_path),
+            "dir": storage.location_of(checkpoints, run_path),
             # Mean time training stood still per checkpoint (write, and a waited-for upload), rank 0's view.
             "save_s_mean": round(sum(save_s) / len(save_s), 3) if save_s else None,
             # Mean time an upload to storage took (in the background with checkpoint.upload=background).
@@ -312,11 +340,11 @@ def _outcome(result: Any, config: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
-def _ckpt_file(checkpoints: str, checkpoint: Any) -> Optional[str]:
-    """The Lightning checkpoint file of a Ray checkpoint, as a path or a storage URI."""
-    if checkpoint is None:
+def _ckpt_file(checkpoints: str, checkpoint_path: Optional[str]) -> Optional[str]:
+    """The Lightning checkpoint file of a Ray checkpoint directory, as a path or a storage URI."""
+    if checkpoint_path is None:
         return None
-    return storage.join(storage.location_of(checkpoints, checkpoint.path), run_summary.CHECKPOINT_FILE)
+    return storage.join(storage.location_of(checkpoints, checkpoint_path), run_summary.CHECKPOINT_FILE)
 
 
 def number(value: Any) -> Any:

@@ -25,6 +25,7 @@ from raydra.errors import RaydraError
 @dataclass
 class ScaleConfig:
     # Ray Train workers, one process each; data.batch_size (the global batch) is split over them.
+    # 0 is local mode: the same training function in this process, without Ray (breakpoints work).
     num_workers: int = 2
     use_gpu: bool = False
     # What Ray reserves for each worker; the worker also caps torch's threads at its CPUs.
@@ -110,6 +111,9 @@ class TrainerConfig:
     accumulate_grad_batches: int = 1
     log_every_n_steps: int = 10
     num_sanity_val_steps: int = 0
+    # Lightning's smoke test of the code: true (1) or N batches of train, val and test, then stop;
+    # no real training, and Lightning logs no metrics. Quickest with scale.num_workers=0.
+    fast_dev_run: Any = False
     deterministic: bool = False
     # raydra's own keys from here on.
     # Run the test split after fit with the final weights.
@@ -281,7 +285,10 @@ GPU_ONLY_PRECISIONS = {"16-mixed", "16-true", "transformer-engine"}
 def validate(cfg: Any) -> None:
     """Checks that need more than one key or a value range; raises RaydraError on the first problem."""
     scale, trainer, ckpt = cfg.scale, cfg.trainer, cfg.checkpoint
-    _positive("scale.num_workers", scale.num_workers)
+    if scale.num_workers < 0:
+        raise RaydraError(f"scale.num_workers={scale.num_workers} is negative; ask for 1 or more workers, or 0 for local mode.")
+    if scale.num_workers == 0:
+        _validate_local_mode(cfg)
     _positive("scale.cpus_per_worker", scale.cpus_per_worker)
     if scale.use_gpu:
         _positive("scale.gpus_per_worker", scale.gpus_per_worker)
@@ -340,11 +347,27 @@ def validate(cfg: Any) -> None:
     batch_size = cfg.data.get("batch_size")
     if batch_size is not None:
         _positive("data.batch_size", batch_size)
-        if batch_size % scale.num_workers:
+        if batch_size % max(1, scale.num_workers):
             raise RaydraError(
                 f"data.batch_size={batch_size} (the global batch) does not split evenly over "
                 f"scale.num_workers={scale.num_workers}; pick a multiple of {scale.num_workers}."
             )
+
+
+def _validate_local_mode(cfg: Any) -> None:
+    """scale.num_workers=0 trains in the driver's process on one device, without Ray: what needs
+    workers, a cluster or storage for them is refused by name."""
+    why = "scale.num_workers=0 (local mode) trains in this process on one device"
+    if cfg.strategy.name != "ddp":
+        raise RaydraError(
+            f"{why}; strategy={cfg.strategy.name} shards over workers: keep strategy=ddp or set scale.num_workers to 1 or more."
+        )
+    if cfg.get("tune") is not None:
+        raise RaydraError(f"{why}; a Tune sweep runs its trials on Ray workers: set scale.num_workers to 1 or more, or drop tune.")
+    if cfg.paths.storage:
+        raise RaydraError(f"{why} and writes its record into its run directory; drop paths.storage or set scale.num_workers to 1 or more.")
+    if cfg.data.get("loader") == "ray_data":
+        raise RaydraError(f"{why}; data.loader=ray_data streams from Ray Data tasks: use data.loader=dataloader or scale.num_workers>=1.")
 
 
 def _validate_strategy(strategy: Any, scale: Any, precision: str) -> None:

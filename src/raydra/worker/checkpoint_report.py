@@ -1,9 +1,11 @@
 """Checkpoints and metrics handed to Ray Train at the run's checkpoint frequency, timed."""
 
+import math
 import os
 import shutil
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -36,12 +38,15 @@ class TimedReport(pl.Callback):
         monitor: Optional[str] = None,
         background_upload: bool = False,
         after_report: Optional[Callable[[], None]] = None,
+        local: Optional["LocalCheckpoints"] = None,
     ) -> None:
         self.every_n_epochs = every_n_epochs or 1
         self.every_n_steps = every_n_steps
         self.monitor = monitor
         self.background_upload = background_upload
         self.after_report = after_report or (lambda: None)
+        # Local mode: Ray Train keeps nothing that is reported; this keeps it instead.
+        self.local = local
         self.seconds: List[float] = []
         self.upload_seconds: List[float] = []
         self._flush_next = False
@@ -79,7 +84,10 @@ class TimedReport(pl.Callback):
         if due or last:
             self._checkpoint(trainer, mid_epoch=False)
         else:
-            ray.train.report(metrics=self._metrics(trainer, mid_epoch=False))
+            metrics = self._metrics(trainer, mid_epoch=False)
+            ray.train.report(metrics=metrics)
+            if self.local:
+                self.local.history.append(metrics)
             self.after_report()
 
     def _metrics(self, trainer: Any, mid_epoch: bool) -> Dict[str, Any]:
@@ -103,8 +111,14 @@ class TimedReport(pl.Callback):
         tmpdir = tempfile.mkdtemp(prefix=f"raydra-checkpoint-rank{trainer.global_rank}-")
         trainer.save_checkpoint(Path(tmpdir, CHECKPOINT_FILE).as_posix(), weights_only=False)
         wrote = bool(os.listdir(tmpdir))
+        metrics = self._metrics(trainer, mid_epoch)
+        if self.local:
+            self.local.keep(tmpdir, metrics)
+            self.seconds.append(time.perf_counter() - start)
+            self.after_report()
+            return
         ray.train.report(
-            metrics=self._metrics(trainer, mid_epoch),
+            metrics=metrics,
             checkpoint=ray.train.Checkpoint.from_directory(tmpdir) if wrote else None,
             checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC if self.background_upload else ray.train.CheckpointUploadMode.SYNC,
             checkpoint_upload_fn=self._timed_upload if wrote else None,
@@ -125,3 +139,41 @@ class TimedReport(pl.Callback):
         persisted = ray.train.get_context().get_storage().persist_current_checkpoint(checkpoint, checkpoint_dir_name)
         self.upload_seconds.append(time.perf_counter() - started)
         return persisted
+
+
+class LocalCheckpoints:
+    """Local mode's stand-in for Ray Train's checkpoint manager, which runs only with workers: each
+    reported checkpoint lands where Ray would put it (`<directory>/checkpoint_<time>/`), and the
+    best `num_to_keep` by the monitored metric stay, with the latest, as Ray keeps them. `history`
+    holds every report's metrics (Ray's metrics_dataframe)."""
+
+    def __init__(self, directory: Path, num_to_keep: Optional[int], monitor: str, mode: str) -> None:
+        self.directory, self.num_to_keep, self.monitor, self.mode = Path(directory), num_to_keep, monitor, mode
+        self.history: List[Dict[str, Any]] = []
+        self.kept: List[Dict[str, Any]] = []
+
+    def keep(self, tmpdir: str, metrics: Dict[str, Any]) -> None:
+        self.history.append(metrics)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        # Written whole under a temporary name first: a checkpoint_* directory is always complete.
+        final = self.directory / f"checkpoint_{datetime.now():%Y-%m-%d_%H-%M-%S.%f}"
+        partial = final.with_name(f".{final.name}.partial")
+        shutil.move(tmpdir, partial)
+        partial.rename(final)
+        self.kept.append({"path": str(final), "metrics": metrics})
+        if self.num_to_keep is not None:
+            best = sorted(self.kept, key=self._score, reverse=True)[: self.num_to_keep]
+            for dropped in [k for k in self.kept[:-1] if k not in best]:
+                shutil.rmtree(dropped["path"], ignore_errors=True)
+                self.kept.remove(dropped)
+
+    def _score(self, kept: Dict[str, Any]) -> float:
+        """Higher is better; an unvalidated (mid-epoch, NaN) or missing value ranks last."""
+        value = kept["metrics"].get(self.monitor)
+        if not isinstance(value, (int, float)) or math.isnan(value):
+            return -math.inf
+        return value if self.mode == "max" else -value
+
+    def record(self) -> Dict[str, Any]:
+        """What the driver's summary needs: the metrics history and the checkpoints kept."""
+        return {"history": self.history, "checkpoints": self.kept, "last": self.kept[-1]["path"] if self.kept else None}

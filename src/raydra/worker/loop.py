@@ -8,9 +8,12 @@ metrics, throughput and memory figures get into summary.json.
 import contextlib
 import logging
 import os
+import signal
+import threading
+import time
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import ray.train
 import ray.train.torch
@@ -18,19 +21,24 @@ import torch
 from hydra.utils import instantiate
 from ray.train.lightning import RayLightningEnvironment
 
+import raydra.worker
+from raydra import storage
 from raydra.checkpoints import checkpoint_meta
 from raydra.console import PROGRESS_MARK
 from raydra.errors import RaydraError
 from raydra.lightning import pl
-from raydra.run_record import WorkerMirror
+from raydra.run_record import WorkerMirror, checkpoints_location
 from raydra.schema import lightning_trainer_arguments
 from raydra.summary import CHECKPOINT_FILE
-from raydra.worker.checkpoint_report import TimedReport
+from raydra.worker.checkpoint_report import LocalCheckpoints, TimedReport
 from raydra.worker.console_progress import ConsoleProgress
 from raydra.worker.loggers import build_loggers
 from raydra.worker.resumable import Resumable
 from raydra.worker.strategies import build_strategy, check_ray_environment
 from raydra.worker.throughput import Throughput, model_state_bytes, peak_flops, peak_memory_bytes
+
+# The end of the imports above (raydra.startup's phases; their start is raydra.worker.IMPORTS_STARTED).
+IMPORTED = time.time()
 
 
 def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -43,12 +51,16 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
     config["run"]["dir"] = str(mirror.dir)
     if rank == 0:
         mirror.restore(["metrics.csv"])
-    _route_logs(mirror.dir / "logs" / f"worker_{rank}.log", verbose=config["verbose"])
+    local = config["scale"]["num_workers"] == 0
+    unroute = _route_logs(mirror.dir / "logs" / f"worker_{rank}.log", verbose=config["verbose"], local=local)
     try:
         with contextlib.ExitStack() as stack:
-            return _train(config, mirror, _restored_checkpoint_path(stack))
+            # Local mode: Ray Train hands no checkpoint back; the driver names the run's last one.
+            restored = config["run"].get("restore") if local else _restored_checkpoint_path(stack)
+            return _train(config, mirror, restored)
     finally:
         mirror.close()
+        unroute()
 
 
 def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]) -> Dict[str, Any]:
@@ -84,22 +96,39 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
     throughput = Throughput(world_size=world_size, peak_flops=peak_flops(device, str(trainer_cfg["precision"])))
     # Throughput logs its epoch figures in on_train_epoch_end, so it must run before Ray's report.
     ckpt = config["checkpoint"]
+    local = config["scale"]["num_workers"] == 0
+    kept = (
+        LocalCheckpoints(
+            Path(storage.join(checkpoints_location(config["run"]), config["run"]["id"])), ckpt["num_to_keep"], ckpt["monitor"], ckpt["mode"]
+        )
+        if local
+        else None
+    )
     report = TimedReport(
         every_n_epochs=ckpt["every_n_epochs"],
         every_n_steps=ckpt["every_n_steps"],
         monitor=ckpt["monitor"],
         background_upload=ckpt["upload"] == "background",
         after_report=mirror.push,
+        local=kept,
     )
     resumable = Resumable()
     callbacks = [throughput, resumable, report]
     if rank == 0:
-        callbacks.append(ConsoleProgress(max_epochs=trainer_cfg["max_epochs"], max_steps=trainer_cfg["max_steps"], world_size=world_size))
+        callbacks.append(
+            ConsoleProgress(
+                max_steps=trainer_cfg["max_steps"],
+                world_size=world_size,
+                # Local mode is the driver's own process: its log shows the lines as they are.
+                emit=logging.getLogger("raydra").info if local else None,
+            )
+        )
     trainer = pl.Trainer(
         accelerator="gpu" if scale["use_gpu"] else "cpu",
-        devices="auto",
-        strategy=build_strategy(config["strategy"], shard_blocks),
-        plugins=[RayLightningEnvironment()],
+        # Local mode: one device in this process, Lightning's own single-device strategy.
+        devices=1 if local else "auto",
+        strategy="auto" if local else build_strategy(config["strategy"], shard_blocks),
+        plugins=[] if local else [RayLightningEnvironment()],
         callbacks=callbacks,
         logger=build_loggers(config, rank, resumed_from=_position_of(restored)) or False,
         # Ray owns checkpointing: TimedReport saves and reports at checkpoint.every_n_epochs/every_n_steps.
@@ -110,19 +139,24 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
         # max_epochs, precision, gradient_clip_val, ...: the trainer group as it is (TrainerConfig).
         **lightning_trainer_arguments(trainer_cfg),
     )
-    trainer = check_ray_environment(trainer)
+    if not local:
+        trainer = check_ray_environment(trainer)
+    built = time.time()
 
     # After a worker death or resume=, Lightning restores weights, optimizer, scheduler, loop counters
     # and callback state (Resumable: RNG) from the last reported checkpoint. weights_only: a
     # checkpoint is plain tensors and containers, so loading it runs no pickled code.
-    trainer.fit(model, datamodule=datamodule, ckpt_path=restored, weights_only=True)
+    with _interrupts_reach_the_driver(trainer):
+        trainer.fit(model, datamodule=datamodule, ckpt_path=restored, weights_only=True)
     if resumable.resumed_at:
         at = resumable.resumed_at
         logging.getLogger("raydra").info(
             f"resumed from {restored} at epoch {at['epoch']}, batch {at['batches']} of {at['of']} (global step {at['global_step']})"
         )
 
-    test_metrics, test_skipped = run_test(trainer, model, datamodule, trainer_cfg["test"], rank)
+    # Local mode logs on the driver's console itself; a Ray worker's rank 0 prints for it.
+    with _interrupts_reach_the_driver(trainer):
+        test_metrics, test_skipped = run_test(trainer, model, datamodule, trainer_cfg["test"], rank if not local else -1)
 
     _finish_loggers(trainer)
     return {
@@ -142,7 +176,30 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
         "global_step": trainer.global_step,
         "epochs_completed": trainer.current_epoch,
         "world_size": world_size,
+        "local_record": kept.record() if kept else None,
+        "startup_marks": {
+            "worker_imports_started": raydra.worker.IMPORTS_STARTED,
+            "worker_imported": IMPORTED,
+            "built": built,
+            "first_step": throughput.first_step_at,
+        },
     }
+
+
+@contextlib.contextmanager
+def _interrupts_reach_the_driver(trainer: Any) -> Any:
+    """Lightning answers a KeyboardInterrupt (Ctrl-C, or the driver's SIGTERM raised as one) with
+    its own graceful stop, then ignores SIGINT and calls sys.exit(1). In local mode this is the
+    driver's process, which must record the run as interrupted with its resume command: it gets
+    its KeyboardInterrupt back, and Ctrl-C its usual meaning."""
+    try:
+        yield
+    except SystemExit:
+        if not trainer.interrupted:
+            raise
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        raise KeyboardInterrupt from None
 
 
 def compile_networks(model: torch.nn.Module) -> List[str]:
@@ -209,6 +266,7 @@ def _gather(trainer: Any, figures: Dict[str, int]) -> List[Dict[str, int]]:
 
 def run_test(trainer: Any, model: Any, datamodule: Any, enabled: bool, rank: int) -> Tuple[Dict[str, float], Optional[str]]:
     """The test/* metrics, and why there are none when the run tests nothing (None when it tested).
+    Rank 0 prints the reason for the driver's console (-1: nobody prints, as in local mode).
 
     Data without a test split is not tested at all: no other split stands in for it, so nothing is
     ever reported as a test figure that is not one."""
@@ -242,15 +300,34 @@ def _finish_loggers(trainer: Any) -> None:
             wandb.finish()
 
 
-def _route_logs(path: Path, verbose: bool) -> None:
+def _route_logs(path: Path, verbose: bool, local: bool) -> Callable[[], None]:
     """Everything Lightning, torch and W&B say goes to the worker's log file; the console only
-    gets warnings unless the run is verbose."""
+    gets warnings unless the run is verbose. In local mode the process is the driver's, whose own
+    console and driver.log stay as they are: the file is added, and removed by the returned function."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
-    for name in ("raydra", "lightning", "lightning.pytorch", "pytorch_lightning", "lightning_fabric", "torch", "wandb", "ray.train"):
-        logger = logging.getLogger(name)
+    loggers = [
+        logging.getLogger(name)
+        for name in ("raydra", "lightning", "lightning.pytorch", "pytorch_lightning", "lightning_fabric", "torch", "wandb", "ray.train")
+    ]
+
+    before = {logger.name: (logger.level, logger.propagate) for logger in loggers}
+
+    def unroute() -> None:
+        for logger in loggers:
+            logger.removeHandler(handler)
+            logger.setLevel(before[logger.name][0])
+            logger.propagate = before[logger.name][1]
+        handler.close()
+
+    for logger in loggers:
         logger.addHandler(handler)
+        if local:
+            # raydra's own lines reach the console as the driver's do; the libraries' go to the file
+            # only, at the levels they chose (torch's INFO would reach the console through its own handler).
+            logger.propagate = logger.name == "raydra" or verbose
+            continue
         logger.setLevel(logging.INFO)
         if not verbose:
             for existing in logger.handlers:
@@ -262,3 +339,4 @@ def _route_logs(path: Path, verbose: bool) -> None:
         # not for a framework that already chose those settings.
         warnings.filterwarnings("ignore", module=r"(lightning|pytorch_lightning|lightning_fabric)\..*")
         logging.captureWarnings(True)
+    return unroute

@@ -62,6 +62,7 @@ class Throughput(pl.Callback):
         self.world_size = world_size
         self.peak_flops = peak_flops
         self.flops_per_step: Optional[int] = None
+        self.first_step_at: Optional[float] = None
         self._flop_counter: Optional[FlopCounterMode] = None
         self._steps_seen = 0
         self._stretch: Optional[Dict[str, Any]] = None

@@ -1,0 +1,46 @@
+"""Where a run's time before its first training step goes, for summary.json's `startup`.
+
+The driver and rank 0 each note the wall-clock time (time.time(), one clock on one machine; across
+machines as good as their clock sync) as they pass a mark; `phases` turns the marks into seconds per
+phase, in order. A mark that comes before the one preceding it (a local-mode run imports the worker
+code on the driver, before its fit starts) makes its phase 0 s rather than negative.
+"""
+
+import os
+from typing import Dict, List, Optional
+
+# (mark that ends the phase, what the phase is), in order; the first phase starts at the process's start.
+PHASES = (
+    ("run_entered", "Python start, imports, Hydra composes the config"),
+    ("ray_ready", "Ray started or joined (the training code imported alongside)"),
+    ("resolved", "config resolved, the data described, the cluster checked"),
+    ("fit_started", "Ray Train imported, the run's storage prepared"),
+    ("worker_imports_started", "Ray Train starts: controller, placement group, worker processes"),
+    ("worker_imported", "imports on the worker: torch, Lightning, the model's libraries"),
+    ("built", "worker set-up: its logs, the data module, the model, Lightning's Trainer"),
+    ("first_step", "Lightning's fit to the first batch: process group, data set-up, loaders"),
+)
+
+
+def process_started() -> float:
+    """When this process started (its launch, before the interpreter loaded anything)."""
+    import psutil  # a dependency of ray[default]
+
+    return psutil.Process(os.getpid()).create_time()
+
+
+def phases(marks: Dict[str, Optional[float]]) -> Dict[str, object]:
+    """{"to_first_step_s": ..., "phases": [{"phase", "s"}, ...]} from the marks present."""
+    start = marks.get("process_start")
+    if start is None:
+        return {}
+    out: List[Dict[str, object]] = []
+    previous = start
+    for mark, label in PHASES:
+        at = marks.get(mark)
+        if at is None:
+            continue
+        out.append({"phase": label, "s": round(max(0.0, at - previous), 2)})
+        previous = max(previous, at)
+    first_step = marks.get("first_step")
+    return {"to_first_step_s": round(first_step - start, 2) if first_step else None, "phases": out}

@@ -1,0 +1,120 @@
+"""Local mode, `scale.num_workers=0`: the same worker function in the driver's own process, no Ray.
+
+What a researcher debugging relies on: the run directory is the one a Ray run leaves (summary.json,
+metrics.csv, checkpoints that load and resume), Ctrl-C/SIGTERM records the run as interrupted, and
+what needs workers is refused by name.
+"""
+
+import csv
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, base_env, run_dirs, run_train, summary_of
+
+from raydra.worker.checkpoint_report import LocalCheckpoints
+
+LOCAL = ("scale.num_workers=0", "logger=csv")
+
+
+def _val_epochs(run_dir: Path) -> list:
+    return [int(r["epoch"]) for r in csv.DictReader((run_dir / "metrics.csv").open()) if r.get("val/acc")]
+
+
+@pytest.mark.e2e
+def test_a_local_mode_run_leaves_the_run_directory_a_ray_run_leaves_without_starting_ray(tmp_path):
+    done = run_train(*LOCAL, "trainer.max_epochs=3", "checkpoint.num_to_keep=1", outputs=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run_dir,) = run_dirs(tmp_path)
+    summary = summary_of(run_dir)
+    assert summary["status"] == "completed" and summary["epochs_completed"] == 3 and summary["world_size"] == 0
+    assert _val_epochs(run_dir) == [0, 1, 2]
+    assert summary["metrics"]["best"]["val/acc"] == max(
+        float(r["val/acc"]) for r in csv.DictReader((run_dir / "metrics.csv").open()) if r.get("val/acc")
+    )
+    assert "test/acc" in summary["metrics"]["final"]
+
+    # Checkpoints where Ray keeps them: the best one (num_to_keep=1) and the latest, complete.
+    kept = sorted(run_dir.glob("checkpoints/*/checkpoint_*/checkpoint.ckpt"))
+    assert 1 <= len(kept) <= 2 and not list(run_dir.glob("checkpoints/*/.checkpoint_*"))
+    assert summary["checkpoints"]["best"] in map(str, kept) and summary["checkpoints"]["last"] == str(kept[-1])
+    from test_strategies import _test_accuracy
+
+    import raydra
+
+    module = raydra.load(run_dir, "last")
+    assert _test_accuracy(module) == pytest.approx(summary["metrics"]["final"]["test/acc"], abs=1e-6)
+
+    # No Ray: nothing started one, and the console is the driver's own, without worker prefixes.
+    driver_log = (run_dir / "driver.log").read_text()
+    assert "local mode" in driver_log and "Ray with" not in driver_log and not (run_dir / "logs" / "ray.log").exists()
+    assert "epoch 3/3" in done.stdout and "[raydra]" not in done.stdout and "Running in local mode" not in done.stdout
+    assert "GPU available" in (run_dir / "logs" / "worker_0.log").read_text()  # Lightning's notices: the file only
+    assert summary["startup"]["to_first_step_s"] > 0
+
+
+@pytest.mark.e2e
+def test_sigterm_in_local_mode_records_the_run_interrupted_and_resume_finishes_it_exactly(tmp_path):
+    args = [sys.executable, str(REPO / "train.py"), f"paths.outputs={tmp_path}", *LOCAL, "trainer.max_epochs=30"]
+    driver = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=base_env())
+    deadline = time.time() + 120
+    while not list(tmp_path.glob("runs/*/*/checkpoints/*/checkpoint_*/checkpoint.ckpt")):
+        assert driver.poll() is None and time.time() < deadline, driver.communicate()[0]
+        time.sleep(0.2)
+    driver.send_signal(signal.SIGTERM)
+    out, _ = driver.communicate(timeout=60)
+    # Lightning turns the interrupt into its own sys.exit(1): the driver must still get to record it.
+    assert driver.returncode == 130, out
+    (run_dir,) = run_dirs(tmp_path)
+    stopped = summary_of(run_dir)
+    assert stopped["status"] == "interrupted" and Path(stopped["checkpoints"]["last"]).is_file(), out
+    assert f"resume={run_dir}" in out and "Traceback" not in out
+
+    resumed = run_train(*LOCAL, "trainer.max_epochs=30", "resume=latest", outputs=tmp_path, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    summary = summary_of(run_dir)
+    assert summary["status"] == "completed" and summary["run_id"] == stopped["run_id"] and summary["epochs_completed"] == 30
+    assert "resumed from" in (run_dir / "logs" / "worker_0.log").read_text()
+    assert _val_epochs(run_dir) == list(range(30))  # every epoch validated once: none retrained, none lost
+
+
+@pytest.mark.e2e
+def test_fast_dev_run_in_local_mode_runs_a_batch_of_each_split_and_stops(tmp_path):
+    done = run_train(*LOCAL, "trainer.fast_dev_run=true", outputs=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = summary_of(run_dirs(tmp_path)[0])
+    assert summary["status"] == "completed" and summary["global_step"] == 1 and "test/acc" in summary["metrics"]["final"]
+    assert "epoch 1/1" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "override, named",
+    [("strategy=fsdp", "strategy=fsdp"), ("tune=random", "Tune sweep"), ("paths.storage=/tmp/elsewhere", "paths.storage")],
+)
+def test_what_needs_workers_is_refused_in_local_mode_with_one_sentence(tmp_path, override, named):
+    done = run_train(*LOCAL, override, outputs=tmp_path, timeout=120)
+    assert done.returncode == 1
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("error:")]
+    assert "scale.num_workers=0 (local mode)" in line and named in line
+
+
+def _ckpt(directory: Path, name: str) -> str:
+    path = directory / name
+    path.mkdir(parents=True)
+    (path / "checkpoint.ckpt").write_text(name)
+    return str(path)
+
+
+def test_local_checkpoints_keep_the_best_by_the_monitor_and_the_latest(tmp_path):
+    keeper = LocalCheckpoints(tmp_path / "ckpts", num_to_keep=2, monitor="val/acc", mode="max")
+    for i, acc in enumerate([0.5, 0.9, 0.7, float("nan"), 0.6]):
+        keeper.keep(_ckpt(tmp_path / "scratch", str(i)), {"val/acc": acc, "step": i})
+    record = keeper.record()
+    kept = {Path(c["path"], "checkpoint.ckpt").read_text(): c["metrics"]["val/acc"] for c in record["checkpoints"]}
+    # The two best (0.9, 0.7) and the latest (0.6); the unvalidated NaN never outranks a score.
+    assert kept == {"1": 0.9, "2": 0.7, "4": 0.6}
+    assert Path(record["last"], "checkpoint.ckpt").read_text() == "4"
+    assert len(record["history"]) == 5 and sorted(p.name.startswith("checkpoint_") for p in (tmp_path / "ckpts").iterdir()) == [True] * 3
