@@ -2,8 +2,8 @@
 
     python benchmarks/overhead.py [--epochs 10] [--repeats 3]
 
-Ways: a plain PyTorch loop, plain Lightning in one process, raydra with 1 worker and with 2
-workers. Every way trains the digits ViT with 32 samples per worker per step on 1 CPU thread per
+Ways: a plain PyTorch loop, plain Lightning in one process, raydra in local mode (the same
+worker function in the driver's process, no Ray), with 1 worker and with 2 workers. Every way trains the digits ViT with 32 samples per worker per step on 1 CPU thread per
 worker, so steady-state samples/s per worker is like for like. Start-up is launch to first
 training step; the goal is per-worker steady throughput within 10% of plain Lightning.
 
@@ -93,7 +93,7 @@ def raydra(epochs: int, workers: int) -> dict:
                 "train.py",
                 f"paths.outputs={outputs}",
                 f"scale.num_workers={workers}",
-                f"data.batch_size={BATCH * workers}",
+                f"data.batch_size={BATCH * max(1, workers)}",
                 f"trainer.max_epochs={epochs}",
                 "trainer.test=false",
                 "logger=none",
@@ -104,12 +104,15 @@ def raydra(epochs: int, workers: int) -> dict:
         )
         wall = time.time() - launched
         (summary_file,) = Path(outputs).glob("runs/*/*/summary.json")
-        throughput = json.loads(summary_file.read_text())["throughput"]
+        summary = json.loads(summary_file.read_text())
+        throughput = summary["throughput"]
     return {
         "startup_s": throughput["first_step_at"] - launched,
         "samples_per_s": throughput["samples_per_s"],
-        "workers": workers,
+        "workers": max(1, workers),
         "wall_s": wall,
+        # Where the time to the first step went (summary.json's startup, raydra.startup).
+        "phases": {p["phase"]: p["s"] for p in summary["startup"]["phases"]},
     }
 
 
@@ -140,6 +143,7 @@ def main() -> None:
     ways = {
         "plain PyTorch loop": lambda: in_subprocess("plain_torch", args.epochs),
         "plain Lightning": lambda: in_subprocess("plain_lightning", args.epochs),
+        "raydra, local mode (scale.num_workers=0)": lambda: raydra(args.epochs, 0),
         "raydra, 1 worker": lambda: raydra(args.epochs, 1),
         "raydra, 2 workers": lambda: raydra(args.epochs, 2),
     }
@@ -161,6 +165,13 @@ def main() -> None:
             f"{_median(rounds, name, 'samples_per_s', per_worker=True)[0]:.0f} | {ratio:.2f}x ({low:.2f}-{high:.2f}) | "
             f"{_median(rounds, name, 'wall_s')[0]:.1f} | {_median(rounds, name, 'wall_s', vs_lightning=True)[0]:.2f}x |"
         )
+    two = "raydra, 2 workers"
+    print(f"\nwhere {two}' time to its first step goes (summary.json's startup; median of {args.repeats}; process start = 0)\n")
+    print("| phase | s |")
+    print("|---|---:|")
+    for phase in rounds[0][two]["phases"]:
+        print(f"| {phase} | {statistics.median(r[two]['phases'].get(phase, 0.0) for r in rounds):.1f} |")
+    print(f"| **to the first step** | {_median(rounds, two, 'startup_s')[0]:.1f} |")
 
 
 def _median(rounds: list, name: str, key: str, per_worker: bool = False, vs_lightning: bool = False) -> tuple:
