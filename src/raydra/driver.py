@@ -1,7 +1,10 @@
 """The single-run driver: one run's lifecycle around the fit core.
 
-    validate -> resume? -> fit.resolve -> summary.json "running" -> connect to Ray -> check the
-    cluster can hold it -> fit.fit_and_record -> summary.json's outcome -> the closing lines
+    validate -> resume? -> connect to Ray (the training code imported alongside) -> fit.resolve
+    -> summary.json "running" -> check the cluster can hold it -> fit.fit_and_record ->
+    summary.json's outcome -> the closing lines
+
+Local mode (scale.num_workers=0) starts no Ray: the fit runs the worker function in this process.
 
 Ctrl-C and SIGTERM end the run as "interrupted" with the command that continues it; any other
 failure is recorded as "failed" with one line saying why, then raised. The entry (raydra.entry)
