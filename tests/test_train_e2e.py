@@ -23,6 +23,12 @@ def test_default_run_trains_the_digits_vit_and_leaves_a_self_describing_run_dir(
     assert summary["epochs_completed"] == 30 and summary["world_size"] == 2
     assert summary["throughput"]["samples_per_s"] > 0
     assert summary["wall_time_s"] > 0 and summary["config_hash"].startswith("sha256:")
+    # Where the time before the first step went, phase by phase, from the process's start: the
+    # phases add up to it, and the workers' imports and Ray Train's start are among them.
+    startup = summary["startup"]
+    assert sum(p["s"] for p in startup["phases"]) == pytest.approx(startup["to_first_step_s"], abs=0.1)
+    assert {"imports on the worker: torch, Lightning, the model's libraries"} <= {p["phase"] for p in startup["phases"]}
+    assert 0 < startup["to_first_step_s"] < summary["wall_time_s"] + 10
     assert {"ray", "torch", "pytorch-lightning", "hydra-core"} <= set(summary["versions"])
 
     # What was asked: Hydra's record of the composed config and the overrides.
