@@ -7,7 +7,7 @@ naming what was asked and what the cluster has.
 import logging
 import os
 import socket
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import ray
 
@@ -17,8 +17,9 @@ from raydra.errors import RaydraError
 log = logging.getLogger(__name__)
 
 
-def connect(address: Any, num_cpus: Any, verbose: bool) -> None:
-    """Join `address`, or start a local Ray inside this process when it is null.
+def connect(address: Any, num_cpus: Any, verbose: bool, runtime_env: Optional[Dict[str, Any]] = None) -> None:
+    """Join `address`, or start a local Ray inside this process when it is null. `runtime_env`:
+    Ray's, for every process of the run (raydra.project.runtime_env: the user's code).
 
     Jobs of a multirun on Hydra's basic launcher share one process, so a Ray already up is reused.
     """
@@ -38,7 +39,16 @@ def connect(address: Any, num_cpus: Any, verbose: bool) -> None:
             # Not verbose: Ray's own driver-side notices propagate to driver.log, not the console.
             configure_logging=verbose,
             log_to_driver=True,
+            runtime_env=runtime_env,
         )
+    except ValueError as error:
+        if "exceeds the maximum size" not in str(error) or not runtime_env:
+            raise
+        # Ray's own sentence says how big the package is and where its limit lies.
+        raise RaydraError(
+            f"{runtime_env.get('working_dir')} is too large to ship to the workers ({str(error).split('. ')[0]}); move data out of "
+            "the project or exclude it with ray.runtime_env.excludes=[<folder>/], or set ray.working_dir=null."
+        ) from None
     except ConnectionError as error:
         hint = "start one with `ray start --head` or leave ray.address unset for a local Ray"
         if address != "auto" and "RAY_AUTH_MODE" not in os.environ:
@@ -48,6 +58,9 @@ def connect(address: Any, num_cpus: Any, verbose: bool) -> None:
     take_over_worker_output(verbose)
     where = f"joined the Ray cluster at {ray.get_runtime_context().gcs_address}" if address else "started a local Ray"
     log.info(f"{where} with {ray.cluster_resources().get('CPU', 0):g} CPUs")
+    if runtime_env and runtime_env.get("working_dir"):
+        shipped = [runtime_env["working_dir"], *runtime_env.get("py_modules", [])]
+        log.info(f"shipped {', '.join(map(str, shipped))} to the workers (ray.working_dir; the workers run in its copy)")
 
 
 def _check_reachable(address: str) -> None:

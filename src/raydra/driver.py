@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig
 
-from raydra import fit, resume, run_record
+from raydra import fit, project, resume, run_record
 from raydra import summary as run_summary
 from raydra.cluster import check_fits, check_room_for_data, connect
 from raydra.console import worker_output
@@ -54,7 +54,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str]) -> Dict[str, Any]:
         fit.record_start(config, summary)
         log.info(f"run {run_id}\n  dir  {run_dir}" + (f"\n  storage  {run['storage']}" if run["storage"] else ""))
 
-        connect(cfg.ray.address, cfg.ray.num_cpus, cfg.verbose)
+        connect(cfg.ray.address, cfg.ray.num_cpus, cfg.verbose, project.runtime_env(cfg))
         # After connecting: ray.init installs its own SIGTERM handler, which would end the process
         # without a summary.
         restore_sigterm = _sigterm_interrupts()

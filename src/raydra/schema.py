@@ -20,6 +20,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from raydra.errors import RaydraError
+from raydra.project import check_classes
 
 
 @dataclass
@@ -161,6 +162,16 @@ class RayConfig:
     address: Optional[str] = None
     # Only for a local start: cap the CPUs Ray may use (null = all of this machine's).
     num_cpus: Optional[int] = None
+    # Your project's code for the workers (docs/own-project.md). auto: when joining a cluster
+    # (ray.address set), ship the current directory as Ray's working_dir if a `_target_` of the run
+    # is defined in it (never raydra's own code, which every node has installed); a local Ray's
+    # workers import it from this directory as the driver does. A path: ship that directory, on any
+    # Ray. null: ship nothing. Shipped, the workers run inside the copy, so a relative path in the
+    # config means the same file on every node only if that file was shipped.
+    working_dir: Optional[str] = "auto"
+    # The rest of Ray's runtime_env for the run's processes, handed to ray.init as it is: env_vars,
+    # py_modules, pip, excludes (added to raydra's: .git, .venv, caches, checkpoints, paths.outputs).
+    runtime_env: Dict[str, Any] = field(default_factory=lambda: DictConfig({}, flags={"struct": False}))
 
 
 @dataclass
@@ -345,6 +356,8 @@ def validate(cfg: Any) -> None:
                 f"data.batch_size={batch_size} (the global batch) does not split evenly over "
                 f"scale.num_workers={scale.num_workers}; pick a multiple of {scale.num_workers}."
             )
+    # Last: it imports the user's classes, which is worth doing only for an otherwise valid config.
+    check_classes(cfg)
 
 
 def _validate_strategy(strategy: Any, scale: Any, precision: str) -> None:
