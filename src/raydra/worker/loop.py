@@ -27,6 +27,7 @@ from raydra.schema import lightning_trainer_arguments
 from raydra.summary import CHECKPOINT_FILE
 from raydra.worker.checkpoint_report import TimedReport
 from raydra.worker.console_progress import ConsoleProgress
+from raydra.worker.contract import Contract
 from raydra.worker.loggers import build_loggers
 from raydra.worker.resumable import Resumable
 from raydra.worker.strategies import build_strategy, check_ray_environment
@@ -92,7 +93,8 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
         after_report=mirror.push,
     )
     resumable = Resumable()
-    callbacks = [throughput, resumable, report]
+    # The contract first: its sentence must come before a callback that trips over the same thing.
+    callbacks = [Contract(monitor=ckpt["monitor"]), throughput, resumable, report]
     if rank == 0:
         callbacks.append(ConsoleProgress(max_epochs=trainer_cfg["max_epochs"], max_steps=trainer_cfg["max_steps"], world_size=world_size))
     trainer = pl.Trainer(
