@@ -26,6 +26,8 @@ def connect(address: Any, num_cpus: Any, verbose: bool, runtime_env: Optional[Di
     if ray.is_initialized():
         log.info(f"reusing the Ray this process already joined ({ray.get_runtime_context().gcs_address})")
         return
+    # ray.init replaces the local paths in runtime_env with the URIs of their uploads: name them now.
+    shipping = [str(p) for p in [(runtime_env or {}).get("working_dir"), *(runtime_env or {}).get("py_modules", [])] if p]
     # Keep Ray's usage-stats prompt and upload off: runs must never wait on the network.
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address and address != "auto" and not address.startswith("ray://"):
@@ -46,7 +48,7 @@ def connect(address: Any, num_cpus: Any, verbose: bool, runtime_env: Optional[Di
             raise
         # Ray's own sentence says how big the package is and where its limit lies.
         raise RaydraError(
-            f"{runtime_env.get('working_dir')} is too large to ship to the workers ({str(error).split('. ')[0]}); move data out of "
+            f"{', '.join(shipping)} is too large to ship to the workers ({str(error).split('. ')[0]}); move data out of "
             "the project or exclude it with ray.runtime_env.excludes=[<folder>/], or set ray.working_dir=null."
         ) from None
     except ConnectionError as error:
@@ -58,9 +60,8 @@ def connect(address: Any, num_cpus: Any, verbose: bool, runtime_env: Optional[Di
     take_over_worker_output(verbose)
     where = f"joined the Ray cluster at {ray.get_runtime_context().gcs_address}" if address else "started a local Ray"
     log.info(f"{where} with {ray.cluster_resources().get('CPU', 0):g} CPUs")
-    if runtime_env and runtime_env.get("working_dir"):
-        shipped = [runtime_env["working_dir"], *runtime_env.get("py_modules", [])]
-        log.info(f"shipped {', '.join(map(str, shipped))} to the workers (ray.working_dir; the workers run in its copy)")
+    if shipping:
+        log.info(f"shipped {', '.join(shipping)} to the workers as Ray's runtime_env (ray.working_dir; they run in its copy)")
 
 
 def _check_reachable(address: str) -> None:

@@ -1,6 +1,8 @@
 """What raydra needs of a user's LightningModule while it trains, checked the first time it can be
 (docs/own-project.md). What the driver can check before Ray starts, it does (raydra.project).
 
+    model/data _target_        importable on this worker: a project that did not travel with the
+                               run is named as such
     the first training batch   raydra counts samples in it (train/samples_per_s): a tensor, a dict of
                                tensors or a tuple/list whose first item is one
     checkpoint.monitor         logged by the time an epoch's metrics go to Ray, once the module has
@@ -8,11 +10,33 @@
                                otherwise Ray ranks every checkpoint by nothing and "best" means oldest
 """
 
+import importlib
 from typing import Any, List
 
 from raydra.errors import RaydraError
 from raydra.lightning import pl
 from raydra.worker.throughput import batch_size
+
+
+def check_importable(node: Any, group: str) -> None:
+    """The `_target_` of `group` imports on this worker. Its usual failure on a cluster is a project
+    that did not travel with the run; Hydra would say only that the module is not installed."""
+    target = str(node.get("_target_") or "")
+    module, top = target.rpartition(".")[0], target.split(".")[0]
+    if not module:
+        return
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        if error.name and (module == error.name or module.startswith(error.name + ".")):
+            import ray.util
+
+            raise RaydraError(
+                f"{group}._target_={target}: the worker on {ray.util.get_node_ip_address()} cannot import {error.name}, "
+                f"so your project did not reach it; run from the project's directory (the one holding {top}/) with "
+                "ray.working_dir=auto, set ray.working_dir=<that directory>, or install it on every node."
+            ) from None
+        raise
 
 
 class Contract(pl.Callback):
