@@ -1,6 +1,6 @@
 """raydra's Hydra launcher: `python train.py -m ...` jobs side by side on the Ray cluster.
 
-Selected in conf/hydra/default.yaml; `hydra/launcher=basic` on the command line brings back Hydra's
+Selected in raydra/conf/hydra/default.yaml; `hydra/launcher=basic` on the command line brings back Hydra's
 one-after-another launcher. Hydra imports every module under hydra_plugins at each start (a single
 run and --help included), so this one imports only Hydra at its top; the work is in raydra.launcher.
 """
