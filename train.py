@@ -1,17 +1,9 @@
-"""The command researchers type: `python train.py [group=option ...] [key=value ...]` (see --help)."""
+"""The command researchers type: `python train.py [group=option ...] [key=value ...]` (see --help).
 
-import hydra
+`raydra train [...]`, the console command an installed raydra brings, is the same command.
+"""
 
-from raydra.entry import main as run
-from raydra.schema import register_schemas
-
-register_schemas()
-
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="train")
-def main(cfg):
-    return run(cfg)
-
+from raydra.entry import hydra_main
 
 if __name__ == "__main__":
-    main()
+    hydra_main()

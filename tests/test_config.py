@@ -10,6 +10,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
+from raydra.entry import CONF_DIR
 from raydra.errors import RaydraError
 from raydra.schema import register_schemas, validate
 
@@ -17,7 +18,7 @@ register_schemas()
 
 
 def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(config_name="train", overrides=list(overrides))
 
 
@@ -151,7 +152,7 @@ def test_help_lists_only_the_groups_a_user_can_pick():
     assert not [group for group in groups if "schema" in group]
     assert {"model", "data", "strategy", "scale", "trainer", "logger", "tune", "experiment"} <= groups
     # Every group offered is a folder of option files under conf/ (hydra/ is Hydra's own, under --hydra-help).
-    assert groups == {path.name for path in (REPO / "conf").iterdir() if path.is_dir() and path.name != "hydra"}
+    assert groups == {path.name for path in CONF_DIR.iterdir() if path.is_dir() and path.name != "hydra"}
 
 
 def test_launches_in_the_same_second_each_get_their_own_run_directory(tmp_path):
@@ -220,10 +221,10 @@ def test_group_options_set_only_what_they_change_from_the_schema():
         "tune/random.yaml": schema.TuneConfig,
     }
     # Every option of the typed groups is checked, including ones added later.
-    found = {f"{group}/{p.name}" for group in ("scale", "strategy", "trainer", "tune") for p in (REPO / "conf" / group).glob("*.yaml")}
+    found = {f"{group}/{p.name}" for group in ("scale", "strategy", "trainer", "tune") for p in (CONF_DIR / group).glob("*.yaml")}
     assert found | {"train.yaml"} == set(options)
     for path, dataclass in options.items():
-        option = OmegaConf.to_container(OmegaConf.load(REPO / "conf" / path))
+        option = OmegaConf.to_container(OmegaConf.load(CONF_DIR / path))
         option.pop("defaults", None)
         defaults = OmegaConf.to_container(OmegaConf.structured(dataclass))
         repeated = [key for key, value in leaves(option) if OmegaConf.select(OmegaConf.create(defaults), key, default="<absent>") == value]

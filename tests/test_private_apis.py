@@ -200,6 +200,19 @@ def test_hub_offline_switches_both_libraries_for_the_block_only():
     assert (datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE) == before
 
 
+def test_a_submitted_jobs_working_dir_is_read_from_the_variable_ray_hands_its_driver(monkeypatch):
+    import json
+
+    from ray.job_config import JobConfig
+
+    monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR", raising=False)
+    assert private_apis.submitted_job_working_dir() is None
+    # What Ray's job supervisor puts there for `ray job submit --working-dir .`.
+    job = JobConfig(runtime_env={"working_dir": "gcs://_ray_pkg_abc.zip"})
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps({"runtime_env": job.runtime_env}))
+    assert private_apis.submitted_job_working_dir() == "gcs://_ray_pkg_abc.zip"
+
+
 def test_nothing_outside_private_apis_reaches_into_private_modules():
     """The fence itself: a new reach must be added here, with its own test, not in passing."""
     import pathlib

@@ -3,10 +3,10 @@ masked; config whose key merely contains the letters (model.parts.tokenizer) is 
 
 import pytest
 import yaml
-from conftest import REPO
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from raydra.entry import CONF_DIR
 from raydra.redact import MASK, names_a_secret, redact, redact_hydra_records
 
 ORDINARY = [
@@ -130,7 +130,7 @@ def test_hydra_records_of_sd_tiny_stay_as_composed_and_resume_finds_no_change(tm
     from raydra.schema import register_schemas
 
     register_schemas()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("train", overrides=["experiment=sd_tiny"], return_hydra_config=True)
     hydra_node = OmegaConf.to_container(cfg.hydra, resolve=False)
     del cfg.hydra

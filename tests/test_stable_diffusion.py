@@ -8,11 +8,12 @@ import os
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, run_dirs, run_train, summary_of
+from conftest import run_dirs, run_train, summary_of
 from PIL import Image
 
 from raydra.data.image_captions import ImageCaptionsDataModule
 from raydra.data.shapes_captions import ShapesCaptionsDataModule
+from raydra.entry import CONF_DIR
 from raydra.errors import RaydraError
 from raydra.models.stable_diffusion import StableDiffusion, export
 from raydra.models.stable_diffusion_parts import clip_tokenizer, train_caption_bpe
@@ -23,8 +24,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 def tiny_model_config():
     from omegaconf import OmegaConf
 
-    model = OmegaConf.load(REPO / "conf" / "model" / "sd_tiny.yaml")
-    base = OmegaConf.load(REPO / "conf" / "model" / "stable_diffusion.yaml")
+    model = OmegaConf.load(CONF_DIR / "model" / "sd_tiny.yaml")
+    base = OmegaConf.load(CONF_DIR / "model" / "stable_diffusion.yaml")
     merged = OmegaConf.merge(base, model)
     merged.pop("defaults")
     merged.parts.vae.sample_size = merged.resolution

@@ -16,6 +16,7 @@ from conftest import REPO, base_env, run_train, summary_of
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 
+from raydra.entry import CONF_DIR
 from raydra.errors import RaydraError
 from raydra.schema import register_schemas, validate
 
@@ -33,7 +34,7 @@ SMALL_SWEEP = (
 
 
 def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(config_name="train", overrides=list(overrides))
 
 

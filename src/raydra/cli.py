@@ -1,7 +1,11 @@
-"""The `raydra` command: `raydra compare PATH...` and `raydra show RUN_DIR`.
+"""The `raydra` command: `raydra train [overrides]`, `raydra compare PATH...`, `raydra show RUN_DIR`,
+`raydra rerun RUN_DIR`.
 
-Offline and quick: it reads run directories only (see raydra.compare), on a disk or in storage
-(s3://bucket/prefix/...; pyarrow is imported only then), and never imports the training stack. Exit code 0 when at least one run was shown, 1 when none, 2 for a usage error.
+`train` is `python train.py` for an installed raydra: the rest of its command line goes to Hydra
+unchanged, and the training stack is imported only then. compare and show are offline and quick:
+they read run directories only (see raydra.compare), on a disk or in storage (s3://bucket/prefix/...;
+pyarrow is imported only then), and never import the training stack. Exit code 0 when at least one
+run was shown, 1 when none, 2 for a usage error.
 """
 
 import argparse
@@ -14,8 +18,14 @@ from raydra import compare as cmp
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="raydra", description="Compare and inspect raydra run directories.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{compare,show,rerun}")
+    parser = argparse.ArgumentParser(prog="raydra", description="Train runs; compare and inspect raydra run directories.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,compare,show,rerun}")
+
+    # Listed for `raydra --help` only: main() hands `raydra train ...` to Hydra before argparse
+    # sees it, so that -m, --help, --cfg job and --config-dir mean what they mean to train.py.
+    commands.add_parser(
+        "train", help="train a run, a multirun (-m) or a Tune sweep: what python train.py does (raydra train --help)", add_help=False
+    )
 
     c = commands.add_parser(
         "compare",
@@ -54,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its .hydra/config.yaml is the config)")
     r.add_argument("overrides", nargs=argparse.REMAINDER, metavar="OVERRIDE", help="key=value overrides on top of the recorded config")
-    r.set_defaults(func=lambda args: __import__("raydra.rerun", fromlist=["rerun"]).rerun(args.run_dir, args.overrides))
+    r.set_defaults(func=run_rerun)
 
     s = commands.add_parser("show", help="one run: config, overrides, status, metrics, files")
     s.add_argument("run_dir", metavar="RUN_DIR", help="a run directory, or its storage URI (s3://...)")
@@ -138,7 +148,37 @@ def run_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def project_on_path() -> None:
+    """The current directory first on the import path, as `python train.py` or `python -m` has it:
+    a researcher's package beside their conf/ imports without being installed or on PYTHONPATH
+    (a local Ray's workers get the driver's directory from Ray; a cluster's, through ray.working_dir)."""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def run_train(argv: List[str]) -> int:
+    project_on_path()
+    from raydra.entry import hydra_main
+
+    # Hydra parses sys.argv itself; its usage lines name the command by argv[0].
+    sys.argv = ["raydra train", *argv]
+    # The multirun launcher starts each job as this same command, from this directory.
+    hydra_main(command=[sys.executable, "-m", "raydra.cli", "train"])
+    return 0
+
+
+def run_rerun(args: argparse.Namespace) -> int:
+    project_on_path()
+    from raydra.rerun import rerun
+
+    return rerun(args.run_dir, args.overrides)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train"]:
+        return run_train(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

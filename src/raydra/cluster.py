@@ -7,7 +7,7 @@ naming what was asked and what the cluster has.
 import logging
 import os
 import socket
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import ray
 
@@ -17,14 +17,17 @@ from raydra.errors import RaydraError
 log = logging.getLogger(__name__)
 
 
-def connect(address: Any, num_cpus: Any, verbose: bool) -> None:
-    """Join `address`, or start a local Ray inside this process when it is null.
+def connect(address: Any, num_cpus: Any, verbose: bool, runtime_env: Optional[Dict[str, Any]] = None) -> None:
+    """Join `address`, or start a local Ray inside this process when it is null. `runtime_env`:
+    Ray's, for every process of the run (raydra.project.runtime_env: the user's code).
 
     Jobs of a multirun on Hydra's basic launcher share one process, so a Ray already up is reused.
     """
     if ray.is_initialized():
         log.info(f"reusing the Ray this process already joined ({ray.get_runtime_context().gcs_address})")
         return
+    # ray.init replaces the local paths in runtime_env with the URIs of their uploads: name them now.
+    shipping = [str(p) for p in [(runtime_env or {}).get("working_dir"), *(runtime_env or {}).get("py_modules", [])] if p]
     # Keep Ray's usage-stats prompt and upload off: runs must never wait on the network.
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address and address != "auto" and not address.startswith("ray://"):
@@ -48,7 +51,16 @@ def connect(address: Any, num_cpus: Any, verbose: bool) -> None:
             # Not verbose: Ray's own driver-side notices propagate to driver.log, not the console.
             configure_logging=verbose,
             log_to_driver=True,
+            runtime_env=runtime_env,
         )
+    except ValueError as error:
+        if "exceeds the maximum size" not in str(error) or not runtime_env:
+            raise
+        # Ray's own sentence says how big the package is and where its limit lies.
+        raise RaydraError(
+            f"{', '.join(shipping)} is too large to ship to the workers ({str(error).split('. ')[0]}); move data out of "
+            "the project or exclude it with ray.runtime_env.excludes=[<folder>/], or set ray.working_dir=null."
+        ) from None
     except ConnectionError as error:
         hint = "start one with `ray start --head` or leave ray.address unset for a local Ray"
         if address != "auto" and "RAY_AUTH_MODE" not in os.environ:
@@ -58,6 +70,8 @@ def connect(address: Any, num_cpus: Any, verbose: bool) -> None:
     take_over_worker_output(verbose)
     where = f"joined the Ray cluster at {ray.get_runtime_context().gcs_address}" if address else "started a local Ray"
     log.info(f"{where} with {ray.cluster_resources().get('CPU', 0):g} CPUs")
+    if shipping:
+        log.info(f"shipped {', '.join(shipping)} to the workers as Ray's runtime_env (ray.working_dir; they run in its copy)")
 
 
 def free_port() -> int:

@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig
 
-from raydra import fit, resume, run_record, startup
+from raydra import fit, project, resume, run_record, startup
 from raydra import summary as run_summary
 from raydra.cluster import check_fits, check_room_for_data, connect
 from raydra.console import worker_output
@@ -60,7 +60,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str]) -> Dict[str, Any]:
             # Ray starts (~5 s here) while another thread imports the training code (torch, Lightning,
             # the data module: ~5 s more), which resolving the config and starting the fit need next.
             _import_in_background(cfg.data.get("_target_"))
-            connect(cfg.ray.address, cfg.ray.num_cpus, cfg.verbose)
+            connect(cfg.ray.address, cfg.ray.num_cpus, cfg.verbose, project.runtime_env(cfg))
         # After connecting: ray.init installs its own SIGTERM handler, which would end the process
         # without a summary.
         restore_sigterm = _sigterm_interrupts()

@@ -1,12 +1,15 @@
-"""What `train.py` calls with the composed config: a Tune sweep when `tune` is set, else one run.
+"""The command: `python train.py` and `raydra train` both call `hydra_main`, which composes the config
+from raydra's groups (shipped in the package, CONF_DIR) and any `--config-dir` of the user's, and
+hands it to `main`: a Tune sweep when `tune` is set, else one run.
 
 The only place that reads Hydra's runtime state and turns errors into exit codes: everything
 below it (raydra.driver, raydra.sweep, raydra.fit) takes plain arguments and raises.
 """
 
 import logging
+import sys
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional, Sequence
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
@@ -14,6 +17,32 @@ from omegaconf import DictConfig
 from raydra.errors import RaydraError
 
 log = logging.getLogger("raydra")
+
+# raydra's own config groups (model, data, strategy, scale, trainer, logger, tune, hydra, experiment),
+# inside the package so that an installed raydra has them: a user's `--config-dir` adds groups
+# beside them (Hydra searches it before this primary config's directory).
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+
+# How to start this command again, for the multirun launcher's job processes: `train.py`'s path
+# by default; `raydra train` sets its own.
+_command: List[str] = []
+
+
+def command() -> List[str]:
+    """The command line that runs one more invocation of this entry (without its arguments)."""
+    return list(_command) or [sys.executable, str(Path(sys.argv[0]).resolve())]
+
+
+def hydra_main(command: Sequence[str] = ()) -> None:
+    """Compose the config from sys.argv as Hydra does (overrides, -m, --help, --cfg job,
+    --config-dir) and run it. `command`: how to start this entry again (see `command()`)."""
+    import hydra
+
+    from raydra.schema import register_schemas
+
+    _command[:] = command
+    register_schemas()
+    hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")(main)()
 
 
 def main(cfg: DictConfig) -> Optional[float]:

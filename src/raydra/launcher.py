@@ -92,6 +92,7 @@ def run(jobs: List[Job], entry: List[str], hydra_overrides: List[str], sweep_dir
 
 def _prepare(jobs: List[Job], entry: List[str], hydra_overrides: List[str], sweep_dir: Path, max_concurrent: Any) -> None:
     """Check every job can run, join the cluster, and build each job's command."""
+    from raydra import project
     from raydra.cluster import check_fits, connect
     from raydra.schema import validate
 
@@ -106,7 +107,7 @@ def _prepare(jobs: List[Job], entry: List[str], hydra_overrides: List[str], swee
     for job in jobs:
         _refuse_for(job, validate, job.cfg)
     first = jobs[0].cfg
-    connect(first.ray.address, first.ray.num_cpus, first.verbose)
+    connect(first.ray.address, first.ray.num_cpus, first.verbose, project.runtime_env(first))
     import ray
 
     local = ray.get_runtime_context().gcs_address

@@ -47,6 +47,22 @@ def tune_stop_probe() -> Callable[[], bool]:
     return lambda: session is not None and session.stop_event.is_set()
 
 
+def submitted_job_working_dir() -> Any:
+    """The working_dir of the Ray job this driver runs in (`ray job submit --working-dir .`), or None.
+
+    Ray's job server hands a submitted driver its job's runtime_env in an environment variable and
+    merges it with the one ray.init is given; both naming a working_dir is a conflict ray.init
+    refuses. There is no public question for it before ray.init.
+    """
+    import json
+    import os
+
+    from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
+
+    job = os.environ.get(RAY_JOB_CONFIG_JSON_ENV_VAR)
+    return (json.loads(job).get("runtime_env") or {}).get("working_dir") if job else None
+
+
 def replace_restored_tuner_callbacks(tuner: Any, callbacks: List[Any]) -> None:
     """A restored Tuner's RunConfig holds the interrupted driver's callbacks, unpickled; the new
     driver needs its own to see the trials. `Tuner.restore` takes no callbacks of its own."""

@@ -15,8 +15,8 @@ from typing import List
 
 import yaml
 
-# train.py's config directory: the hydra settings and the groups the schema expects.
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+from raydra.entry import CONF_DIR
+
 PRIMARY = "recorded"
 
 
@@ -45,7 +45,7 @@ def rerun(run_dir: str, overrides: List[str]) -> int:
         print(f"raydra rerun: {run_dir} has no .hydra/config.yaml; pass the directory of one recorded run.", file=sys.stderr)
         return 1
     if not CONF_DIR.is_dir():
-        print(f"raydra rerun: raydra's config directory {CONF_DIR} is missing; run from a raydra checkout.", file=sys.stderr)
+        print(f"raydra rerun: raydra's config directory {CONF_DIR} is missing; reinstall raydra.", file=sys.stderr)
         return 1
     try:
         recorded = yaml.safe_load(config_file.read_text())

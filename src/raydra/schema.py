@@ -7,7 +7,7 @@ a wrong type fails while Hydra composes, before Ray starts.
 `model` and `data` stay open: they are `_target_` + constructor arguments of the user's classes.
 
 These dataclasses are the one home of the fixed groups' defaults and of what each key means: a
-YAML option under conf/ selects its schema and sets only what that option changes, and
+YAML option under raydra/conf/ selects its schema and sets only what that option changes, and
 `python train.py --cfg job` prints every key with the value it ends up with.
 """
 
@@ -20,6 +20,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from raydra.errors import RaydraError
+from raydra.project import check_classes
 
 
 @dataclass
@@ -165,6 +166,16 @@ class RayConfig:
     address: Optional[str] = None
     # Only for a local start: cap the CPUs Ray may use (null = all of this machine's).
     num_cpus: Optional[int] = None
+    # Your project's code for the workers (docs/own-project.md). auto: when joining a cluster
+    # (ray.address set), ship the current directory as Ray's working_dir if a `_target_` of the run
+    # is defined in it (never raydra's own code, which every node has installed); a local Ray's
+    # workers import it from this directory as the driver does. A path: ship that directory, on any
+    # Ray. null: ship nothing. Shipped, the workers run inside the copy, so a relative path in the
+    # config means the same file on every node only if that file was shipped.
+    working_dir: Optional[str] = "auto"
+    # The rest of Ray's runtime_env for the run's processes, handed to ray.init as it is: env_vars,
+    # py_modules, pip, excludes (added to raydra's: .git, .venv, caches, checkpoints, paths.outputs).
+    runtime_env: Dict[str, Any] = field(default_factory=lambda: DictConfig({}, flags={"struct": False}))
 
 
 @dataclass
@@ -204,7 +215,7 @@ class TuneConfig:
 @dataclass
 class PathsConfig:
     # Runs land in <outputs>/runs/<date>/<time>_<name>, multiruns and tune= sweeps in
-    # <outputs>/sweeps/<date>/<time>_<name>/<job> (conf/hydra/default.yaml).
+    # <outputs>/sweeps/<date>/<time>_<name>/<job> (raydra/conf/hydra/default.yaml).
     outputs: str = "outputs"
     # Where checkpoints, Tune's state and every file a worker writes go, for clusters whose nodes
     # share no disk: s3://bucket/prefix, gs://bucket/prefix, an NFS path every node mounts. A run's
@@ -254,7 +265,7 @@ def register_schemas() -> None:
     cs.store(name="strategy_fsdp_schema", node=FSDPConfig)
     cs.store(name="strategy_deepspeed_schema", node=DeepSpeedConfig)
     cs.store(name="tune_schema", node=TuneConfig)
-    # conf/hydra/default.yaml puts a tune= sweep under sweeps/, next to -m multiruns.
+    # raydra/conf/hydra/default.yaml puts a tune= sweep under sweeps/, next to -m multiruns.
     OmegaConf.register_new_resolver("raydra.runs_or_sweeps", lambda tune: "runs" if tune is None else "sweeps", replace=True)
     # Cached so the run directory resolves once per invocation, as Hydra's own ${now:} does.
     OmegaConf.register_new_resolver("raydra.unclaimed", claim_directory, use_cache=True, replace=True)
@@ -352,6 +363,8 @@ def validate(cfg: Any) -> None:
                 f"data.batch_size={batch_size} (the global batch) does not split evenly over "
                 f"scale.num_workers={scale.num_workers}; pick a multiple of {scale.num_workers}."
             )
+    # Last: it imports the user's classes, which is worth doing only for an otherwise valid config.
+    check_classes(cfg)
 
 
 def _validate_local_mode(cfg: Any) -> None:

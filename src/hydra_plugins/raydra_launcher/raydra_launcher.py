@@ -1,11 +1,10 @@
 """raydra's Hydra launcher: `python train.py -m ...` jobs side by side on the Ray cluster.
 
-Selected in conf/hydra/default.yaml; `hydra/launcher=basic` on the command line brings back Hydra's
+Selected in raydra/conf/hydra/default.yaml; `hydra/launcher=basic` on the command line brings back Hydra's
 one-after-another launcher. Hydra imports every module under hydra_plugins at each start (a single
 run and --help included), so this one imports only Hydra at its top; the work is in raydra.launcher.
 """
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional, Sequence
@@ -84,9 +83,12 @@ class RaydraLauncher(Launcher):
         return Job(num=num, overrides=overrides, cfg=cfg, dir=job_dir.resolve())
 
     def _entry(self) -> List[str]:
-        """The command that runs one job: this very script with this invocation's configs."""
+        """The command that runs one job: this very command (train.py or `raydra train`) with this
+        invocation's configs."""
+        from raydra.entry import command as entry_command
+
         runtime = self.config.hydra.runtime
-        command = [sys.executable, str(Path(sys.argv[0]).resolve()), f"--config-name={self.config.hydra.job.config_name}"]
+        command = [*entry_command(), f"--config-name={self.config.hydra.job.config_name}"]
         for source in runtime.config_sources:
             if source.schema != "file":
                 continue

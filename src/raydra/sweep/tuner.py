@@ -16,7 +16,7 @@ import ray.tune
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from raydra import fit, private_apis, run_record, storage
+from raydra import fit, private_apis, project, run_record, storage
 from raydra import summary as run_summary
 from raydra.cluster import TRIAL_CPU, check_fits, connect, trials_that_fit
 from raydra.console import worker_output
@@ -87,7 +87,7 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
             run_record.check_writable(cfg.paths.storage)
             record["storage"] = sweep_run["storage"]
 
-        connect(cfg.ray.address, cfg.ray.num_cpus, cfg.verbose)
+        connect(cfg.ray.address, cfg.ray.num_cpus, cfg.verbose, project.runtime_env(cfg))
         restore_sigterm = _sigterm_stops_tune()
         check_fits(cfg.scale)
         if not sweep_run["storage"]:

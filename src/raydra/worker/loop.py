@@ -32,6 +32,7 @@ from raydra.schema import lightning_trainer_arguments
 from raydra.summary import CHECKPOINT_FILE
 from raydra.worker.checkpoint_report import LocalCheckpoints, TimedReport
 from raydra.worker.console_progress import ConsoleProgress
+from raydra.worker.contract import Contract, check_importable
 from raydra.worker.loggers import build_loggers
 from raydra.worker.resumable import Resumable
 from raydra.worker.strategies import build_strategy, check_ray_environment
@@ -80,6 +81,7 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
 
         datamodule = RayDataModule(config["run"]["data_rows"], config["data"]["batch_size"], world_size, config["seed"])
     else:
+        check_importable(config["data"], "data")
         datamodule = instantiate(config["data"])
     model_config = dict(config["model"])
     # Read by strategy=fsdp; the module's constructor does not take it.
@@ -87,6 +89,7 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
     # The module keeps its optimizer/scheduler configs as plain data and builds them itself, so its
     # hyperparameters (and checkpoints) hold no Python objects.
     # _convert_="all": plain dicts, not DictConfigs, so checkpoints load with weights_only=True.
+    check_importable(model_config, "model")
     model = instantiate(model_config, _recursive_=False, _convert_="all")
     if trainer_cfg["compile"]:
         compile_networks(model)
@@ -113,7 +116,8 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
         local=kept,
     )
     resumable = Resumable()
-    callbacks = [throughput, resumable, report]
+    # The contract first: its sentence must come before a callback that trips over the same thing.
+    callbacks = [Contract(monitor=ckpt["monitor"]), throughput, resumable, report]
     if rank == 0:
         callbacks.append(
             ConsoleProgress(

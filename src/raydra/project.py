@@ -1,0 +1,195 @@
+"""A researcher's own project on raydra: their classes checked on the driver, their code shipped to
+the workers. What raydra needs of their classes is written down in docs/own-project.md.
+
+    check_classes(cfg)   model._target_ and data._target_ import, are a LightningModule and a
+                         LightningDataModule, define what training calls, and take the config's
+                         keys; one sentence naming what is missing, before Ray starts
+    runtime_env(cfg)     what ray.init gets so that every worker imports the project's code as the
+                         driver does: the current directory as Ray's working_dir (ray.working_dir)
+
+raydra's own classes (`raydra.*`) are tested with raydra and installed wherever raydra is: they
+are neither checked here (importing them would cost the driver seconds) nor shipped.
+"""
+
+import importlib
+import importlib.util
+import inspect
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional
+
+from omegaconf import OmegaConf
+
+from raydra.errors import RaydraError
+
+# Keys of the model group that raydra reads itself and does not pass to the module's constructor.
+MODEL_KEYS_FOR_RAYDRA = ("_target_", "shard_blocks")
+# What Ray's working_dir never needs from a project directory (gitignore patterns, as Ray takes
+# them; Ray also honours the project's own .gitignore): version control, virtual environments,
+# caches, checkpoints and W&B's files. paths.outputs is added when it lies inside.
+EXCLUDES = [".git", ".venv", "venv", "__pycache__", "*.pyc", "*.ckpt", "wandb", ".ipynb_checkpoints"]
+
+
+def check_classes(cfg: Any) -> None:
+    """Raise RaydraError, naming the key, if the model or data class cannot serve as one."""
+    _check_class(cfg.model, "model", "LightningModule", ("training_step", "configure_optimizers"), MODEL_KEYS_FOR_RAYDRA)
+    if cfg.data.get("loader") != "ray_data":  # under ray_data the workers get raydra's own module
+        _check_class(cfg.data, "data", "LightningDataModule", ("train_dataloader",), ("_target_",))
+
+
+def _check_class(node: Any, group: str, base_name: str, needed: tuple, raydra_keys: tuple) -> None:
+    target = node.get("_target_") if node is not None else None
+    if not target:
+        raise RaydraError(
+            f"{group} has no _target_; name your class, e.g. {group}._target_=my_project.{group}.MyClass (docs/own-project.md)."
+        )
+    if str(target).startswith("raydra."):
+        return
+    from raydra.lightning import pl
+
+    base = getattr(pl, base_name)
+    cls = _import(target, group)
+    if not (inspect.isclass(cls) and issubclass(cls, base)):
+        other = _other_lightning_base(cls, base)
+        if other:
+            raise RaydraError(
+                f"{group}._target_={target} subclasses {other}, but raydra and Ray's Lightning integration run "
+                f"{base.__module__.split('.')[0]}{'.pytorch' if base.__module__.startswith('lightning.') else ''} here; "
+                "import Lightning in your module as `from raydra.lightning import pl`."
+            )
+        raise RaydraError(
+            f"{group}._target_={target} is not a {base.__name__} subclass; point it at your {base.__name__} class "
+            f"(raydra builds it and hands it to Lightning's Trainer)."
+        )
+    missing = [name for name in needed if getattr(cls, name) is getattr(base, name)]
+    if missing:
+        raise RaydraError(
+            f"{group}._target_={target} does not define {' or '.join(missing)}, which training calls; add it to the class "
+            "(docs/own-project.md shows a complete one)."
+        )
+    _check_arguments(cls, target, group, {k: v for k, v in node.items() if k not in raydra_keys})
+
+
+def _import(target: str, group: str) -> Any:
+    module_name, _, name = target.rpartition(".")
+    top = target.split(".")[0]
+    try:
+        module = importlib.import_module(module_name) if module_name else None
+    except ModuleNotFoundError as error:
+        if error.name and (error.name == top or module_name.startswith(error.name + ".") or error.name == module_name):
+            raise RaydraError(
+                f"{group}._target_={target}: there is no module {error.name} on the import path; run from your project's "
+                f"directory (the one holding {top}/), or install your package."
+            ) from None
+        raise RaydraError(f"{group}._target_={target}: importing {module_name} failed ({error}); install what it imports.") from None
+    except Exception as error:
+        raise RaydraError(f"{group}._target_={target}: importing {module_name} raised {type(error).__name__}: {error}.") from None
+    if module is None or not hasattr(module, name):
+        raise RaydraError(f"{group}._target_={target}: {module_name or target} defines no {name}; check the spelling of the class.")
+    return getattr(module, name)
+
+
+def _other_lightning_base(cls: Any, base: type) -> Optional[str]:
+    """`pytorch_lightning.X` when `cls` subclasses the Lightning package raydra does not run."""
+    if not inspect.isclass(cls):
+        return None
+    for klass in cls.__mro__:
+        if klass.__name__ == base.__name__ and klass is not base:
+            return f"{klass.__module__.split('.')[0]}.{base.__name__}"
+    return None
+
+
+def _check_arguments(cls: type, target: str, group: str, arguments: Dict[str, Any]) -> None:
+    """The group's keys must be arguments of the constructor: a misspelt key fails here, named,
+    rather than as a TypeError inside every worker."""
+    try:
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(**arguments)
+    except TypeError as error:
+        takes = ", ".join(p for p in signature.parameters if p not in ("self", "args", "kwargs"))
+        raise RaydraError(
+            f"{group}: {error} for {target}({takes}); make the keys of the {group} config and the constructor's arguments agree."
+        ) from None
+
+
+def runtime_env(cfg: Any, cwd: Optional[Path] = None) -> Optional[Dict[str, Any]]:
+    """What ray.init gets as runtime_env: ray.runtime_env, plus the project's code as working_dir
+    (and any src/-layout package as py_modules) when ray.working_dir asks for it; None for nothing."""
+    env = OmegaConf.to_container(cfg.ray.runtime_env, resolve=True) if cfg.ray.runtime_env else {}
+    if "working_dir" in env:
+        raise RaydraError(
+            f"ray.runtime_env.working_dir={env['working_dir']}: set ray.working_dir instead (raydra adds its excludes there)."
+        )
+    cwd = (cwd or Path.cwd()).resolve()
+    directory = _directory_to_ship(cfg, cwd)
+    if directory is None:
+        return env or None
+    outputs = Path(str(cfg.paths.outputs)).expanduser()
+    outputs = (outputs if outputs.is_absolute() else cwd / outputs).resolve()
+    excludes = list(EXCLUDES)
+    if outputs.is_relative_to(directory) and outputs != directory:
+        excludes.append("/" + outputs.relative_to(directory).as_posix())
+    env["working_dir"] = str(directory)
+    env["excludes"] = excludes + list(env.get("excludes", []))
+    # A package under src/ (or any folder below the project) is not importable from the working_dir's
+    # root, which is what Ray puts on the workers' path: ship it on its own as well.
+    nested = [str(p) for p in _project_packages(cfg, directory) if p.parent != directory]
+    if nested:
+        env["py_modules"] = list(env.get("py_modules", [])) + nested
+    return env
+
+
+def _directory_to_ship(cfg: Any, cwd: Path) -> Optional[Path]:
+    setting = cfg.ray.working_dir
+    if setting is None:
+        return None
+    if setting != "auto":
+        directory = Path(str(setting)).expanduser()
+        directory = (directory if directory.is_absolute() else cwd / directory).resolve()
+        if not directory.is_dir():
+            raise RaydraError(f"ray.working_dir={setting} is not a directory; name your project's directory, or set ray.working_dir=auto.")
+        return directory
+    from raydra.private_apis import submitted_job_working_dir
+
+    # A local Ray's workers run on this machine and Ray puts the driver's directory on their path;
+    # a job from `ray job submit --working-dir` already runs in its shipped copy.
+    if not cfg.ray.address or submitted_job_working_dir():
+        return None
+    return cwd if _project_packages(cfg, cwd) else None
+
+
+def _project_packages(cfg: Any, directory: Path) -> List[Path]:
+    """The files or package folders under `directory` that the run's `_target_`s come from."""
+    found = []
+    for target in _targets(OmegaConf.to_container(cfg, resolve=False)):
+        top = target.split(".")[0]
+        if top == "raydra" or "${" in target:
+            continue
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            continue
+        if spec is None:
+            continue
+        locations = list(spec.submodule_search_locations or []) or ([spec.origin] if spec.origin else [])
+        for location in locations:
+            path = Path(location).resolve()
+            if path.is_relative_to(directory) and path not in found:
+                found.append(path)
+    return found
+
+
+def _targets(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "hydra":
+                continue
+            if key == "_target_" and isinstance(value, str):
+                yield value
+            else:
+                yield from _targets(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _targets(value)
