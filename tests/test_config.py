@@ -68,7 +68,7 @@ def test_misspelt_key_in_a_typed_group_fails():
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("scale.num_workers=0", "scale.num_workers=0 must be positive"),
+        ("scale.num_workers=-1", "scale.num_workers=-1 is negative; ask for 1 or more workers, or 0 for local mode"),
         ("scale.cpus_per_worker=-1", "scale.cpus_per_worker=-1.0 must be positive"),
         ("trainer.max_epochs=0", "both below 1"),
         ("trainer.precision=fp8", "not a Lightning precision"),
