@@ -53,6 +53,9 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str]) -> Dict[str, Any]:
         validate(cfg)
         if cfg.resume:
             run_dir, run_id = _continue(cfg, summary, run_dir)
+        if cfg.paths.storage:
+            # Before Ray starts: a bad URI, endpoint or credentials fail in a second, not after it.
+            run_record.check_writable(cfg.paths.storage)
         local = cfg.scale.num_workers == 0
         if local:
             log.info("local mode (scale.num_workers=0): training in this process, without Ray")
@@ -67,8 +70,6 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str]) -> Dict[str, Any]:
         marks["ray_ready"] = time.time()
         config = fit.resolve(cfg, run_dir, run_id)
         run = config["run"]
-        if run["storage"]:
-            run_record.check_writable(cfg.paths.storage)
         fit.record_start(config, summary)
         log.info(f"run {run_id}\n  dir  {run_dir}" + (f"\n  storage  {run['storage']}" if run["storage"] else ""))
         if not local:
