@@ -142,6 +142,18 @@ def test_auto_ships_the_project_only_when_joining_a_cluster(project, monkeypatch
     assert runtime_env(cfg, cwd=project) is None
 
 
+def test_libraries_installed_in_a_venv_inside_the_project_are_never_shipped(project, monkeypatch):
+    # `make train` puts .venv inside the checkout: torch, transformers (the optimizer's and
+    # scheduler's _target_s) then live below the current directory, yet are no project code.
+    site = project / ".venv" / "lib" / "python3.11" / "site-packages"
+    (site / "fakelib").mkdir(parents=True)
+    (site / "fakelib" / "__init__.py").write_text("class Optimizer:\n    pass\n")
+    monkeypatch.syspath_prepend(str(site))
+    cfg = composed(project / "conf", "ray.address=auto", "model.optimizer._target_=fakelib.Optimizer")
+    assert cfg.model.optimizer._target_ == "fakelib.Optimizer"
+    assert runtime_env(cfg, cwd=project) is None
+
+
 def test_a_src_layout_package_goes_as_a_py_module_and_settings_are_kept(tmp_path, monkeypatch):
     _forget_my_project()
     project = tmp_path / "proj"

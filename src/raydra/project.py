@@ -14,6 +14,7 @@ are neither checked here (importing them would cost the driver seconds) nor ship
 import importlib
 import importlib.util
 import inspect
+import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -176,9 +177,17 @@ def _project_packages(cfg: Any, directory: Path) -> List[Path]:
         locations = list(spec.submodule_search_locations or []) or ([spec.origin] if spec.origin else [])
         for location in locations:
             path = Path(location).resolve()
-            if path.is_relative_to(directory) and path not in found:
+            if path.is_relative_to(directory) and not _installed(path) and path not in found:
                 found.append(path)
     return found
+
+
+def _installed(path: Path) -> bool:
+    """An installed library (torch, transformers, ...), not the project's own code: it lives in a
+    site-packages folder or an environment's prefix, even when that environment (a .venv) sits
+    inside the project's directory."""
+    prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    return bool({"site-packages", "dist-packages"} & set(path.parts)) or any(path.is_relative_to(p) for p in prefixes)
 
 
 def _targets(node: Any) -> Iterator[str]:
