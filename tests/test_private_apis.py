@@ -213,6 +213,26 @@ def test_a_submitted_jobs_working_dir_is_read_from_the_variable_ray_hands_its_dr
     assert private_apis.submitted_job_working_dir() == "gcs://_ray_pkg_abc.zip"
 
 
+def test_ray_trains_controller_polls_at_the_interval_raydra_sets_and_sends_it_on(monkeypatch):
+    from ray.train.v2._internal import constants
+    from ray.train.v2._internal.execution.controller import controller
+
+    from raydra.private_apis import RAY_TRAIN_POLL_INTERVAL_ENV, poll_workers_often
+
+    # setenv first: monkeypatch then puts the variable back as it was, whatever the test sets.
+    monkeypatch.setenv(RAY_TRAIN_POLL_INTERVAL_ENV, "unset")
+    monkeypatch.delenv(RAY_TRAIN_POLL_INTERVAL_ENV)
+    poll_workers_often(0.5)
+    # The controller reads this very variable for its poll interval, and the driver passes it on.
+    assert constants.HEALTH_CHECK_INTERVAL_S_ENV_VAR == RAY_TRAIN_POLL_INTERVAL_ENV
+    assert "HEALTH_CHECK_INTERVAL_S_ENV_VAR" in open(controller.__file__).read()
+    assert constants.get_env_vars_to_propagate()[RAY_TRAIN_POLL_INTERVAL_ENV] == "0.5"
+    # A value the user set stays.
+    monkeypatch.setenv(RAY_TRAIN_POLL_INTERVAL_ENV, "3")
+    poll_workers_often(0.5)
+    assert constants.get_env_vars_to_propagate()[RAY_TRAIN_POLL_INTERVAL_ENV] == "3"
+
+
 def test_nothing_outside_private_apis_reaches_into_private_modules():
     """The fence itself: a new reach must be added here, with its own test, not in passing."""
     import pathlib

@@ -25,9 +25,13 @@ from raydra import run_record, startup, storage
 from raydra import summary as run_summary
 from raydra.cluster import worker_resources
 from raydra.errors import RaydraError
+from raydra.private_apis import poll_workers_often
 from raydra.redact import redact
 
 log = logging.getLogger("raydra")
+
+# How often Ray Train's controller takes the workers' reports (Ray's default, 2 s, paces short epochs).
+CONTROLLER_POLL_S = 0.5
 
 
 def new_summary(cfg: Any, run_dir: Path, run_id: str, overrides: List[str]) -> Dict[str, Any]:
@@ -197,6 +201,7 @@ def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any], marks: 
 
     run_id = config["run"]["id"]
     scale, ckpt = config["scale"], config["checkpoint"]
+    poll_workers_often(CONTROLLER_POLL_S)
     # Ray reads and writes its storage through this filesystem: a URI's options (endpoint,
     # scheme) are parsed once here, not by each of Ray's processes.
     filesystem, storage_path = storage.filesystem(run_record.checkpoints_location(config["run"]))

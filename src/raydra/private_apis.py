@@ -34,6 +34,22 @@ def worker_stdstream_dispatcher() -> Any:
     return global_worker_stdstream_dispatcher
 
 
+# Ray Train reads this variable in its controller (passed on from the driver's environment) for
+# how often it polls the workers; a worker's report waits in a queue of one until a poll takes it.
+# Documented only in Ray's source (ray.train.v2._internal.constants), default 2 s.
+RAY_TRAIN_POLL_INTERVAL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+
+
+def poll_workers_often(seconds: float) -> None:
+    """Have Ray Train's controller take the workers' reports every `seconds` (unless the user set
+    the interval). Its default, 2 s, paced every run whose epochs are shorter: the next epoch's
+    report waited for the last one to be taken (measured: the default run's 30 epochs of ~0.8 s
+    took 62 s). A missed poll is harmless: a worker counts as hung only after 10 minutes of them."""
+    import os
+
+    os.environ.setdefault(RAY_TRAIN_POLL_INTERVAL_ENV, str(seconds))
+
+
 def tune_stop_probe() -> Callable[[], bool]:
     """Inside a Tune function trial: a function that tells whether Tune has asked this trial to stop.
 
