@@ -194,6 +194,9 @@ def test_a_crashed_worker_group_is_reported_by_the_workers_own_exception():
     error = WorkerGroupError("[Rank 0,1 Error Snippet]: ...", {1: crashed("rank one"), 0: crashed("rank zero")})
     assert one_line(error) == "worker 0: RuntimeError: rank zero (the whole trace is in logs/worker_0.log)"
     assert one_line(ValueError("first line\nsecond")) == "ValueError: first line"
+    # What Ray 2.60's poll hands the driver: each worker's exception itself, without its trace.
+    bare = WorkerGroupError("...", {1: KeyError("x"), 0: ValueError("bad shape (3, 4)\nmore")})
+    assert one_line(bare) == "worker 0: ValueError: bad shape (3, 4) (the whole trace is in logs/worker_0.log)"
 
 
 def test_group_options_set_only_what_they_change_from_the_schema():

@@ -366,10 +366,16 @@ def one_line(error: BaseException) -> str:
     failures = getattr(error, "worker_failures", None) or {}
     if failures:
         rank = min(failures)
-        # Ray hands the worker's exception back as its traceback text.
+        # The worker's exception comes back as itself (Ray 2.60 unwraps it from its traceback
+        # text), or as that text, whose last exception line is the one raised.
         raised = [line for line in str(failures[rank]).splitlines() if EXCEPTION_LINE.match(line)]
-        if raised:
-            return f"worker {rank}: {raised[-1][:400]} (the whole trace is in logs/worker_{rank}.log)"
+        return (
+            f"worker {rank}: {(raised[-1] if raised else _first_line(failures[rank]))[:400]} (the whole trace is in logs/worker_{rank}.log)"
+        )
+    return _first_line(error)
+
+
+def _first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}".strip()
 
