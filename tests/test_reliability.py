@@ -19,7 +19,9 @@ from conftest import REPO, base_env, run_dirs, run_train, summary_of
 
 from raydra.checkpoints import checkpoint_meta
 
-EPOCHS = 4
+# Epochs of about a second (since Ray Train's poll stopped pacing them at 2 s): eight, so a run is
+# still going when a test kills its worker, its node or its driver after the first checkpoint.
+EPOCHS = 8
 EVERY_N_STEPS = 25
 RUN = ("experiment=vit_digits_smoke", f"trainer.max_epochs={EPOCHS}", "trainer.test=false", "checkpoint.num_to_keep=1")
 SECRET = "s3cr3t-value-9f2c"
