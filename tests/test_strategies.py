@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import run_dirs, run_train, summary_of, tiny_vit
 from test_config import composed
-from test_reliability import RUN, _epochs_with_val, _start, _wait_for_checkpoint
+from test_reliability import EPOCHS, RUN, _epochs_with_val, _start, _wait_for_checkpoint
 
 import raydra
 from raydra.errors import RaydraError
@@ -110,7 +110,7 @@ def test_fsdp_shards_state_checkpoints_per_worker_resumes_and_loads_into_a_plain
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     summary = summary_of(run_dir)
     assert summary["status"] == "completed" and summary["strategy"]["name"] == "fsdp"
-    assert _epochs_with_val(run_dir) == list(range(4))  # no epoch lost or trained twice across the stop
+    assert _epochs_with_val(run_dir) == list(range(EPOCHS))  # no epoch lost or trained twice across the stop
 
     # Each worker wrote its own shard of the checkpoint; Ray merged them into one folder.
     checkpoint = Path(summary["checkpoints"]["last"])
