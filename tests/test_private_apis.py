@@ -265,3 +265,69 @@ def test_installed_versions_are_inside_the_caps_this_file_was_run_against(packag
     requirement = requirements[package]
     assert any(spec.operator == "<" for spec in requirement.specifier), f"{package} has no upper bound"
     assert requirement.specifier.contains(metadata.version(package), prereleases=True)
+
+
+LOCAL_RAY_PROBE = """
+import glob, json, os, sys, time
+import ray
+from raydra import private_apis
+
+lean = private_apis.lean_local_ray() if sys.argv[1] == "lean" else {}
+ray.init(address="local", num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[2], **lean)
+time.sleep(3)  # the first driver's prestarted workers, if any, start within this
+raylet = glob.glob(os.path.join(sys.argv[2], "session_latest", "logs", "raylet.out"))[0]
+prestarted = open(raylet).read().count("Started worker process")
+
+
+@ray.remote
+class Probe:
+    def report(self):
+        return {"pid": os.getpid(), "hook_pid": os.environ.get("HOOK_RAN_IN")}
+
+
+hook_env = {**private_apis.worker_setup_hook_env("hook_module.hook"), "PYTHONPATH": sys.argv[3]}
+seen = ray.get(Probe.options(runtime_env={"env_vars": hook_env}).remote().report.remote())
+print(json.dumps({"prestarted": prestarted, "watcher": os.environ.get("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"), **seen}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["lean", "plain"])
+def test_a_lean_local_ray_prestarts_no_idle_workers_and_an_actors_setup_hook_runs_first(mode, tmp_path):
+    """lean_local_ray's system config stops the idle workers Ray starts for the first driver (the
+    plain start shows them), and an actor whose env carries worker_setup_hook_env runs the hook in
+    its own process before its first method."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    from conftest import base_env
+
+    (tmp_path / "hook_module.py").write_text("import os\n\ndef hook():\n    os.environ['HOOK_RAN_IN'] = str(os.getpid())\n")
+    temp_dir = tempfile.mkdtemp(prefix="rayl-", dir="/tmp")  # Ray's socket paths must stay short
+    env = {k: v for k, v in base_env().items() if not k.startswith("RAY_AUTH") and k != "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"}
+    done = subprocess.run(
+        [sys.executable, "-c", LOCAL_RAY_PROBE, mode, temp_dir, str(tmp_path)], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["hook_pid"] == str(seen["pid"])
+    if mode == "lean":
+        assert seen["prestarted"] == 0 and seen["watcher"] == "0"
+    else:
+        assert seen["prestarted"] >= 1 and seen["watcher"] is None
+
+
+def test_ray_trains_preemption_watcher_switch_is_read_by_name_and_sent_on_to_the_controller():
+    from ray.train.v2._internal import constants
+
+    assert constants.ENABLE_PREEMPTION_WATCHER_ENV_VAR == "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
+    assert constants.ENABLE_PREEMPTION_WATCHER_ENV_VAR in constants.ENV_VARS_TO_PROPAGATE
+
+
+def test_the_preload_waits_for_ray_trains_worker_module_by_the_name_ray_imports_it_under():
+    import importlib
+
+    module = importlib.import_module(private_apis.RAY_TRAIN_WORKER_MODULE)
+    assert module.RayTrainWorker.__module__ == private_apis.RAY_TRAIN_WORKER_MODULE
+    assert private_apis.ray_train_worker_imported()

@@ -13,6 +13,7 @@ import ray
 
 from raydra.console import take_over_worker_output
 from raydra.errors import RaydraError
+from raydra.private_apis import lean_local_ray
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ def connect(address: Any, num_cpus: Any, verbose: bool, runtime_env: Optional[Di
         # Ray's processes inherit this environment, so name its own dashboard for them.
         dashboard_port = free_port()
         os.environ["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{dashboard_port}"
+    lean = lean_local_ray() if not address else {}
     try:
         ray.init(
             # "local" forces a fresh in-process cluster even if `ray start` left one running here.
@@ -52,6 +54,7 @@ def connect(address: Any, num_cpus: Any, verbose: bool, runtime_env: Optional[Di
             configure_logging=verbose,
             log_to_driver=True,
             runtime_env=runtime_env,
+            **lean,
         )
     except ValueError as error:
         if "exceeds the maximum size" not in str(error) or not runtime_env:

@@ -25,8 +25,9 @@ from raydra import run_record, startup, storage
 from raydra import summary as run_summary
 from raydra.cluster import worker_resources
 from raydra.errors import RaydraError
-from raydra.private_apis import poll_workers_often
+from raydra.private_apis import poll_workers_often, worker_setup_hook_env
 from raydra.redact import redact
+from raydra.worker import preload
 
 log = logging.getLogger("raydra")
 
@@ -243,6 +244,7 @@ def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any], marks: 
             storage_filesystem=filesystem,
             failure_config=ray.train.FailureConfig(**failure),
             callbacks=callbacks,
+            worker_runtime_env=_worker_runtime_env(config),
             checkpoint_config=ray.train.CheckpointConfig(
                 num_to_keep=ckpt["num_to_keep"], checkpoint_score_attribute=ckpt["monitor"], checkpoint_score_order=ckpt["mode"]
             ),
@@ -259,6 +261,19 @@ def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any], marks: 
     if result.error:
         raise _user_error(result.error) or result.error
     return result
+
+
+def _worker_runtime_env(config: Dict[str, Any]) -> Dict[str, Any]:
+    """Ray Train's workers start importing the training code as their processes start, while Ray
+    Train still sets up the group (raydra.worker.preload): the model's and data's modules too.
+    A setup hook of the user's own (ray.runtime_env.worker_process_setup_hook) keeps its place."""
+    if (config["ray"].get("runtime_env") or {}).get("worker_process_setup_hook"):
+        return {}
+    modules = ["raydra.worker.loop"] + [
+        target.rpartition(".")[0] for target in (config["model"].get("_target_"), config["data"].get("_target_")) if target
+    ]
+    env = {preload.MODULES_ENV: ",".join(modules), **worker_setup_hook_env("raydra.worker.preload.start")}
+    return {"env_vars": env}
 
 
 def _user_error(error: BaseException) -> Optional[RaydraError]:

@@ -50,6 +50,55 @@ def poll_workers_often(seconds: float) -> None:
     os.environ.setdefault(RAY_TRAIN_POLL_INTERVAL_ENV, str(seconds))
 
 
+# Ray's worker process setup hook travels to a worker process in this variable. Ray's public
+# `worker_process_setup_hook` is honoured only in ray.init's runtime_env (every process of the
+# job: the controller and Ray Train's helper actors too), not in an actor's own runtime_env.
+RAY_SETUP_HOOK_ENV = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
+
+
+# The module of Ray Train's worker actor, which a worker process's main thread imports (ray.train
+# with it) as the process becomes one.
+RAY_TRAIN_WORKER_MODULE = "ray.train.v2._internal.execution.worker_group.worker"
+
+
+def ray_train_worker_imported() -> bool:
+    """Whether this process's main thread has finished importing Ray Train's worker actor, and
+    ray.train with it. raydra.worker.preload waits for this before importing in its own thread:
+    imported from two threads at once, `ray.train` was seen half-initialised by Ray's side (Python
+    hands back a partial module rather than deadlock on two threads' import locks) and the
+    worker's logging set-up failed with "module 'ray.train' has no attribute 'v2'"."""
+
+    def initializing(module: Any) -> bool:
+        return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
+    worker, train = sys.modules.get(RAY_TRAIN_WORKER_MODULE), sys.modules.get("ray.train")
+    return hasattr(worker, "RayTrainWorker") and not initializing(worker) and train is not None and not initializing(train)
+
+
+def worker_setup_hook_env(hook: str) -> dict:
+    """Environment variables that make Ray run `hook` ("module.function") in a worker process as
+    it starts, before it takes any task: for RunConfig(worker_runtime_env={"env_vars": ...}), so
+    only Ray Train's workers run it."""
+    return {RAY_SETUP_HOOK_ENV: hook}
+
+
+def lean_local_ray() -> dict:
+    """What raydra's own local Ray (ray.address unset: one machine, started for this run) is
+    spared, as ray.init keyword arguments; it also sets Ray Train's switch for the last item.
+
+    - Ray prestarts one idle worker process per CPU as the first driver connects
+      (`prestart_worker_first_driver`). Ray Train's actors never take them (they carry their own
+      runtime_env), so on 2 cores they only took CPU from the run's start.
+    - Ray Train's preemption watcher polls Ray for node drain notices from a process of its own,
+      started while the workers import; nothing drains the node of a Ray started for one run
+      (RAY_TRAIN_ENABLE_PREEMPTION_WATCHER, read by the controller; a value you set wins).
+    """
+    import os
+
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
+    return {"_system_config": {"prestart_worker_first_driver": False}}
+
+
 def tune_stop_probe() -> Callable[[], bool]:
     """Inside a Tune function trial: a function that tells whether Tune has asked this trial to stop.
 

@@ -16,7 +16,9 @@ PHASES = (
     ("resolved", "config resolved, the data described, the cluster checked"),
     ("fit_started", "Ray Train imported, the run's storage prepared"),
     ("worker_imports_started", "Ray Train starts: controller, placement group, worker processes"),
-    ("worker_imported", "imports on the worker: torch, Lightning, the model's libraries"),
+    # The worker imports from its process's start (raydra.worker.preload) while Ray Train still
+    # sets up the group: this phase is whichever of the two ends later.
+    ("train_entered", "Ray Train sets up the worker group; the worker imports torch, Lightning, the model's libraries"),
     ("built", "worker set-up: its logs, the data module, the model, Lightning's Trainer"),
     ("first_step", "Lightning's fit to the first batch: process group, data set-up, loaders"),
 )
@@ -43,4 +45,9 @@ def phases(marks: Dict[str, Optional[float]]) -> Dict[str, object]:
         out.append({"phase": label, "s": round(max(0.0, at - previous), 2)})
         previous = max(previous, at)
     first_step = marks.get("first_step")
-    return {"to_first_step_s": round(first_step - start, 2) if first_step else None, "phases": out}
+    outcome: Dict[str, object] = {"to_first_step_s": round(first_step - start, 2) if first_step else None, "phases": out}
+    began, imported = marks.get("worker_imports_started"), marks.get("worker_imported")
+    if began and imported:
+        # How long the worker's imports took, wherever they fell among the phases above.
+        outcome["worker_imports_s"] = round(imported - began, 2)
+    return outcome

@@ -43,6 +43,7 @@ IMPORTED = time.time()
 
 
 def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
+    entered = time.time()
     context = ray.train.get_context()
     rank = context.get_world_rank()
     # With paths.storage, this worker's part of the record (its log; rank 0's metrics.csv, samples,
@@ -58,7 +59,9 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
         with contextlib.ExitStack() as stack:
             # Local mode: Ray Train hands no checkpoint back; the driver names the run's last one.
             restored = config["run"].get("restore") if local else _restored_checkpoint_path(stack)
-            return _train(config, mirror, restored)
+            outcome = _train(config, mirror, restored)
+            outcome["startup_marks"]["train_entered"] = entered
+            return outcome
     finally:
         mirror.close()
         unroute()

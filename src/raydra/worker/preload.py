@@ -1,0 +1,38 @@
+"""Start importing the training code the moment a Ray Train worker process starts.
+
+Ray Train creates its worker processes seconds before it hands them the training function: it
+still starts its dataset manager, sets up the group and its process group. Imported only when the
+function arrives, torch, Lightning and the model's libraries (~4 s on 2 cores) came after all of
+that; imported from here they come alongside it.
+
+Ray runs `start` in each worker process before the process takes any task (its worker process
+setup hook, set by raydra.fit through `private_apis.worker_setup_hook_env`). It returns at once:
+the imports run in a daemon thread, and whoever needs a module later imports it as usual, waiting
+for this thread if it is halfway. An import that fails here fails there too, with its own error.
+"""
+
+import contextlib
+import importlib
+import os
+import threading
+import time
+
+from raydra.private_apis import ray_train_worker_imported
+
+# Comma-separated modules to import, set by raydra.fit beside the hook.
+MODULES_ENV = "RAYDRA_PRELOAD_MODULES"
+
+
+def start() -> None:
+    names = [name for name in os.environ.get(MODULES_ENV, "").split(",") if name]
+
+    def preload() -> None:
+        # Ray's own imports first (see ray_train_worker_imported); they take well under a second.
+        deadline = time.monotonic() + 120
+        while not ray_train_worker_imported() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for name in names:
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
+
+    threading.Thread(target=preload, name="raydra-preload", daemon=True).start()
