@@ -50,6 +50,43 @@ def poll_workers_often(seconds: float) -> None:
     os.environ.setdefault(RAY_TRAIN_POLL_INTERVAL_ENV, str(seconds))
 
 
+def run_on_train_worker_main_thread(fn: Callable[[], Any]) -> Any:
+    """Run `fn` on the main thread of this Ray Train worker's process, from its training thread,
+    and return what it returns.
+
+    Ray Train V2 runs the training function in a thread of the RayTrainWorker actor, whose main
+    thread executes the actor's tasks (the controller's polls among them); only the main thread
+    may install a signal handler. `__ray_call__` (a Ray DeveloperAPI) runs a function as such a
+    task on the actor itself; that a Train worker is a plain (single-threaded) actor is Ray
+    Train's internal choice.
+    """
+    import ray
+
+    return ray.get(ray.get_runtime_context().current_actor.__ray_call__.remote(lambda _actor: fn()))
+
+
+def wait_until_reports_taken(timeout_s: float) -> bool:
+    """Wait until Ray Train's controller has taken every report this worker made (False if it
+    has not within `timeout_s`).
+
+    `ray.train.report` returns once its result is queued for the controller's next poll (one
+    every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S); a worker about to stop on purpose must not stop
+    before then, or its last checkpoint is never registered. The worker's result queue is the
+    only place that says so.
+    """
+    import time
+
+    from ray.train.v2._internal.execution.context import get_train_context
+
+    queue = get_train_context().execution_context.result_queue
+    deadline = time.monotonic() + timeout_s
+    while queue.unfinished_tasks:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def tune_stop_probe() -> Callable[[], bool]:
     """Inside a Tune function trial: a function that tells whether Tune has asked this trial to stop.
 
