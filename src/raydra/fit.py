@@ -25,7 +25,7 @@ from raydra import run_record, startup, storage
 from raydra import summary as run_summary
 from raydra.cluster import worker_resources
 from raydra.errors import RaydraError
-from raydra.private_apis import poll_workers_often
+from raydra.private_apis import poll_workers_often, registered_checkpoint_names
 from raydra.redact import redact
 
 log = logging.getLogger("raydra")
@@ -116,9 +116,14 @@ def last_checkpoint(run_dir: Path, run_id: str, storage_location: Optional[str] 
     """The newest checkpoint Ray wrote for this run (a path or a storage URI): what resume= will
     continue from. Ray numbers its checkpoint directories in order."""
     where = storage.join(run_record.checkpoints_location({"dir": str(run_dir), "storage": storage_location}), run_id)
-    # checkpoint_<time>/checkpoint.ckpt, a file or (sharded) a folder; not Ray's checkpoint_manager_snapshot.json.
+    # checkpoint_<time>/checkpoint.ckpt, a file or (sharded) a folder; not Ray's checkpoint_manager_snapshot.json,
+    # nor local mode's .checkpoint_<time>.partial being written.
     parts = [f.split("/") for f in storage.list_files(where)]
-    found = sorted({p[0] for p in parts if len(p) > 1 and p[1] == run_summary.CHECKPOINT_FILE})
+    found = sorted({p[0] for p in parts if len(p) > 1 and p[1] == run_summary.CHECKPOINT_FILE and p[0].startswith("checkpoint_")})
+    # Under Ray, only what it registered: a copy cut short by a full disk or a kill is a directory too.
+    registered = registered_checkpoint_names(where)
+    if registered is not None:
+        found = [name for name in registered if name in found]
     return storage.join(where, found[-1], run_summary.CHECKPOINT_FILE) if found else None
 
 
