@@ -24,7 +24,13 @@ from conftest import REPO, base_env
 import raydra
 
 EPOCHS = 4
-RUN = ("experiment=vit_digits_smoke", f"trainer.max_epochs={EPOCHS}", "trainer.test=false", "checkpoint.num_to_keep=1", "failure.max_failures=0")
+RUN = (
+    "experiment=vit_digits_smoke",
+    f"trainer.max_epochs={EPOCHS}",
+    "trainer.test=false",
+    "checkpoint.num_to_keep=1",
+    "failure.max_failures=0",
+)
 # Room for the run's record and two checkpoints of the digits ViT (about 2.5 MB each) beside the filler.
 TMPFS_MB = 64
 LEFT_FREE = 1_000_000  # less than a checkpoint, more than the logs and metrics.csv need meanwhile
