@@ -99,9 +99,11 @@ class TimedReport(pl.Callback):
             metrics[self.monitor] = float("nan")
         return metrics
 
-    def checkpoint(self, trainer: Any, mid_epoch: bool) -> None:
+    def checkpoint(self, trainer: Any, mid_epoch: bool, wait_upload: bool = False) -> None:
         """Save a Lightning checkpoint into a fresh directory of this worker's and report it to Ray,
-        which copies it to the run's storage (Ray Train's documented Lightning recipe)."""
+        which copies it to the run's storage (Ray Train's documented Lightning recipe).
+        `wait_upload`: upload before returning even with background uploads (a preempted worker
+        must not stop before its checkpoint is in storage)."""
         start = time.perf_counter()
         for logger in trainer.loggers:
             logger.save()
@@ -126,18 +128,19 @@ class TimedReport(pl.Callback):
             self.seconds.append(time.perf_counter() - start)
             self.after_report()
             return
+        background = self.background_upload and not wait_upload
         ray.train.report(
             metrics=metrics,
             checkpoint=ray.train.Checkpoint.from_directory(tmpdir) if wrote else None,
-            checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC if self.background_upload else ray.train.CheckpointUploadMode.SYNC,
+            checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC if background else ray.train.CheckpointUploadMode.SYNC,
             checkpoint_upload_fn=self._timed_upload if wrote else None,
             # A background upload still reads the directory: Ray removes it once uploaded.
-            delete_local_checkpoint_after_upload=self.background_upload and wrote,
+            delete_local_checkpoint_after_upload=background and wrote,
         )
         # Every worker has handed its files over before any removes its temporary copy. Every rank
         # takes part, whatever it wrote: a barrier only some ranks enter never opens.
         trainer.strategy.barrier()
-        if not (self.background_upload and wrote):
+        if not (background and wrote):
             shutil.rmtree(tmpdir, ignore_errors=True)
         self.seconds.append(time.perf_counter() - start)
         self.after_report()

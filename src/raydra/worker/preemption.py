@@ -147,7 +147,7 @@ class PreemptionNotice(pl.Callback):
             )
         saved = self.report.last_saved_step == step
         if not saved:
-            self.report.checkpoint(trainer, mid_epoch=mid_epoch)
+            self.report.checkpoint(trainer, mid_epoch=mid_epoch, wait_upload=True)
         taken = wait_until_reports_taken(REPORT_TAKEN_TIMEOUT_S)
         _notice["armed"] = False
         raise Preempted(
