@@ -128,7 +128,7 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
                 emit=logging.getLogger("raydra").info if local else None,
             )
         )
-    if not local:
+    if not local and config["failure"]["preemption_notice"]:
         # Last: it checkpoints through `report` after Resumable has counted the batch.
         callbacks.append(PreemptionNotice(report, rank))
     trainer = pl.Trainer(
