@@ -1,6 +1,6 @@
 """What a fault costs a run: a worker killed early, midway and late, a killed driver resumed, a lost node.
 
-    python benchmarks/faults.py [--epochs 6] [--cpus 2]
+    python benchmarks/faults.py [--epochs 6] [--cpus 2] [--only preemption]
 
 Every run is the digits ViT (experiment=vit_digits_smoke, seed 0, 2 CPU workers, no test split)
 for --epochs epochs, on one `ray start --head` cluster that all of them join (stopped by process
@@ -13,6 +13,10 @@ line it waits for, so it lands mid-epoch, after that epoch's checkpoint:
 - node removal: on a ray.cluster_utils.Cluster of a 0-CPU head and three 1-CPU nodes, with
   scale.placement_strategy=SPREAD, the node of one worker is removed; compared with an
   uninterrupted run on the same kind of cluster.
+
+`--only preemption`: a worker's SIGTERM (a preemption notice: it checkpoints at that step) against
+its SIGKILL at the same point, with the default checkpoint every epoch; for each, the steps trained
+twice (completed before the fault, after the step the restart resumed from) and the extra wall time.
 
 For each: whether the run completed, epochs lost or repeated (an epoch missing from metrics.csv's
 validation rows or there twice, or a final global step other than the uninterrupted run's), the
@@ -121,6 +125,63 @@ def worker_kill(out: Path, common: list, epochs: int, after_epoch: int, epoch_s:
     return outcome(run.run_dir()), wall
 
 
+def logged_steps_completed(run_dir: Path) -> int:
+    """Optimizer steps completed by now, from metrics.csv flushed every step (a row is labelled with
+    the step count before it)."""
+    path = run_dir / "metrics.csv"
+    steps = [int(r["step"]) for r in csv.DictReader(path.open()) if r.get("step")] if path.exists() else []
+    return max(steps, default=-1) + 1
+
+
+def resumed_step(run_dir: Path) -> int:
+    found = re.search(r"resumed from .* \(global step (\d+)\)", (run_dir / "logs" / "worker_0.log").read_text())
+    return int(found.group(1)) if found else 0
+
+
+def worker_signal(out: Path, common: list, epochs: int, after_epoch: int, epoch_s: float, signum: int) -> tuple:
+    """One RayTrainWorker gets `signum` half an epoch after `after_epoch` began; returns the outcome,
+    the wall time and the steps trained twice (completed before the signal, after the step resumed from)."""
+    run = Run(out, *common, "failure.max_failures=1", *EVERY_STEP_LOGGED)
+    run.wait_for_epoch(after_epoch, epochs)
+    time.sleep(epoch_s / 2)
+    pid = run.worker_pids()[0]
+    completed = logged_steps_completed(run.run_dir())
+    os.kill(pid, signum)
+    wall = run.finish()
+    return outcome(run.run_dir()), wall, max(0, completed - resumed_step(run.run_dir()))
+
+
+# metrics.csv written at every step, so the steps completed at the moment of a fault can be read.
+EVERY_STEP_LOGGED = ("trainer.log_every_n_steps=1", "logger.csv.flush_logs_every_n_steps=1")
+
+
+def preemption_rows(address: str, root: Path, common: list, epochs: int) -> list:
+    """A preemption notice (SIGTERM) against an unannounced kill (SIGKILL) of the same worker at the
+    same point, half an epoch after the middle epoch began, with the default checkpoint every epoch."""
+    common = [*common, f"ray.address={address}"]
+    base_out = root / "preemption_baseline"
+    base_run = Run(base_out, f"paths.outputs={base_out}", *common, *EVERY_STEP_LOGGED)
+    base_s = base_run.finish()
+    base = outcome(base_run.run_dir())
+    lines = dict((line.split()[1], at) for at, line in base_run.lines if re.search(r"^epoch \d+/", line.strip()))
+    epoch_s = (lines[f"{epochs}/{epochs}"] - lines[f"1/{epochs}"]) / (epochs - 1)
+    print(f"uninterrupted: {base_s:.1f} s, {epoch_s:.1f} s an epoch", file=sys.stderr)
+    rows = [preemption_row("none (uninterrupted)", base, base, 0, base_s, base_s)]
+    after = epochs // 2
+    for name, signum in (("SIGTERM (preemption notice)", signal.SIGTERM), ("SIGKILL (no notice)", signal.SIGKILL)):
+        out = root / f"preemption_{signum}"
+        result, wall, twice = worker_signal(out, [f"paths.outputs={out}", *common], epochs, after, epoch_s, signum)
+        rows.append(preemption_row(f"worker {name}, epoch {after + 1}", result, base, twice, wall, base_s))
+        print(rows[-1], file=sys.stderr)
+    return rows
+
+
+def preemption_row(name: str, fault: dict, baseline: dict, twice: int, fault_s: float, baseline_s: float) -> str:
+    completed = "yes" if fault["status"] == "completed" else f"no ({fault['status']})"
+    acc = "-" if fault["val_acc"] is None else f"{fault['val_acc']:.4f} ({fault['val_acc'] - baseline['val_acc']:+.4f})"
+    return f"| {name} | {completed} | {twice} | {fault['global_step']} | {acc} | {fault_s:.1f} | {fault_s - baseline_s:+.1f} |"
+
+
 def driver_kill(out: Path, common: list, epochs: int, after_epoch: int, epoch_s: float) -> tuple:
     run = Run(out, *common)
     run.wait_for_epoch(after_epoch, epochs)
@@ -184,12 +245,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument("--only", choices=["preemption"], help="run only this comparison")
     args = parser.parse_args()
     epochs = args.epochs
 
     root = Path(tempfile.mkdtemp(prefix="raydra-faults-bench-"))
     common = ["experiment=vit_digits_smoke", f"trainer.max_epochs={epochs}", "trainer.test=false", "seed=0", "checkpoint.num_to_keep=1"]
     rows = []
+    if args.only == "preemption":
+        proc, address = start_ray_head(root / "ray_start.log", env(), num_cpus=args.cpus)
+        try:
+            rows = preemption_rows(address, root, common, epochs)
+        finally:
+            stop_process_tree(proc)
+        print(f"digits ViT, {epochs} epochs, 2 CPU workers, seed 0, a checkpoint every epoch; run directories under {root}\n")
+        print("| fault | completed | steps trained twice | global step | final val/acc (vs uninterrupted) | wall s | extra wall s |")
+        print("|---|---|---:|---:|---:|---:|---:|")
+        print("\n".join(rows))
+        return
     proc, address = start_ray_head(root / "ray_start.log", env(), num_cpus=args.cpus)
     try:
 

@@ -184,6 +184,26 @@ def test_csv_columns_set_on_the_writer_make_it_append_under_the_kept_header(tmp_
     assert [r["val/acc"] for r in rows] == ["0.5", "0.75"]
 
 
+def test_the_csv_writer_replaces_metrics_csv_whole_at_each_save(tmp_path):
+    logger = pl.loggers.CSVLogger(save_dir=str(tmp_path), name="", version="")
+    private_apis.replace_csv_whole(logger.experiment)
+    path = tmp_path / "metrics.csv"
+    logger.log_metrics({"train/loss": 1.0, "epoch": 0}, step=0)
+    logger.save()
+    first = path.read_text()
+    held = path.open()  # the file as it was: an append would change it, a replace leaves it be
+    logger.log_metrics({"train/loss": 0.5, "epoch": 0}, step=1)
+    logger.save()
+    # A new column: every row again, under the new header.
+    logger.log_metrics({"val/acc": 0.75, "epoch": 0}, step=1)
+    logger.save()
+    rows = list(csv.DictReader(path.open()))
+    assert [(r["step"], r["train/loss"], r["val/acc"]) for r in rows] == [("0", "1.0", ""), ("1", "0.5", ""), ("1", "", "0.75")]
+    # Replaced, not appended to in place: a new file each time, and nothing left beside it.
+    assert held.read() == first and not list(tmp_path.glob("*tmp*"))
+    held.close()
+
+
 # ---------------------------------------------------------------------------------------------
 # Hugging Face
 
@@ -231,6 +251,67 @@ def test_ray_trains_controller_polls_at_the_interval_raydra_sets_and_sends_it_on
     monkeypatch.setenv(RAY_TRAIN_POLL_INTERVAL_ENV, "3")
     poll_workers_often(0.5)
     assert constants.get_env_vars_to_propagate()[RAY_TRAIN_POLL_INTERVAL_ENV] == "3"
+
+
+# A Ray Train run of one worker that reaches the two worker-side helpers the preemption notice uses.
+WORKER_SIDE_SCRIPT = """
+import sys, tempfile, threading
+import ray, ray.train
+from ray.train.torch import TorchTrainer
+from raydra.private_apis import run_on_train_worker_main_thread, wait_until_reports_taken
+
+def train_fn():
+    on_main = run_on_train_worker_main_thread(lambda: threading.current_thread() is threading.main_thread())
+    ray.train.report({"reported": 1})
+    return {"on_main": on_main, "taken": wait_until_reports_taken(30)}
+
+ray.init(address=sys.argv[1])
+result = TorchTrainer(train_fn, scaling_config=ray.train.ScalingConfig(num_workers=1),
+                      run_config=ray.train.RunConfig(storage_path=tempfile.mkdtemp())).fit()
+print("RESULT", result.return_value)
+"""
+
+
+@pytest.mark.e2e
+def test_a_train_worker_runs_a_function_on_its_main_thread_and_sees_its_reports_taken(ray_cluster):
+    """The preemption notice installs its SIGTERM handler through the first (only a process's main
+    thread may) and stops only after the second says the controller took its checkpoint."""
+    import subprocess
+    import sys
+
+    from conftest import base_env
+
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER_SIDE_SCRIPT, ray_cluster], capture_output=True, text=True, timeout=300, env=base_env()
+    )
+    assert "RESULT {'on_main': True, 'taken': True}" in done.stdout, done.stdout + done.stderr
+
+
+def test_rays_checkpoint_snapshot_names_the_registered_checkpoints_latest_last(tmp_path):
+    from ray.train.v2._internal.constants import CHECKPOINT_MANAGER_SNAPSHOT_FILENAME
+    from ray.train.v2._internal.execution.checkpoint.checkpoint_manager import _CheckpointManagerState, _TrainingResultState
+
+    def result(name):
+        return _TrainingResultState(checkpoint_dir_name=name, metrics={"val/acc": 0.5})
+
+    # As Ray writes it: kept ones ranked by score, and the latest (here not the best) on its own.
+    snapshot = _CheckpointManagerState(
+        checkpoint_results=[result("checkpoint_2"), result("checkpoint_1")],
+        checkpoint_report_indices=[2, 1],
+        latest_checkpoint_result=result("checkpoint_2"),
+        pending_training_results=[],
+        pending_validation_specs=[],
+        current_report_index=3,
+        validated_checkpoint_dir_names=[],
+        timed_out_validation_checkpoint_dir_names=[],
+        failed_validation_checkpoint_dir_names=[],
+    )
+    (tmp_path / CHECKPOINT_MANAGER_SNAPSHOT_FILENAME).write_text(snapshot.json())
+    assert private_apis.registered_checkpoint_names(str(tmp_path)) == ["checkpoint_1", "checkpoint_2"]
+    # Truncated (a full disk under Ray's own write) or absent: nothing to go by.
+    (tmp_path / CHECKPOINT_MANAGER_SNAPSHOT_FILENAME).write_text(snapshot.json()[:40])
+    assert private_apis.registered_checkpoint_names(str(tmp_path)) is None
+    assert private_apis.registered_checkpoint_names(str(tmp_path / "none")) is None
 
 
 def test_nothing_outside_private_apis_reaches_into_private_modules():

@@ -88,7 +88,8 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str]) -> Dict[str, Any]:
         _fail(summary, run, started, str(error))
         raise
     except KeyboardInterrupt:
-        summary["checkpoints"] = {"last": fit.last_checkpoint(run_dir, run_id, run["storage"])}
+        # The workers may still be reporting: a checkpoint being registered is given a moment.
+        summary["checkpoints"] = {"last": fit.last_checkpoint(run_dir, run_id, run["storage"], settle_s=5.0)}
         _fail(summary, run, started, "interrupted (Ctrl-C or SIGTERM); continue it with resume=" + str(run_dir), status="interrupted")
         raise
     except Exception as error:

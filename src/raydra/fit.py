@@ -25,7 +25,7 @@ from raydra import run_record, startup, storage
 from raydra import summary as run_summary
 from raydra.cluster import worker_resources
 from raydra.errors import RaydraError
-from raydra.private_apis import poll_workers_often, worker_setup_hook_env
+from raydra.private_apis import poll_workers_often, registered_checkpoint_names, worker_setup_hook_env
 from raydra.redact import redact
 from raydra.worker import preload
 
@@ -113,13 +113,29 @@ def record_start(config: Dict[str, Any], summary: Dict[str, Any]) -> None:
     write_summary(config["run"], summary)
 
 
-def last_checkpoint(run_dir: Path, run_id: str, storage_location: Optional[str] = None) -> Optional[str]:
+def last_checkpoint(run_dir: Path, run_id: str, storage_location: Optional[str] = None, settle_s: float = 0.0) -> Optional[str]:
     """The newest checkpoint Ray wrote for this run (a path or a storage URI): what resume= will
-    continue from. Ray numbers its checkpoint directories in order."""
+    continue from. Ray numbers its checkpoint directories in order.
+
+    Under Ray only a checkpoint it registered counts: a copy cut short by a full disk or a kill is a
+    directory too. `settle_s`: the run may still be going (the driver was interrupted, its workers
+    not yet stopped); while a newer directory than the latest registered one exists, wait up to this
+    long for Ray to register it (and drop the one before, under checkpoint.num_to_keep)."""
     where = storage.join(run_record.checkpoints_location({"dir": str(run_dir), "storage": storage_location}), run_id)
-    # checkpoint_<time>/checkpoint.ckpt, a file or (sharded) a folder; not Ray's checkpoint_manager_snapshot.json.
-    parts = [f.split("/") for f in storage.list_files(where)]
-    found = sorted({p[0] for p in parts if len(p) > 1 and p[1] == run_summary.CHECKPOINT_FILE})
+    deadline = time.time() + settle_s
+    while True:
+        # checkpoint_<time>/checkpoint.ckpt, a file or (sharded) a folder; not Ray's checkpoint_manager_snapshot.json,
+        # nor local mode's .checkpoint_<time>.partial being written.
+        parts = [f.split("/") for f in storage.list_files(where)]
+        found = sorted({p[0] for p in parts if len(p) > 1 and p[1] == run_summary.CHECKPOINT_FILE and p[0].startswith("checkpoint_")})
+        registered = registered_checkpoint_names(where)
+        if registered is None:
+            break
+        kept = [name for name in registered if name in found]
+        if not (found and (not kept or found[-1] > kept[-1])) or time.time() >= deadline:
+            found = kept
+            break
+        time.sleep(0.2)
     return storage.join(where, found[-1], run_summary.CHECKPOINT_FILE) if found else None
 
 

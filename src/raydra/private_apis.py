@@ -99,6 +99,69 @@ def lean_local_ray() -> dict:
     return {"_system_config": {"prestart_worker_first_driver": False}}
 
 
+def run_on_train_worker_main_thread(fn: Callable[[], Any]) -> Any:
+    """Run `fn` on the main thread of this Ray Train worker's process, from its training thread,
+    and return what it returns.
+
+    Ray Train V2 runs the training function in a thread of the RayTrainWorker actor, whose main
+    thread executes the actor's tasks (the controller's polls among them); only the main thread
+    may install a signal handler. `__ray_call__` (a Ray DeveloperAPI) runs a function as such a
+    task on the actor itself; that a Train worker is a plain (single-threaded) actor is Ray
+    Train's internal choice.
+    """
+    import ray
+
+    return ray.get(ray.get_runtime_context().current_actor.__ray_call__.remote(lambda _actor: fn()))
+
+
+def wait_until_reports_taken(timeout_s: float) -> bool:
+    """Wait until Ray Train's controller has taken every report this worker made (False if it
+    has not within `timeout_s`).
+
+    `ray.train.report` returns once its result is queued for the controller's next poll (one
+    every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S); a worker about to stop on purpose must not stop
+    before then, or its last checkpoint is never registered. The worker's result queue is the
+    only place that says so.
+    """
+    import time
+
+    from ray.train.v2._internal.execution.context import get_train_context
+
+    queue = get_train_context().execution_context.result_queue
+    deadline = time.monotonic() + timeout_s
+    while queue.unfinished_tasks:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def registered_checkpoint_names(run_storage: str) -> Any:
+    """The checkpoint directories Ray Train has registered for a run whose storage (RunConfig
+    storage_path/name) is `run_storage`, oldest first; None when Ray wrote no snapshot there (local
+    mode, or no checkpoint yet) or the snapshot cannot be read.
+
+    Ray copies a reported checkpoint straight into its final `checkpoint_*` directory and records
+    it in its checkpoint manager's snapshot afterwards: a copy cut short (a full disk, SIGKILL) is a
+    directory that looks like a checkpoint but is not one. The snapshot is Ray's only record of which
+    are, and what Train V2 itself resumes from; its file name and fields are Ray Train internals.
+    """
+    import json
+
+    from ray.train.v2._internal.constants import CHECKPOINT_MANAGER_SNAPSHOT_FILENAME
+
+    from raydra import storage
+
+    try:
+        snapshot = json.loads(storage.read_text(storage.join(run_storage, CHECKPOINT_MANAGER_SNAPSHOT_FILENAME)))
+        names = [result["checkpoint_dir_name"] for result in snapshot["checkpoint_results"]]
+        latest = (snapshot.get("latest_checkpoint_result") or {}).get("checkpoint_dir_name")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    # Ray keeps the latest whatever num_to_keep says; it goes last, as the one a restart takes.
+    return [n for n in names if n != latest] + ([latest] if latest else [])
+
+
 def tune_stop_probe() -> Callable[[], bool]:
     """Inside a Tune function trial: a function that tells whether Tune has asked this trial to stop.
 
@@ -199,6 +262,54 @@ def set_csv_columns(writer: Any, columns: List[str]) -> None:
     """Tell Lightning's CSV experiment writer which columns metrics.csv already has, so it appends
     to the rows raydra kept instead of rewriting the header. The writer has no public setter."""
     writer.metrics_keys = list(columns)
+
+
+def replace_csv_whole(writer: Any) -> None:
+    """Make Lightning's CSV experiment writer replace metrics.csv whole at each save (written beside
+    and renamed over) instead of appending to it, so a full disk or a kill mid-write leaves the
+    previous complete file, never a truncated row. Its save() appends in place, and the writer's
+    rows and columns (`metrics`, `metrics_keys`, `_record_new_keys`) have no public handle.
+
+    Each save copies the file once more; metrics.csv stays small (one row per logged step)."""
+    import csv
+    import os
+    import shutil
+
+    from raydra.errors import out_of_space
+
+    def save() -> None:
+        if not writer.metrics:
+            return
+        path, keys = writer.metrics_file_path, list(writer.metrics_keys)
+        new_keys = writer._record_new_keys()
+        exists = os.path.isfile(path)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        try:
+            if exists and not new_keys:
+                shutil.copyfile(path, tmp)
+                rows, mode = writer.metrics, "a"
+            else:
+                # New columns: the header changes, so every row is written again under it.
+                with open(path, newline="") if exists else contextlib.nullcontext([]) as file:
+                    rows = list(csv.DictReader(file)) + writer.metrics
+                mode = "w"
+            with open(tmp, mode, newline="") as file:
+                out = csv.DictWriter(file, fieldnames=writer.metrics_keys)
+                if mode == "w":
+                    out.writeheader()
+                out.writerows(rows)
+            os.replace(tmp, path)
+        except OSError as error:
+            writer.metrics_keys = keys  # the file on disk still has the old header
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            full = out_of_space(error, path, "metrics.csv")
+            if full:
+                raise full from None
+            raise
+        writer.metrics = []
+
+    writer.save = save
 
 
 # ---------------------------------------------------------------------------------------------

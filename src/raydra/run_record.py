@@ -126,8 +126,8 @@ class WorkerMirror:
         for name in names if self.storage else []:
             source = storage.join(self.storage, name)
             if storage.exists(source):
-                (self.dir / name).parent.mkdir(parents=True, exist_ok=True)
-                (self.dir / name).write_bytes(storage.read_bytes(source))
+                # Written beside and renamed over: a full disk leaves no half metrics.csv.
+                storage.write_bytes(str(self.dir / name), storage.read_bytes(source))
 
     def push(self) -> None:
         if self.storage:

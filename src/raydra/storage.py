@@ -86,9 +86,13 @@ def write_bytes(location: str, data: bytes) -> None:
     fs.create_dir(posixpath.dirname(path), recursive=True)
     if isinstance(fs, pafs.LocalFileSystem):
         tmp = f"{path}.tmp-{os.getpid()}"
-        with fs.open_output_stream(tmp) as stream:
-            stream.write(data)
-        os.replace(tmp, path)
+        try:
+            with fs.open_output_stream(tmp) as stream:
+                stream.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            _remove(tmp)  # a full disk, say: no half-written file is left beside the whole one
+            raise
         return
     with fs.open_output_stream(path) as stream:
         stream.write(data)
@@ -138,11 +142,31 @@ def copy_tree(
             continue
         target = posixpath.join(destination_path, relative)
         destination_fs.create_dir(posixpath.dirname(target), recursive=True)
-        pafs.copy_files(posixpath.join(source_path, relative), target, source_filesystem=source_fs, destination_filesystem=destination_fs)
+        # A local copy is written beside and renamed over, as write_bytes does: a reader (or a full
+        # disk) never leaves half a metrics.csv where the whole one was.
+        local = isinstance(destination_fs, pafs.LocalFileSystem)
+        written = f"{target}.tmp-{os.getpid()}" if local else target
+        try:
+            pafs.copy_files(
+                posixpath.join(source_path, relative), written, source_filesystem=source_fs, destination_filesystem=destination_fs
+            )
+            if local:
+                os.replace(written, target)
+        except BaseException:
+            if local:
+                _remove(written)
+            raise
         if seen is not None:
             seen[relative] = stamp
         copied.append(relative)
     return copied
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 def _under(relative: str, name: str) -> bool:

@@ -14,6 +14,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict
 
+from raydra.errors import out_of_space
+
 SUMMARY = "summary.json"
 # The Lightning checkpoint inside each of the run's Ray checkpoint directories (checkpoints/<run id>/checkpoint_*/);
 # the name Ray's own RayTrainReportCallback uses, so either's checkpoints load alike.
@@ -28,8 +30,16 @@ def write(run_dir: Path, summary: Dict[str, Any], name: str = SUMMARY) -> None:
     summary = redact(summary)
     path = Path(run_dir) / name
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2, sort_keys=False, default=str) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(summary, indent=2, sort_keys=False, default=str) + "\n")
+        os.replace(tmp, path)
+    except OSError as error:
+        # The previous summary.json stays whole; the half-written one goes.
+        tmp.unlink(missing_ok=True)
+        full = out_of_space(error, path, name)
+        if full:
+            raise full from None
+        raise
 
 
 def read(run_dir: Path, name: str = SUMMARY) -> Dict[str, Any]:

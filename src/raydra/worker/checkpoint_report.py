@@ -1,5 +1,6 @@
 """Checkpoints and metrics handed to Ray Train at the run's checkpoint frequency, timed."""
 
+import contextlib
 import math
 import os
 import shutil
@@ -11,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import ray.train
 
+from raydra.errors import out_of_space
 from raydra.lightning import pl
 from raydra.summary import CHECKPOINT_FILE
 
@@ -50,7 +52,7 @@ class TimedReport(pl.Callback):
         self.seconds: List[float] = []
         self.upload_seconds: List[float] = []
         self._flush_next = False
-        self._last_saved_step = -1
+        self.last_saved_step = -1
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         # The row of the step a checkpoint was saved at is logged after the checkpoint.
@@ -64,13 +66,13 @@ class TimedReport(pl.Callback):
         if (
             not self.every_n_steps
             or step % self.every_n_steps
-            or step == self._last_saved_step
+            or step == self.last_saved_step
             # The epoch's last batch: its checkpoint waits for the epoch end, with validation's metrics.
             or batch_idx + 1 >= trainer.num_training_batches
             or (trainer.max_steps > 0 and step >= trainer.max_steps)
         ):
             return
-        self._checkpoint(trainer, mid_epoch=True)
+        self.checkpoint(trainer, mid_epoch=True)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         step = trainer.global_step
@@ -78,11 +80,11 @@ class TimedReport(pl.Callback):
             trainer.current_epoch + 1 >= trainer.max_epochs or trainer.should_stop or (trainer.max_steps > 0 and step >= trainer.max_steps)
         )
         if self.every_n_steps:
-            due = step % self.every_n_steps == 0 and step != self._last_saved_step
+            due = step % self.every_n_steps == 0 and step != self.last_saved_step
         else:
             due = (trainer.current_epoch + 1) % self.every_n_epochs == 0
         if due or last:
-            self._checkpoint(trainer, mid_epoch=False)
+            self.checkpoint(trainer, mid_epoch=False)
         else:
             metrics = self._metrics(trainer, mid_epoch=False)
             ray.train.report(metrics=metrics)
@@ -97,19 +99,28 @@ class TimedReport(pl.Callback):
             metrics[self.monitor] = float("nan")
         return metrics
 
-    def _checkpoint(self, trainer: Any, mid_epoch: bool) -> None:
+    def checkpoint(self, trainer: Any, mid_epoch: bool, wait_upload: bool = False) -> None:
         """Save a Lightning checkpoint into a fresh directory of this worker's and report it to Ray,
-        which copies it to the run's storage (Ray Train's documented Lightning recipe)."""
+        which copies it to the run's storage (Ray Train's documented Lightning recipe).
+        `wait_upload`: upload before returning even with background uploads (a preempted worker
+        must not stop before its checkpoint is in storage)."""
         start = time.perf_counter()
         for logger in trainer.loggers:
             logger.save()
         self._flush_next = mid_epoch
-        self._last_saved_step = trainer.global_step
+        self.last_saved_step = trainer.global_step
         # Every worker saves: sharded strategies write one shard each, and Ray merges the workers'
         # directories in storage. A worker that wrote nothing (not rank 0, under DDP) hands over no
         # checkpoint, so no empty directory is uploaded from its node.
         tmpdir = tempfile.mkdtemp(prefix=f"raydra-checkpoint-rank{trainer.global_rank}-")
-        trainer.save_checkpoint(Path(tmpdir, CHECKPOINT_FILE).as_posix(), weights_only=False)
+        try:
+            trainer.save_checkpoint(Path(tmpdir, CHECKPOINT_FILE).as_posix(), weights_only=False)
+        except OSError as error:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+            full = out_of_space(error, tmpdir, "a checkpoint before handing it to Ray")
+            if full:
+                raise full from None
+            raise
         wrote = bool(os.listdir(tmpdir))
         metrics = self._metrics(trainer, mid_epoch)
         if self.local:
@@ -117,18 +128,19 @@ class TimedReport(pl.Callback):
             self.seconds.append(time.perf_counter() - start)
             self.after_report()
             return
+        background = self.background_upload and not wait_upload
         ray.train.report(
             metrics=metrics,
             checkpoint=ray.train.Checkpoint.from_directory(tmpdir) if wrote else None,
-            checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC if self.background_upload else ray.train.CheckpointUploadMode.SYNC,
+            checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC if background else ray.train.CheckpointUploadMode.SYNC,
             checkpoint_upload_fn=self._timed_upload if wrote else None,
             # A background upload still reads the directory: Ray removes it once uploaded.
-            delete_local_checkpoint_after_upload=self.background_upload and wrote,
+            delete_local_checkpoint_after_upload=background and wrote,
         )
         # Every worker has handed its files over before any removes its temporary copy. Every rank
         # takes part, whatever it wrote: a barrier only some ranks enter never opens.
         trainer.strategy.barrier()
-        if not (self.background_upload and wrote):
+        if not (background and wrote):
             shutil.rmtree(tmpdir, ignore_errors=True)
         self.seconds.append(time.perf_counter() - start)
         self.after_report()
@@ -136,7 +148,20 @@ class TimedReport(pl.Callback):
     def _timed_upload(self, checkpoint: Any, checkpoint_dir_name: str) -> Any:
         """Ray's own upload (the one it makes without an upload function), timed."""
         started = time.perf_counter()
-        persisted = ray.train.get_context().get_storage().persist_current_checkpoint(checkpoint, checkpoint_dir_name)
+        storage = ray.train.get_context().get_storage()
+        try:
+            persisted = storage.persist_current_checkpoint(checkpoint, checkpoint_dir_name)
+        except OSError as error:
+            # Ray copies straight into the final checkpoint_* directory and registers it only after
+            # this returns: a half-written copy is never the run's checkpoint, but it is removed here
+            # so that nothing listing the run's checkpoints finds it, and so its space is free again.
+            destination = storage.build_checkpoint_path_from_name(checkpoint_dir_name)
+            with contextlib.suppress(OSError):
+                storage.storage_filesystem.delete_dir(destination)
+            full = out_of_space(error, destination, f"checkpoint {checkpoint_dir_name}")
+            if full:
+                raise full from None
+            raise
         self.upload_seconds.append(time.perf_counter() - started)
         return persisted
 
@@ -158,7 +183,15 @@ class LocalCheckpoints:
         # Written whole under a temporary name first: a checkpoint_* directory is always complete.
         final = self.directory / f"checkpoint_{datetime.now():%Y-%m-%d_%H-%M-%S.%f}"
         partial = final.with_name(f".{final.name}.partial")
-        shutil.move(tmpdir, partial)
+        try:
+            shutil.move(tmpdir, partial)
+        except OSError as error:
+            shutil.rmtree(partial, ignore_errors=True)
+            shutil.rmtree(tmpdir, ignore_errors=True)
+            full = out_of_space(error, final, f"checkpoint {final.name}")
+            if full:
+                raise full from None
+            raise
         partial.rename(final)
         self.kept.append({"path": str(final), "metrics": metrics})
         if self.num_to_keep is not None:

@@ -8,7 +8,8 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from raydra.private_apis import set_csv_columns
+from raydra.errors import out_of_space
+from raydra.private_apis import replace_csv_whole, set_csv_columns
 from raydra.redact import redact
 
 
@@ -48,14 +49,31 @@ def _keep_rows_up_to(csv_logger: Any, position: Optional[Dict[str, Any]]) -> Non
             reader = csv.DictReader(file)
             fields = reader.fieldnames
             rows = [r for r in reader if _before(r, position)]
-    writer = csv_logger.experiment  # opening the writer removes the old file
+    # Opening the writer removes an existing metrics.csv: moved aside first, so that until the kept
+    # rows are whole on disk (a full disk may refuse them) the old file is there to put back.
+    aside = path.with_name(".metrics.csv.before-restart")
+    if rows:
+        os.replace(path, aside)
+    writer = csv_logger.experiment
+    replace_csv_whole(writer)
     if rows:
         # The writer appends to an existing file only with the header it knows about.
         set_csv_columns(writer, sorted(fields))
-        with path.open("w", newline="") as file:
-            kept = csv.DictWriter(file, fieldnames=sorted(fields))
-            kept.writeheader()
-            kept.writerows(rows)
+        tmp = path.with_name(".metrics.csv.kept")
+        try:
+            with tmp.open("w", newline="") as file:
+                kept = csv.DictWriter(file, fieldnames=sorted(fields))
+                kept.writeheader()
+                kept.writerows(rows)
+            os.replace(tmp, path)
+        except OSError as error:
+            tmp.unlink(missing_ok=True)
+            os.replace(aside, path)
+            full = out_of_space(error, path, "metrics.csv")
+            if full:
+                raise full from None
+            raise
+        aside.unlink()
 
 
 def _before(row: Dict[str, str], position: Dict[str, Any]) -> bool:

@@ -34,6 +34,7 @@ from raydra.worker.checkpoint_report import LocalCheckpoints, TimedReport
 from raydra.worker.console_progress import ConsoleProgress
 from raydra.worker.contract import Contract, check_importable
 from raydra.worker.loggers import build_loggers
+from raydra.worker.preemption import PreemptionNotice
 from raydra.worker.resumable import Resumable
 from raydra.worker.strategies import build_strategy, check_ray_environment
 from raydra.worker.throughput import Throughput, model_state_bytes, peak_flops, peak_memory_bytes
@@ -130,6 +131,9 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
                 emit=logging.getLogger("raydra").info if local else None,
             )
         )
+    if not local and config["failure"]["preemption_notice"]:
+        # Last: it checkpoints through `report` after Resumable has counted the batch.
+        callbacks.append(PreemptionNotice(report, rank))
     trainer = pl.Trainer(
         accelerator="gpu" if scale["use_gpu"] else "cpu",
         # Local mode: one device in this process, Lightning's own single-device strategy.

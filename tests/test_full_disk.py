@@ -1,0 +1,165 @@
+"""A disk that fills during a checkpoint loses nothing, for real: the run's outputs live on a small
+tmpfs mounted in a mount namespace of their own (root and unshare, as conftest's private_disk_cluster),
+a filler file takes the space left after the first checkpoint, and the next checkpoint meets a full
+disk. The run must fail with one sentence naming the path and what was being written, leave the
+previous checkpoint, metrics.csv and summary.json whole, register no partial checkpoint, and finish
+with resume=latest once the filler is gone. Under Ray (a Ray started by the driver inside the
+namespace, so its workers see the tmpfs) and in local mode."""
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO, base_env
+
+import raydra
+
+EPOCHS = 4
+RUN = (
+    "experiment=vit_digits_smoke",
+    f"trainer.max_epochs={EPOCHS}",
+    "trainer.test=false",
+    "checkpoint.num_to_keep=1",
+    "failure.max_failures=0",
+)
+# Room for the run's record and two checkpoints of the digits ViT (about 2.5 MB each) beside the filler.
+TMPFS_MB = 64
+LEFT_FREE = 1_000_000  # less than a checkpoint, more than the logs and metrics.csv need meanwhile
+
+
+@pytest.fixture
+def private_tmpfs(tmp_path):
+    """A tmpfs at `tmp_path/outputs` that only processes entered into its mount namespace see;
+    yields (namespace holder pid, the directory). From outside, /proc/<pid>/root<dir> reaches it."""
+    if not sys.platform.startswith("linux") or os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("nsenter"):
+        pytest.skip("a private tmpfs needs Linux, root, unshare and nsenter (util-linux)")
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    holder = subprocess.Popen(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            f'mount -t tmpfs -o size={TMPFS_MB}m raydra-full-disk "$1" && echo mounted && exec sleep 3600',
+            "sh",
+            str(outputs),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    line = holder.stdout.readline()
+    if "mounted" not in line:
+        holder.kill()
+        pytest.skip(f"unshare --mount with a tmpfs is refused here ({line.strip()})")
+    try:
+        yield holder.pid, outputs
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+
+
+def _inside(pid: int, path) -> Path:
+    """`path` as the namespace sees it, from outside."""
+    return Path(f"/proc/{pid}/root{Path(path)}")
+
+
+def _train(pid: int, outputs: Path, *overrides: str, ray_tmp: str) -> subprocess.Popen:
+    """`python train.py` inside the namespace; without ray.address it starts its own Ray there."""
+    args = ["nsenter", f"--target={pid}", "--mount", "--", sys.executable, str(REPO / "train.py"), f"paths.outputs={outputs}", *overrides]
+    # Ray's sockets and session logs: short, and apart from every other Ray on this machine.
+    env = {**base_env(), "RAY_TMPDIR": ray_tmp}
+    return subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("mode", ["ray", "local"])
+def test_a_disk_that_fills_during_a_checkpoint_fails_in_one_sentence_keeps_the_record_and_resume_finishes(private_tmpfs, mode):
+    pid, outputs = private_tmpfs
+    seen = _inside(pid, outputs)
+    ray_tmp = tempfile.mkdtemp(prefix="rayfd-")
+    run = (*RUN, "scale.num_workers=0") if mode == "local" else (*RUN, "ray.num_cpus=2")
+    try:
+        driver = _train(pid, outputs, *run, ray_tmp=ray_tmp)
+        run_dir = _wait_for_first_checkpoint(seen, driver, local=mode == "local")
+        # Take all the space but a little: the next checkpoint (a few MB) cannot be written whole.
+        free = shutil.disk_usage(seen).free
+        with open(seen / "filler", "wb") as filler:
+            filler.write(b"\0" * max(0, free - LEFT_FREE))
+        out, _ = driver.communicate(timeout=300)
+        assert driver.returncode == 1, out
+
+        # One sentence, naming the path and what was being written, in summary.json and on the console.
+        summary = json.loads((run_dir / "summary.json").read_text())
+        error = summary["error"]
+        assert summary["status"] == "failed"
+        assert error.startswith(f"the disk holding {outputs}/") and "is full: writing checkpoint checkpoint_" in error, error
+        assert error.endswith("continue the run with resume=latest.") and error.count(". ") == 0 and "\n" not in error
+        assert error in out
+
+        # The record stays whole: summary.json parsed above; metrics.csv parses, every row complete.
+        text = (run_dir / "metrics.csv").read_text()
+        rows = list(csv.reader(text.splitlines()))
+        assert text.endswith("\n") and len(rows) > 1 and all(len(r) == len(rows[0]) for r in rows)
+        # Only whole checkpoints are there, and the last one loads.
+        checkpoints = _checkpoint_dirs(run_dir)
+        assert len(checkpoints) == 1, checkpoints
+        assert not list((run_dir / "checkpoints").rglob("*.partial")) and not list(run_dir.rglob("*.tmp*"))
+        ckpt = checkpoints[0] / "checkpoint.ckpt"
+        assert torch.load(ckpt, map_location="cpu", weights_only=True)["global_step"] > 0
+        assert raydra.load(ckpt) is not None
+        if mode == "ray":
+            # Ray registered it, and nothing else.
+            (snapshot,) = (run_dir / "checkpoints").glob("*/checkpoint_manager_snapshot.json")
+            registered = json.loads(snapshot.read_text())["latest_checkpoint_result"]["checkpoint_dir_name"]
+            assert registered == checkpoints[0].name
+
+        # Space freed: resume=latest finishes the run in its own directory.
+        (seen / "filler").unlink()
+        resumed = _train(pid, outputs, *run, "resume=latest", ray_tmp=ray_tmp)
+        out, _ = resumed.communicate(timeout=300)
+        assert resumed.returncode == 0, out
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["status"] == "completed" and len(summary["resumed"]) == 1
+        assert summary["epochs_completed"] == EPOCHS and summary["global_step"] == EPOCHS * 40
+        rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+        assert [int(r["epoch"]) for r in rows if r.get("val/acc")] == list(range(EPOCHS))
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def _wait_for_first_checkpoint(seen: Path, driver: subprocess.Popen, local: bool, timeout: float = 240) -> Path:
+    """The run dir (seen from outside) once its first checkpoint is whole: registered by Ray, or in
+    local mode renamed into place."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert driver.poll() is None, driver.communicate()[0]
+        for summary in seen.glob("runs/*/*/summary.json"):
+            run_dir = summary.parent
+            if local and _checkpoint_dirs(run_dir):
+                return run_dir
+            for snapshot in run_dir.glob("checkpoints/*/checkpoint_manager_snapshot.json"):
+                try:
+                    if json.loads(snapshot.read_text())["checkpoint_results"]:
+                        return run_dir
+                except (ValueError, KeyError):
+                    pass  # being written
+        time.sleep(0.1)
+    driver.kill()
+    pytest.fail("the run wrote no checkpoint in time")
+
+
+def _checkpoint_dirs(run_dir: Path) -> list:
+    return sorted(p for p in (run_dir / "checkpoints").glob("*/*") if p.is_dir())
