@@ -14,7 +14,7 @@ import pytest
 from conftest import _short_temp_dir, run_train, summary_of
 from test_config import composed
 from test_multinode import _node_of
-from test_reliability import _epochs_with_val, _start, _wait_for_checkpoint, _worker_pids
+from test_reliability import _epochs_with_val, _logged_steps, _start, _wait_for_checkpoint, _worker_pids
 
 from raydra.errors import RaydraError
 from raydra.schema import validate, worker_range
@@ -186,3 +186,49 @@ def _wait_for_line(run_dir: Path, driver, text: str, timeout: float) -> None:
             return
         time.sleep(0.5)
     raise AssertionError(f"no '{text}' in {log} within {timeout} s")
+
+
+@pytest.mark.e2e
+def test_a_resize_inside_an_epoch_skips_exactly_the_batches_trained_on_the_old_size(cluster, tmp_path):
+    """Checkpoints every 25 of an epoch's 40 steps: the node goes after one inside an epoch, and the
+    1-worker group skips the batches the 2 workers trained, so every step is trained once."""
+    epochs, every = 8, 25
+    per_epoch = _steps_per_epoch(2)
+    assert _steps_per_epoch(1) == per_epoch  # the same global batches an epoch on either size
+    driver = _start(
+        "experiment=vit_digits_smoke", f"trainer.max_epochs={epochs}", "trainer.test=false", "checkpoint.num_to_keep=1",
+        f"checkpoint.every_n_steps={every}", *ELASTIC, outputs=tmp_path, address=cluster.address, env=NO_AUTH,
+    )  # fmt: skip
+    try:
+        run_dir = _wait_for_checkpoint(tmp_path, driver)
+        nodes = {_node_of(cluster, pid) for pid in _worker_pids(run_dir)}
+        controller = re.search(r"\(TrainController pid=(\d+)", (run_dir / "logs" / "ray.log").read_text())
+        spared = _node_of(cluster, int(controller.group(1))) if controller else None
+        cluster.remove_node(next(node for node in nodes if node is not spared), allow_graceful=False)
+        out, _ = driver.communicate(timeout=400)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 0, out
+
+    summary = summary_of(run_dir)
+    (resize,) = summary["resizes"]
+    assert (resize["from"], resize["to"]) == (2, 1) and summary["world_size"] == 1
+    # Resumed inside an epoch, skipping exactly the batches trained there, not restarting the epoch.
+    assert resize["step"] % per_epoch != 0 and resize["step"] % every == 0
+    assert resize["skipped_batches"] == resize["step"] - resize["epoch"] * per_epoch and resize["restarted_epoch"] is None
+    assert summary["epochs_completed"] == epochs and summary["global_step"] == epochs * per_epoch
+    assert _epochs_with_val(run_dir) == list(range(epochs))
+    assert _logged_steps(run_dir) == list(range(9, epochs * per_epoch, 10))  # each logged step once, in order
+
+
+def _steps_per_epoch(world_size: int) -> int:
+    """Optimizer steps an epoch of RUN's digits on `world_size` workers (DistributedSampler pads the shards)."""
+    import math
+
+    from raydra.data.digits import DigitsDataModule
+
+    data = DigitsDataModule()
+    data.setup()
+    per_worker = math.ceil(len(data.splits["train"]) / world_size)
+    return math.ceil(per_worker / (data.hparams.batch_size // world_size))
