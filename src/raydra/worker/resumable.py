@@ -12,6 +12,7 @@ import torch
 from raydra.console import PROGRESS_MARK
 from raydra.lightning import pl
 from raydra.private_apis import restart_train_iterator
+from raydra.summary import now
 
 
 class Resumable(pl.Callback):
@@ -96,7 +97,7 @@ class Resumable(pl.Callback):
     def _record_resize(self, trainer: Any, before: int, epoch: int, skip: int, exact: bool) -> None:
         """One entry in `resizes` (summary.json), one row in metrics.csv, one line in the worker log."""
         resize = {
-            "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "at": now(),
             "from": before,
             "to": self.world_size,
             "step": trainer.global_step,
