@@ -8,10 +8,12 @@ import csv
 import re
 import shutil
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from conftest import _short_temp_dir, run_train, summary_of
+from probe import seen_per_epoch
 from test_config import composed
 from test_multinode import _node_of
 from test_reliability import _epochs_with_val, _logged_steps, _start, _wait_for_checkpoint, _worker_pids
@@ -197,7 +199,8 @@ def test_a_resize_inside_an_epoch_skips_exactly_the_batches_trained_on_the_old_s
     assert _steps_per_epoch(1) == per_epoch  # the same global batches an epoch on either size
     driver = _start(
         "experiment=vit_digits_smoke", f"trainer.max_epochs={epochs}", "trainer.test=false", "checkpoint.num_to_keep=1",
-        f"checkpoint.every_n_steps={every}", *ELASTIC, outputs=tmp_path, address=cluster.address, env=NO_AUTH,
+        f"checkpoint.every_n_steps={every}", *ELASTIC, "model._target_=tests.probe.RecordingViT",
+        outputs=tmp_path, address=cluster.address, env=NO_AUTH,
     )  # fmt: skip
     try:
         run_dir = _wait_for_checkpoint(tmp_path, driver)
@@ -220,6 +223,17 @@ def test_a_resize_inside_an_epoch_skips_exactly_the_batches_trained_on_the_old_s
     assert summary["epochs_completed"] == epochs and summary["global_step"] == epochs * per_epoch
     assert _epochs_with_val(run_dir) == list(range(epochs))
     assert _logged_steps(run_dir) == list(range(9, epochs * per_epoch, 10))  # each logged step once, in order
+
+    # Every training sample once per epoch, the interrupted one included: the 2 workers' batches up to
+    # the checkpoint (their later ones were rolled back) and the 1 worker's rest of that epoch make
+    # up exactly what a whole epoch on 1 worker trains.
+    per_batch = 32 // 2
+    before = seen_per_epoch(run_dir, world_size=2)[resize["epoch"]]
+    after = seen_per_epoch(run_dir, world_size=1)
+    trained = [f for rank in (0, 1) for f in before[rank][: resize["skipped_batches"] * per_batch]] + after[resize["epoch"]][0]
+    whole = after[resize["epoch"] + 1][0]
+    assert len(whole) == len(set(whole)) and Counter(trained) == Counter(whole)
+    assert all(Counter(after[e][0]) == Counter(whole) for e in range(resize["epoch"] + 1, epochs))
 
 
 def _steps_per_epoch(world_size: int) -> int:
