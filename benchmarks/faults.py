@@ -1,6 +1,6 @@
 """What a fault costs a run: a worker killed early, midway and late, a killed driver resumed, a lost node.
 
-    python benchmarks/faults.py [--epochs 6] [--cpus 2] [--only preemption]
+    python benchmarks/faults.py [--epochs 6] [--cpus 2] [--only preemption|elastic]
 
 Every run is the digits ViT (experiment=vit_digits_smoke, seed 0, 2 CPU workers, no test split)
 for --epochs epochs, on one `ray start --head` cluster that all of them join (stopped by process
@@ -18,6 +18,11 @@ line it waits for, so it lands mid-epoch, after that epoch's checkpoint:
 its SIGKILL at the same point, with the default checkpoint every epoch; for each, the steps trained
 twice (completed before the fault, after the step the restart resumed from) and the extra wall time.
 
+`--only elastic`: node loss with an elastic group (scale.num_workers=[1,2]) against a fixed one
+(2 workers), each on a fresh ray.cluster_utils.Cluster of a 0-CPU head and two 1-CPU nodes; the
+node of one worker is removed half an epoch into the middle epoch, and a replacement node joins
+--replace-after seconds later. See elastic_rows.
+
 For each: whether the run completed, epochs lost or repeated (an epoch missing from metrics.csv's
 validation rows or there twice, or a final global step other than the uninterrupted run's), the
 final val/acc against the uninterrupted run's, and the extra wall time. Prints a markdown table.
@@ -28,6 +33,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -241,13 +247,117 @@ def node_runs(out: Path, common: list, epochs: int, after_epoch: int, epoch_s: f
     return results
 
 
+def elastic_run(out: Path, common: list, epochs: int, after_epoch: int, lose: bool, replace_after: float, *scale: str) -> dict:
+    """One run on a fresh cluster (0-CPU head, two 1-CPU nodes); with `lose`, the node of a worker
+    that does not hold Ray Train's controller is removed half an epoch after `after_epoch` ends, and
+    a replacement joins `replace_after` seconds later."""
+    from ray.cluster_utils import Cluster
+
+    temp_dir = tempfile.mkdtemp(prefix="raye-")
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 0, "gcs_server_port": free_port(), "dashboard_port": free_port(), "temp_dir": temp_dir},
+    )
+    try:
+        for _ in range(2):
+            cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        run = Run(
+            out,
+            f"paths.outputs={out}",
+            *common,
+            f"ray.address={cluster.address}",
+            "failure.max_failures=3",
+            "scale.resize_check_s=5",
+            *scale,
+            extra_env={"RAY_AUTH_MODE": "disabled"},
+        )
+        lost_at = None
+        if lose:
+            previous = run.wait_for_epoch(after_epoch - 1, epochs)
+            epoch_end = run.wait_for_epoch(after_epoch, epochs)
+            lines_before = len(run.lines)
+            time.sleep(max(0.0, epoch_end + (epoch_end - previous) / 2 - time.time()))
+            controller = re.search(r"\(TrainController pid=(\d+)", (run.run_dir() / "logs" / "ray.log").read_text())
+            spared = node_of(cluster, int(controller.group(1))) if controller else None
+            victim = next(node_of(cluster, pid) for pid in run.worker_pids() if node_of(cluster, pid) is not spared)
+            lost_at = time.time()
+            cluster.remove_node(victim, allow_graceful=False)
+            while time.time() < lost_at + replace_after and run.proc.poll() is None:
+                time.sleep(0.2)
+            cluster.add_node(num_cpus=1)
+        wall = run.finish()
+        result = outcome(run.run_dir())
+        result["wall_s"] = wall
+        if lose:
+            # The first epoch finished after the loss: training was going again by then.
+            after = [at for at, line in run.lines[lines_before:] if re.search(r"^epoch \d+/", line.strip()) and at > lost_at]
+            result["resumed_s"] = (after[0] - lost_at) if after else None
+        rows = list(csv.DictReader((run.run_dir() / "metrics.csv").open()))
+        result["rates"] = [
+            (float(r.get("train/world_size") or 2), float(r["train/samples_per_s"])) for r in rows if r.get("train/samples_per_s")
+        ]
+        summary = json.loads((run.run_dir() / "summary.json").read_text())
+        result["resizes"] = [(r["from"], r["to"]) for r in summary.get("resizes", [])]
+        return result
+    finally:
+        cluster.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def elastic_rows(root: Path, common: list, epochs: int, replace_after: float) -> list:
+    """Node loss, elastic ([1,2]) against fixed (2) size. Columns: time from the loss to the first
+    epoch finished after it; total wall time; mean train/samples_per_s of the epochs trained on the
+    node left (a fixed group trains none: it waits for the replacement) and of the full-size epochs."""
+    after = epochs // 2
+    runs = [
+        ("none, fixed 2 workers (uninterrupted)", False, "scale.num_workers=2"),
+        ("node loss, fixed 2 workers", True, "scale.num_workers=2"),
+        ("node loss, elastic [1,2]", True, "scale.num_workers=[1,2]"),
+    ]
+    rows = []
+    for name, lose, scale in runs:
+        out = root / re.sub(r"\W+", "_", name)
+        r = elastic_run(out, [f"paths.outputs={out}", *common], epochs, after, lose, replace_after, scale)
+        counts = {e: r["val_epochs"].count(e) for e in range(epochs)}
+        lost = sum(1 for c in counts.values() if c == 0)
+        repeated = sum(c - 1 for c in counts.values() if c > 1)
+        one = [rate for size, rate in r["rates"] if size == 1]
+        full = [rate for size, rate in r["rates"] if size == 2]
+        mean = lambda xs: f"{sum(xs) / len(xs):.0f}" if xs else "0"  # noqa: E731
+        resumed = "-" if r.get("resumed_s") is None else f"{r['resumed_s']:.1f}"
+        resizes = ", ".join(f"{a}->{b}" for a, b in r["resizes"]) or "-"
+        rows.append(
+            f"| {name} | {r['status']} | {lost} / {repeated} | {r['global_step']} | {resumed} | {r['wall_s']:.1f} | "
+            f"{mean(one) if lose else '-'} | {mean(full)} | {resizes} |"
+        )
+        print(rows[-1], file=sys.stderr)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--cpus", type=int, default=2)
-    parser.add_argument("--only", choices=["preemption"], help="run only this comparison")
+    parser.add_argument("--only", choices=["all", "preemption", "elastic"], default="all", help="run only this comparison")
+    parser.add_argument("--replace-after", type=float, default=30.0, help="--only elastic: seconds from a node's loss to its replacement")
     args = parser.parse_args()
     epochs = args.epochs
+    if args.only == "elastic":
+        root = Path(tempfile.mkdtemp(prefix="raydra-faults-bench-"))
+        common = ["experiment=vit_digits_smoke", f"trainer.max_epochs={epochs}", "trainer.test=false", "seed=0", "checkpoint.num_to_keep=1"]
+        rows = elastic_rows(root, common, epochs, args.replace_after)
+        print(
+            f"digits ViT, {epochs} epochs, seed 0; a worker's node lost half an epoch after epoch {epochs // 2} ends, "
+            f"a replacement node joins {args.replace_after:.0f} s later; run directories under {root}\n"
+        )
+        print(
+            "| run | status | epochs lost / repeated | global step | loss -> next epoch done s | wall s "
+            "| samples/s on the node left | samples/s at 2 workers | resizes |"
+        )
+        print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+        print("\n".join(rows))
+        return
 
     root = Path(tempfile.mkdtemp(prefix="raydra-faults-bench-"))
     common = ["experiment=vit_digits_smoke", f"trainer.max_epochs={epochs}", "trainer.test=false", "seed=0", "checkpoint.num_to_keep=1"]

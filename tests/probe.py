@@ -2,8 +2,9 @@
 
 Workers import it as `tests.probe` (Ray puts the driver's working directory, the repository, on
 their path). Each worker appends one fingerprint per training sample to
-<run dir>/seen/rank<r>_epoch<e>.txt; distinct images give distinct fingerprints, so a sample seen
-twice in an epoch or by two workers shows as a repeat.
+<run dir>/seen/rank<r>_epoch<e>_ws<world size>.txt; distinct images give distinct fingerprints, so
+a sample seen twice in an epoch or by two workers shows as a repeat. The world size tells the
+worker groups of an elastic run apart.
 """
 
 import hashlib
@@ -17,15 +18,17 @@ class RecordingViT(ViTClassifier):
         images, _ = batch
         folder = Path(self.trainer.default_root_dir) / "seen"
         folder.mkdir(exist_ok=True)
-        with open(folder / f"rank{self.trainer.global_rank}_epoch{self.current_epoch}.txt", "a") as file:
+        name = f"rank{self.trainer.global_rank}_epoch{self.current_epoch}_ws{self.trainer.world_size}.txt"
+        with open(folder / name, "a") as file:
             for image in images.detach().cpu().numpy().round(4):
                 file.write(hashlib.sha1(image.tobytes()).hexdigest() + "\n")
 
 
-def seen_per_epoch(run_dir):
-    """{epoch: {rank: [fingerprints]}} from a finished run."""
+def seen_per_epoch(run_dir, world_size=None):
+    """{epoch: {rank: [fingerprints]}} from a finished run (of the groups of `world_size` workers only, if given)."""
     out = {}
-    for path in sorted(Path(run_dir, "seen").glob("rank*_epoch*.txt")):
-        rank, epoch = (int(part[len(prefix) :]) for part, prefix in zip(path.stem.split("_"), ("rank", "epoch")))
-        out.setdefault(epoch, {})[rank] = path.read_text().split()
+    for path in sorted(Path(run_dir, "seen").glob("rank*_epoch*_ws*.txt")):
+        rank, epoch, size = (int(part[len(prefix) :]) for part, prefix in zip(path.stem.split("_"), ("rank", "epoch", "ws")))
+        if world_size in (None, size):
+            out.setdefault(epoch, {}).setdefault(rank, []).extend(path.read_text().split())
     return out

@@ -7,6 +7,7 @@ Each test exercises the behaviour raydra uses, not merely that a name exists.
 
 import csv
 import inspect
+import os
 
 import pytest
 import torch
@@ -312,6 +313,50 @@ def test_rays_checkpoint_snapshot_names_the_registered_checkpoints_latest_last(t
     (tmp_path / CHECKPOINT_MANAGER_SNAPSHOT_FILENAME).write_text(snapshot.json()[:40])
     assert private_apis.registered_checkpoint_names(str(tmp_path)) is None
     assert private_apis.registered_checkpoint_names(str(tmp_path / "none")) is None
+
+
+def test_an_elastic_trainer_gets_a_policy_that_sees_the_nodes_as_they_are_now(monkeypatch):
+    import ray.cloudpickle
+    from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import _AutoscalingCoordinatorActor
+    from ray.train import ScalingConfig
+    from ray.train.v2._internal import constants
+    from ray.train.v2._internal.execution.scaling_policy import ElasticScalingPolicy, FixedScalingPolicy
+    from ray.train.v2.api import data_parallel_trainer
+
+    from raydra.private_apis import RAY_TRAIN_START_TIMEOUT_ENV, elastic_reacts_quickly
+
+    monkeypatch.setenv(RAY_TRAIN_START_TIMEOUT_ENV, "unset")
+    monkeypatch.delenv(RAY_TRAIN_START_TIMEOUT_ENV)
+    # TorchTrainer.fit makes its controller's policy through the module's own name, which is swapped.
+    assert "scaling_policy=create_scaling_policy(self.scaling_config)" in inspect.getsource(data_parallel_trainer.DataParallelTrainer.fit)
+    original = data_parallel_trainer.create_scaling_policy
+    with elastic_reacts_quickly(7):
+        elastic = data_parallel_trainer.create_scaling_policy(ScalingConfig(num_workers=(1, 2)))
+        fixed = data_parallel_trainer.create_scaling_policy(ScalingConfig(num_workers=2))
+        # The controller is started with the timeout from the driver's environment.
+        assert constants.get_env_vars_to_propagate()[RAY_TRAIN_START_TIMEOUT_ENV] == "7"
+    assert data_parallel_trainer.create_scaling_policy is original and RAY_TRAIN_START_TIMEOUT_ENV not in os.environ
+    assert isinstance(fixed, FixedScalingPolicy) and type(elastic).__name__ == "FreshElasticScalingPolicy"
+    # What the controller actor gets: the class itself, pickled by value, still Ray's elastic policy.
+    shipped = ray.cloudpickle.loads(ray.cloudpickle.dumps(elastic))
+    assert isinstance(shipped, ElasticScalingPolicy) and shipped._get_reserved_resources.__qualname__.startswith("_fresh_elastic")
+    for name in ("_latest_reserved_resources_query_time", "_latest_reserved_resources", "GET_RESERVED_RESOURCES_INTERVAL_S"):
+        assert hasattr(shipped, name)
+    assert "self._get_reserved_resources()" in inspect.getsource(ElasticScalingPolicy.make_decision_for_non_running_worker_group)
+    # A user's own timeout stays.
+    monkeypatch.setenv(RAY_TRAIN_START_TIMEOUT_ENV, "90")
+    with elastic_reacts_quickly(7):
+        assert constants.get_env_vars_to_propagate()[RAY_TRAIN_START_TIMEOUT_ENV] == "90"
+    assert os.environ[RAY_TRAIN_START_TIMEOUT_ENV] == "90"
+
+    # The coordinator's answer: stale after a node dies until its tick, fresh with recompute=True.
+    nodes = [{"NodeID": n, "Alive": True, "Resources": {"CPU": 1.0}} for n in ("a", "b")]
+    coordinator = _AutoscalingCoordinatorActor(send_resources_request=lambda *args, **kwargs: None, get_cluster_nodes=lambda: nodes)
+    coordinator.request_resources("train-x", [{"CPU": 1.0}] * 2, expire_after_s=180)
+    assert set(coordinator.get_reserved_resources("train-x")) == {"a", "b"}
+    nodes[1]["Alive"] = False
+    assert set(coordinator.get_reserved_resources("train-x")) == {"a", "b"}
+    assert set(coordinator.get_reserved_resources("train-x", recompute=True)) == {"a"}
 
 
 def test_nothing_outside_private_apis_reaches_into_private_modules():

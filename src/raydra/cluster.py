@@ -14,6 +14,7 @@ import ray
 from raydra.console import take_over_worker_output
 from raydra.errors import RaydraError
 from raydra.private_apis import lean_local_ray
+from raydra.schema import worker_range
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ TRIAL_CPU = 0.01
 def worker_resources(scale: Any, tune_trial: bool = False) -> Dict[str, float]:
     cpus = float(scale.cpus_per_worker)
     if tune_trial:
-        cpus = max(cpus - TRIAL_CPU / scale.num_workers, TRIAL_CPU)
+        cpus = max(cpus - TRIAL_CPU / worker_range(scale.num_workers)[1], TRIAL_CPU)
     resources = {"CPU": cpus}
     if scale.use_gpu:
         resources["GPU"] = float(scale.gpus_per_worker)
@@ -115,17 +116,20 @@ def worker_resources(scale: Any, tune_trial: bool = False) -> Dict[str, float]:
 
 
 def check_fits(scale: Any) -> None:
-    """Raise if the live nodes cannot place every worker, as Ray's placement group would need."""
+    """Raise if the live nodes cannot place every worker, as Ray's placement group would need. An
+    elastic group ([min, max]) starts once `min` fit, so `min` is what must fit now."""
     per_worker = worker_resources(scale)
+    needed = worker_range(scale.num_workers)[0]
     nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
-    if _workers_placeable(nodes, per_worker, scale.placement_strategy) >= scale.num_workers:
+    if _workers_placeable(nodes, per_worker, scale.placement_strategy) >= needed:
         return
     totals = ray.cluster_resources()
     if scale.use_gpu and not totals.get("GPU"):
         raise RaydraError("scale.use_gpu=true but the Ray cluster has no GPU; run on a cluster with GPUs or set scale.use_gpu=false.")
-    asked = {k: v * scale.num_workers for k, v in per_worker.items()}
+    asked = {k: v * needed for k, v in per_worker.items()}
+    least = " at least" if needed != worker_range(scale.num_workers)[1] else ""
     raise RaydraError(
-        f"the run asks for {scale.num_workers} workers x {_fmt(per_worker)} = {_fmt(asked)} "
+        f"the run asks for{least} {needed} workers x {_fmt(per_worker)} = {_fmt(asked)} "
         f"({scale.placement_strategy}) but the Ray cluster has {_fmt(totals, keys=per_worker)} "
         f"on {len(nodes)} node(s); lower scale.num_workers or scale.cpus_per_worker, or add nodes."
     )
@@ -136,30 +140,33 @@ def check_room_for_data(scale: Any) -> None:
     Ray Data only uses CPUs the workers have not reserved, so with none left it waits for ever
     (measured: 2 workers x 1 CPU on 2 CPUs never produced a batch)."""
     total = ray.cluster_resources().get("CPU", 0)
-    free = total - scale.num_workers * scale.cpus_per_worker
+    # An elastic group may grow to its max: the data must still have room then.
+    workers = worker_range(scale.num_workers)[1]
+    free = total - workers * scale.cpus_per_worker
     if free < 1:
         raise RaydraError(
             f"data.loader=ray_data needs at least 1 CPU beside the workers for its preprocessing tasks, but "
-            f"{scale.num_workers} workers x {scale.cpus_per_worker} CPU leave {free:g} of the cluster's {total:g}; "
+            f"{workers} workers x {scale.cpus_per_worker} CPU leave {free:g} of the cluster's {total:g}; "
             "lower scale.cpus_per_worker (e.g. 0.5) or scale.num_workers, or add nodes."
         )
 
 
 def trials_that_fit(scale: Any) -> int:
     """How many trials' worker groups the live nodes can hold at once (at least 1: check_fits has
-    already refused a run that does not fit once)."""
+    already refused a run that does not fit once). An elastic run counts at its max, as it may grow."""
     per_worker = worker_resources(scale)
+    size = worker_range(scale.num_workers)[1]
     nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
     if scale.placement_strategy == "STRICT_PACK":
-        groups = sum(_count_fits(node, per_worker) // scale.num_workers for node in nodes)
+        groups = sum(_count_fits(node, per_worker) // size for node in nodes)
     elif scale.placement_strategy == "STRICT_SPREAD":
         # g groups fit when the nodes, each giving at most one worker per group, hold g x num_workers.
         fits = [min(_count_fits(node, per_worker), 1 << 16) for node in nodes]
         groups = 0
-        while sum(min(f, groups + 1) for f in fits) >= (groups + 1) * scale.num_workers:
+        while sum(min(f, groups + 1) for f in fits) >= (groups + 1) * size:
             groups += 1
     else:
-        groups = _workers_placeable(nodes, per_worker, scale.placement_strategy) // scale.num_workers
+        groups = _workers_placeable(nodes, per_worker, scale.placement_strategy) // size
     return max(1, groups)
 
 

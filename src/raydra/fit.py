@@ -25,14 +25,19 @@ from raydra import run_record, startup, storage
 from raydra import summary as run_summary
 from raydra.cluster import worker_resources
 from raydra.errors import RaydraError
-from raydra.private_apis import poll_workers_often, registered_checkpoint_names, worker_setup_hook_env
+from raydra.private_apis import elastic_reacts_quickly, poll_workers_often, registered_checkpoint_names, worker_setup_hook_env
 from raydra.redact import redact
+from raydra.schema import is_elastic, worker_range
 from raydra.worker import preload
 
 log = logging.getLogger("raydra")
 
 # How often Ray Train's controller takes the workers' reports (Ray's default, 2 s, paces short epochs).
 CONTROLLER_POLL_S = 0.5
+# An elastic group that cannot be placed is given up after this long and sized again from the nodes
+# alive then (Ray's default, 60 s, is what a run that lost a node waited, twice: private_apis).
+# Ray marks a lost node dead after about 15 s of failed health checks.
+ELASTIC_START_TIMEOUT_S = 15.0
 
 
 def new_summary(cfg: Any, run_dir: Path, run_id: str, overrides: List[str]) -> Dict[str, Any]:
@@ -48,7 +53,8 @@ def new_summary(cfg: Any, run_dir: Path, run_id: str, overrides: List[str]) -> D
         "monitor": {"metric": cfg["checkpoint"]["monitor"], "mode": cfg["checkpoint"]["mode"]},
         # The strategy's settings, not only its name: sharding and layout decide memory and checkpoints.
         "strategy": OmegaConf.to_container(cfg["strategy"], resolve=True) if OmegaConf.is_config(cfg) else dict(cfg["strategy"]),
-        "world_size": cfg["scale"]["num_workers"],
+        # An elastic group's ([min, max]) starts as its max; the outcome replaces it with the last size.
+        "world_size": worker_range(cfg["scale"]["num_workers"])[1],
         "use_gpu": cfg["scale"]["use_gpu"],
         "git_commit": run_summary.git_commit(Path(__file__).parent),
         "versions": run_summary.versions(),
@@ -228,6 +234,7 @@ def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any], marks: 
         # the controller of a worker group that timed out starting, without end.
         failure["controller_failure_limit"] = 0
     datasets = None
+    elastic = is_elastic(scale["num_workers"])
     if scale["num_workers"] == 0:
         # Local mode: Ray Train hands the training function no checkpoint to resume from; the
         # run's own last one (resume=) is named here, where the run's record is.
@@ -247,7 +254,9 @@ def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any], marks: 
         datasets=datasets,
         torch_config=torch_config(config["strategy"]),
         scaling_config=ray.train.ScalingConfig(
-            num_workers=scale["num_workers"],
+            # Ray takes [min, max] as a tuple of ints; it starts once min fit and grows to max.
+            num_workers=worker_range(scale["num_workers"]) if elastic else scale["num_workers"],
+            elastic_resize_monitor_interval_s=scale["resize_check_s"],
             use_gpu=scale["use_gpu"],
             resources_per_worker=worker_resources(OmegaConf.create(scale), tune_trial=tune_trial),
             placement_strategy=scale["placement_strategy"],
@@ -268,7 +277,8 @@ def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any], marks: 
     )
     marks["fit_started"] = time.time()
     try:
-        result = trainer.fit()
+        with elastic_reacts_quickly(ELASTIC_START_TIMEOUT_S) if elastic else contextlib.nullcontext():
+            result = trainer.fit()
     except Exception as error:
         friendly = _user_error(error) or _storage_failure(config, error)
         if friendly:
@@ -363,6 +373,7 @@ def _outcome(result: Any, config: Dict[str, Any]) -> Dict[str, Any]:
         # Why final metrics hold no test/* (the data has no test split, trainer.test=false); null when tested.
         "test_skipped": worker.get("test_skipped"),
         "global_step": worker.get("global_step"),
+        **_sizes(worker, config),
         "checkpoints": {
             "best": _ckpt_file(checkpoints, best_checkpoint),
             "last": _ckpt_file(checkpoints, last_path),
@@ -374,6 +385,16 @@ def _outcome(result: Any, config: Dict[str, Any]) -> Dict[str, Any]:
             "upload": config["checkpoint"]["upload"],
         },
     }
+
+
+def _sizes(worker: Dict[str, Any], config: Dict[str, Any]) -> Dict[str, Any]:
+    """An elastic run's final world size and its resizes (when, from, to, at which step), as rank 0
+    of the last worker group knew them from the checkpoints it continued."""
+    num_workers = config["scale"]["num_workers"]
+    if not is_elastic(num_workers):
+        return {}
+    low, high = worker_range(num_workers)
+    return {"world_size": worker.get("world_size"), "num_workers": {"min": low, "max": high}, "resizes": worker.get("resizes", [])}
 
 
 def _ckpt_file(checkpoints: str, checkpoint_path: Optional[str]) -> Optional[str]:

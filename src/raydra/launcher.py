@@ -29,6 +29,7 @@ from omegaconf import DictConfig
 
 from raydra import summary as run_summary
 from raydra.errors import RaydraError
+from raydra.schema import worker_range
 
 log = logging.getLogger("raydra")
 
@@ -148,7 +149,7 @@ def _jobs_that_fit(cfg: DictConfig) -> int:
     if cfg.data.get("loader") == "ray_data":
         # Ray Data's preprocessing tasks run beside the workers on CPUs no worker holds: leave one
         # per run, or side-by-side runs take every CPU and their data never arrives.
-        per_run = cfg.scale.num_workers * cfg.scale.cpus_per_worker + 1
+        per_run = worker_range(cfg.scale.num_workers)[1] * cfg.scale.cpus_per_worker + 1
         fits = min(fits, int(ray.cluster_resources().get("CPU", 0) // per_run))
     return max(1, fits)
 

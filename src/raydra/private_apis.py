@@ -162,6 +162,78 @@ def registered_checkpoint_names(run_storage: str) -> Any:
     return [n for n in names if n != latest] + ([latest] if latest else [])
 
 
+# Read by Ray Train's controller (passed on from the driver's environment, like the poll interval):
+# how long a new worker group waits for its placement group before the start fails and the
+# controller decides again. Named in Ray's own error message; default 60 s.
+RAY_TRAIN_START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
+
+
+@contextlib.contextmanager
+def elastic_reacts_quickly(start_timeout_s: float) -> Iterator[None]:
+    """While a TorchTrainer with an elastic ScalingConfig is created and fit: its scaling policy
+    sees the cluster as it is now, and a group that cannot be placed is given up after
+    `start_timeout_s` (unless the user set that timeout), so a run that lost a node continues on
+    the nodes left without waiting for a replacement.
+
+    Ray 2.60's ElasticScalingPolicy counts the workers that fit from Ray Data's
+    AutoscalingCoordinator, whose view of the nodes is refreshed every 20 s (its TICK_INTERVAL_S,
+    fixed in a detached actor). Measured on a 2-node cluster after losing one: the controller
+    restarted a 2-worker group on the stale view, waited the 60 s start timeout, did so again, and
+    continued on 1 worker 77 s after the loss. The policy here asks the coordinator to recompute
+    first (`get_reserved_resources(recompute=True)`, which the coordinator offers for this), so only
+    Ray's own detection of the dead node (its GCS health check, about 15 s) stands in the way;
+    a start tried before that detection fails after `start_timeout_s` and is decided again.
+    """
+    import os
+
+    from ray.train.v2.api import data_parallel_trainer
+
+    original = data_parallel_trainer.create_scaling_policy
+    policy_class = _fresh_elastic_policy_class()
+
+    def create(scaling_config: Any) -> Any:
+        return policy_class(scaling_config) if scaling_config.elasticity_enabled else original(scaling_config)
+
+    user_set = RAY_TRAIN_START_TIMEOUT_ENV in os.environ
+    if not user_set:
+        os.environ[RAY_TRAIN_START_TIMEOUT_ENV] = str(start_timeout_s)
+    data_parallel_trainer.create_scaling_policy = create
+    try:
+        yield
+    finally:
+        data_parallel_trainer.create_scaling_policy = original
+        if not user_set:
+            os.environ.pop(RAY_TRAIN_START_TIMEOUT_ENV, None)
+
+
+def _fresh_elastic_policy_class() -> Any:
+    """ElasticScalingPolicy asking for a recomputed reservation. Defined in a function, so Ray
+    pickles the class itself into its controller actor (by value), rather than a name to import."""
+    import logging
+
+    import ray
+    from ray.train.v2._internal.execution.scaling_policy import AUTOSCALING_REQUESTS_GET_TIMEOUT_S, ElasticScalingPolicy
+    from ray.train.v2._internal.util import time_monotonic
+
+    class FreshElasticScalingPolicy(ElasticScalingPolicy):
+        def _get_reserved_resources(self) -> Any:
+            if time_monotonic() - self._latest_reserved_resources_query_time < self.GET_RESERVED_RESOURCES_INTERVAL_S:
+                return self._latest_reserved_resources
+            reserved = None
+            try:
+                reserved = ray.get(
+                    self._autoscaling_coordinator.get_reserved_resources.remote(self._requester_id, recompute=True),
+                    timeout=AUTOSCALING_REQUESTS_GET_TIMEOUT_S,
+                )
+            except Exception as error:  # as Ray's own policy does: no decision this time, the next one retries
+                logging.getLogger(__name__).warning(f"could not get the reserved resources of {self._requester_id}: {error}")
+            self._latest_reserved_resources_query_time = time_monotonic()
+            self._latest_reserved_resources = reserved
+            return reserved
+
+    return FreshElasticScalingPolicy
+
+
 def tune_stop_probe() -> Callable[[], bool]:
     """Inside a Tune function trial: a function that tells whether Tune has asked this trial to stop.
 

@@ -12,9 +12,10 @@ YAML option under raydra/conf/ selects its schema and sets only what that option
 """
 
 import importlib.util
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -27,7 +28,12 @@ from raydra.project import check_classes
 class ScaleConfig:
     # Ray Train workers, one process each; data.batch_size (the global batch) is split over them.
     # 0 is local mode: the same training function in this process, without Ray (breakpoints work).
-    num_workers: int = 2
+    # [min, max] is an elastic group: it starts once `min` workers fit, grows to `max` as nodes
+    # come, and continues on fewer after losing a node (docs/reliability.md). Any: int or a list.
+    num_workers: Any = 2
+    # Elastic groups only: how often (seconds) Ray checks whether more workers would fit now; growing
+    # restarts the workers from the last checkpoint.
+    resize_check_s: float = 30.0
     use_gpu: bool = False
     # What Ray reserves for each worker; the worker also caps torch's threads at its CPUs.
     cpus_per_worker: float = 1.0
@@ -297,13 +303,66 @@ PRECISIONS = {"auto", "64", "64-true", "32", "32-true", "16-mixed", "bf16-mixed"
 GPU_ONLY_PRECISIONS = {"16-mixed", "16-true", "transformer-engine"}
 
 
+def worker_range(num_workers: Any) -> Tuple[int, int]:
+    """(min, max) workers of scale.num_workers: a plain count N is (N, N), [min, max] itself."""
+    if isinstance(num_workers, int):
+        return num_workers, num_workers
+    low, high = num_workers
+    return int(low), int(high)
+
+
+def is_elastic(num_workers: Any) -> bool:
+    """scale.num_workers=[min, max]: Ray sizes the group between the two as nodes come and go."""
+    return not isinstance(num_workers, int)
+
+
+def _check_num_workers(cfg: Any) -> None:
+    """scale.num_workers is a count, or [min, max] with 1 <= min <= max."""
+    value = cfg.scale.num_workers
+    shown = f"scale.num_workers={_shown(value)}"
+    if isinstance(value, bool) or not (isinstance(value, int) or _is_pair_of_ints(value)):
+        raise RaydraError(f"{shown} is neither a count of workers nor [min, max]; use e.g. scale.num_workers=4 or scale.num_workers=[2,4].")
+    if isinstance(value, int):
+        if value < 0:
+            raise RaydraError(f"{shown} is negative; ask for 1 or more workers, or 0 for local mode.")
+        return
+    low, high = worker_range(value)
+    if low < 1:
+        raise RaydraError(f"{shown} must start at 1 or more workers (local mode, 0, cannot grow); use e.g. [1,{max(high, 1)}].")
+    if low > high:
+        raise RaydraError(f"{shown} has min {low} above max {high}; write it as [min, max], e.g. [{high},{low}].")
+    if cfg.get("tune") is not None:
+        raise RaydraError(
+            f"{shown} (elastic) cannot run inside a Tune sweep, whose trials reserve a fixed share of the cluster; "
+            f"give a plain count, e.g. scale.num_workers={high}, or drop tune."
+        )
+    if cfg.failure.max_failures == 0:
+        raise RaydraError(
+            f"{shown} continues after losing a node by restarting its workers, which failure.max_failures=0 forbids; "
+            "set failure.max_failures to the losses to survive (e.g. 3, or -1 for no limit)."
+        )
+
+
+def _is_pair_of_ints(value: Any) -> bool:
+    items = list(value) if OmegaConf.is_list(value) or isinstance(value, (list, tuple)) else None
+    return items is not None and len(items) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in items)
+
+
+def _shown(value: Any) -> str:
+    """A list as it is typed on the command line ([1,2]), anything else as it is."""
+    if OmegaConf.is_list(value) or isinstance(value, (list, tuple)):
+        return "[" + ",".join(str(v) for v in value) + "]"
+    return str(value)
+
+
 def validate(cfg: Any) -> None:
     """Checks that need more than one key or a value range; raises RaydraError on the first problem."""
     scale, trainer, ckpt = cfg.scale, cfg.trainer, cfg.checkpoint
-    if scale.num_workers < 0:
-        raise RaydraError(f"scale.num_workers={scale.num_workers} is negative; ask for 1 or more workers, or 0 for local mode.")
+    _check_num_workers(cfg)
     if scale.num_workers == 0:
         _validate_local_mode(cfg)
+    if is_elastic(scale.num_workers):
+        _positive("scale.resize_check_s", scale.resize_check_s)
     _positive("scale.cpus_per_worker", scale.cpus_per_worker)
     if scale.use_gpu:
         _positive("scale.gpus_per_worker", scale.gpus_per_worker)
@@ -362,13 +421,29 @@ def validate(cfg: Any) -> None:
     batch_size = cfg.data.get("batch_size")
     if batch_size is not None:
         _positive("data.batch_size", batch_size)
-        if batch_size % max(1, scale.num_workers):
-            raise RaydraError(
-                f"data.batch_size={batch_size} (the global batch) does not split evenly over "
-                f"scale.num_workers={scale.num_workers}; pick a multiple of {scale.num_workers}."
-            )
+        _check_batch_splits(batch_size, scale.num_workers)
     # Last: it imports the user's classes, which is worth doing only for an otherwise valid config.
     check_classes(cfg)
+
+
+def _check_batch_splits(batch_size: int, num_workers: Any) -> None:
+    """The global batch must split evenly over every size the group can take, so an elastic run is
+    refused here, before it starts, rather than at a resize."""
+    low, high = worker_range(num_workers)
+    sizes = range(max(1, low), max(1, high) + 1)
+    uneven = [n for n in sizes if batch_size % n]
+    if not uneven:
+        return
+    if not is_elastic(num_workers):
+        raise RaydraError(
+            f"data.batch_size={batch_size} (the global batch) does not split evenly over "
+            f"scale.num_workers={num_workers}; pick a multiple of {num_workers}."
+        )
+    every = math.lcm(*sizes)
+    raise RaydraError(
+        f"data.batch_size={batch_size} (the global batch) does not split evenly over {', '.join(map(str, uneven))} "
+        f"worker(s), sizes scale.num_workers={_shown(num_workers)} may take; pick a multiple of {every}, or narrow the range."
+    )
 
 
 def _validate_local_mode(cfg: Any) -> None:

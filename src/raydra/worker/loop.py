@@ -28,7 +28,7 @@ from raydra.console import PROGRESS_MARK
 from raydra.errors import RaydraError
 from raydra.lightning import pl
 from raydra.run_record import WorkerMirror, checkpoints_location
-from raydra.schema import lightning_trainer_arguments
+from raydra.schema import is_elastic, lightning_trainer_arguments
 from raydra.summary import CHECKPOINT_FILE
 from raydra.worker.checkpoint_report import LocalCheckpoints, TimedReport
 from raydra.worker.console_progress import ConsoleProgress
@@ -119,7 +119,8 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
         after_report=mirror.push,
         local=kept,
     )
-    resumable = Resumable()
+    # The world size is Ray's, at run time: an elastic group ([min, max]) restarts on another size.
+    resumable = Resumable(world_size=world_size, elastic=is_elastic(scale["num_workers"]))
     # The contract first: its sentence must come before a callback that trips over the same thing.
     callbacks = [Contract(monitor=ckpt["monitor"]), throughput, resumable, report]
     if rank == 0:
@@ -187,6 +188,7 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
         "global_step": trainer.global_step,
         "epochs_completed": trainer.current_epoch,
         "world_size": world_size,
+        "resizes": resumable.resizes,
         "local_record": kept.record() if kept else None,
         "startup_marks": {
             "worker_imports_started": raydra.worker.IMPORTS_STARTED,

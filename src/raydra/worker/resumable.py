@@ -1,14 +1,18 @@
 """Exact resumption: what Lightning's checkpoint leaves out but a continuation needs (RNG, where the
-training data stood, the module's class)."""
+training data stood, the world size that trained it, the module's class)."""
 
 import itertools
+import logging
+import time
 import warnings
 from typing import Any, Dict, List, Optional
 
 import torch
 
+from raydra.console import PROGRESS_MARK
 from raydra.lightning import pl
 from raydra.private_apis import restart_train_iterator
+from raydra.summary import now
 
 
 class Resumable(pl.Callback):
@@ -24,15 +28,24 @@ class Resumable(pl.Callback):
       of seed and epoch) or through `set_epoch`/`skip` on other loaders (DeviceBatches).
     - Logger rows are flushed at each epoch start: everything up to the last checkpoint is on disk
       before a worker can die in the next epoch (TimedReport also flushes at each checkpoint).
+    - The world size that trained up to the checkpoint, and every resize so far (an elastic group,
+      scale.num_workers=[min, max], restarts on another size). Skipping stays exact across a resize:
+      the global batch is fixed, and both DistributedSampler and DeviceBatches deal the epoch's one
+      seeded order out by stride, so N batches on W workers are the order's first N x batch_size
+      samples whatever W is. A loader that cannot skip restarts the epoch (`restarted_epoch`).
     - The module's class, so `raydra.load` can rebuild it from the checkpoint alone.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, world_size: int = 1, elastic: bool = False) -> None:
+        # elastic: each epoch's row in metrics.csv also says how many workers trained it.
+        self.world_size, self.elastic = world_size, elastic
         self._trainer: Any = None
         self._batches = 0  # trained in the current epoch
         self._in_epoch = False
         self._restored: Optional[Dict[str, Any]] = None
         self.resumed_at: Optional[Dict[str, int]] = None
+        # Every change of world size this run has seen, carried from checkpoint to checkpoint.
+        self.resizes: List[Dict[str, Any]] = []
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self._trainer = trainer
@@ -47,7 +60,13 @@ class Resumable(pl.Callback):
         if torch.cuda.is_available():
             state["cuda"] = torch.cuda.get_rng_state_all()
         if self._trainer is not None:
-            state["data"] = {"epoch": self._trainer.current_epoch, "batches": self._batches, "mid_epoch": self._in_epoch}
+            state["data"] = {
+                "epoch": self._trainer.current_epoch,
+                "batches": self._batches,
+                "mid_epoch": self._in_epoch,
+                "world_size": self.world_size,
+            }
+        state["resizes"] = list(self.resizes)
         return state
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
@@ -55,6 +74,7 @@ class Resumable(pl.Callback):
         if "cuda" in state_dict and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state_dict["cuda"])
         self._restored = state_dict.get("data")
+        self.resizes = list(state_dict.get("resizes", []))
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         restored, self._restored = self._restored, None
@@ -65,11 +85,40 @@ class Resumable(pl.Callback):
             skip = restored["batches"]
         self._batches, self._in_epoch = skip, skip > 0
         self.resumed_at = {"epoch": epoch, "batches": skip, "of": int(trainer.num_training_batches), "global_step": trainer.global_step}
-        for loader in _train_loaders(trainer):
-            _position(loader, epoch, skip)
+        exact = all([_position(loader, epoch, skip) for loader in _train_loaders(trainer)])
+        # Checkpoints written before raydra recorded it hold no world size: no resize is claimed.
+        before = restored.get("world_size")
+        if before is not None and before != self.world_size:
+            self._record_resize(trainer, before, epoch, skip, exact)
         # The train iterator was made before this hook (Lightning's setup_data); a DataLoader with
         # worker processes has already queued batches from it, so make it again from the new position.
         restart_train_iterator(trainer)
+
+    def _record_resize(self, trainer: Any, before: int, epoch: int, skip: int, exact: bool) -> None:
+        """One entry in `resizes` (summary.json), one row in metrics.csv, one line in the worker log."""
+        resize = {
+            "at": now(),
+            "from": before,
+            "to": self.world_size,
+            "step": trainer.global_step,
+            "epoch": epoch,
+            # Batches of the interrupted epoch skipped as trained (0: the checkpoint was at an epoch's end).
+            "skipped_batches": skip if exact else 0,
+            # The epoch trained again from its first batch, when a loader could not skip exactly.
+            "restarted_epoch": None if exact or not skip else epoch,
+        }
+        self.resizes.append(resize)
+        where = f"epoch {epoch}, batch {skip}" if exact else f"epoch {epoch} from its first batch (its loader cannot skip)"
+        line = f"resized from {before} to {self.world_size} workers at global step {trainer.global_step}: continuing at {where}"
+        logging.getLogger("raydra").info(line)
+        if trainer.global_rank == 0:
+            # Marked for the driver's console (raydra.console picks rank 0's marked lines out of Ray's stream).
+            print(f"{PROGRESS_MARK}{line}", flush=True)
+        for logger in trainer.loggers:
+            logger.log_metrics(
+                {"epoch": epoch, "resize/from_workers": before, "resize/to_workers": self.world_size, "resize/time": time.time()},
+                step=trainer.global_step,
+            )
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self._batches, self._in_epoch = 0, True
@@ -85,6 +134,8 @@ class Resumable(pl.Callback):
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         # Runs before TimedReport's epoch-end checkpoint: that one resumes at the next epoch's start.
         self._in_epoch = False
+        if self.elastic:
+            pl_module.log("train/world_size", float(self.world_size), rank_zero_only=True)
 
 
 def _train_loaders(trainer: Any) -> List[Any]:
@@ -94,22 +145,23 @@ def _train_loaders(trainer: Any) -> List[Any]:
     return list(loaders) if isinstance(loaders, (list, tuple)) else [loaders]
 
 
-def _position(loader: Any, epoch: int, skip: int) -> None:
-    """Put a train loader at batch `skip` of epoch `epoch`."""
+def _position(loader: Any, epoch: int, skip: int) -> bool:
+    """Put a train loader at batch `skip` of epoch `epoch`; False when it cannot skip (it then
+    starts the epoch from its first batch)."""
     if isinstance(loader, torch.utils.data.DataLoader):
         batch_sampler = loader.batch_sampler
         for sampler in {id(s): s for s in (loader.sampler, getattr(batch_sampler, "sampler", None))}.values():
             if hasattr(sampler, "set_epoch"):
                 sampler.set_epoch(epoch)
         if not skip:
-            return
+            return True
         if type(batch_sampler) is not torch.utils.data.BatchSampler:
             warnings.warn(
                 f"raydra cannot skip the first {skip} batches of a DataLoader with a custom batch sampler; "
                 f"after this mid-epoch restart epoch {epoch} trains its first batches again.",
                 stacklevel=2,
             )
-            return
+            return False
         batch_sampler.sampler = _SkipFirst(batch_sampler.sampler, skip * batch_sampler.batch_size)
     elif hasattr(loader, "set_epoch") and hasattr(loader, "skip"):
         loader.set_epoch(epoch)
@@ -120,6 +172,8 @@ def _position(loader: Any, epoch: int, skip: int) -> None:
             f"set_epoch/skip); after this mid-epoch restart epoch {epoch} trains its first batches again.",
             stacklevel=2,
         )
+        return False
+    return True
 
 
 class _SkipFirst:
