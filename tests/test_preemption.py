@@ -14,6 +14,8 @@ import pytest
 from conftest import run_dirs, run_train, summary_of
 from test_reliability import EPOCHS, RUN, _epochs_with_val, _logged_steps, _resumed_at, _start, _wait_for_checkpoint, _worker_pids
 
+from raydra.worker.preemption import MAX_CHECK_EVERY
+
 NOTICE = re.compile(r"preemption notice \(SIGTERM\) after global step (\d+); saving a checkpoint at global step (\d+)")
 
 
@@ -42,10 +44,11 @@ def test_a_sigtermed_worker_checkpoints_at_the_signal_and_the_restart_continues_
     assert summary["status"] == "completed"
     assert summary["epochs_completed"] == EPOCHS and summary["global_step"] == reference["global_step"]
     # The signalled worker said when the signal came (the steps completed by then) and where it
-    # saved: at most the step in flight later. The new group resumed there, inside the epoch.
+    # saved: at the ranks' next exchange, a few steps later at most. The new group resumed there,
+    # inside the epoch.
     at_signal, saved = _notice(run_dir)
     epoch, batch, of, step = _resumed_at(run_dir)
-    assert step == saved and saved - at_signal in (0, 1), (at_signal, saved)
+    assert step == saved and 0 <= saved - at_signal <= MAX_CHECK_EVERY, (at_signal, saved)
     assert 0 < batch < of and step == epoch * of + batch and epoch >= 2
     assert set(_worker_pids(run_dir)) - {victim}
     # Every epoch validated once and every logged step once, in order; the same weights as the

@@ -1,12 +1,13 @@
-"""A preemption notice: SIGTERM to a Ray Train worker's process saves a checkpoint at the current
-step and reports it before the worker stops, so the restart loses at most the step in flight.
+"""A preemption notice: SIGTERM to a Ray Train worker's process saves a checkpoint within ~0.2 s of
+training and reports it before the worker stops, so the restart trains nothing twice.
 
 SIGTERM is what a spot node's shutdown and a Kubernetes pod eviction send, with a grace period
 before SIGKILL. Without this, Ray's own handler in the worker ends the process at once and the
 restart goes back to the last periodic checkpoint (measured: benchmarks/faults.py --only preemption).
 
     signal (main thread)        -> `_on_sigterm` notes it; training goes on
-    next batch end, every rank  -> the ranks agree (a one-number all-reduce) that one of them was told
+    a batch end, every rank     -> the ranks agree (a small all-reduce, about every 0.2 s of
+                                   training) that one of them was told
     every rank                  -> TimedReport saves a mid-epoch checkpoint and reports it; once Ray's
                                    controller has taken the report, each rank raises `Preempted`, and
                                    failure.max_failures restarts the group from that checkpoint
@@ -38,6 +39,10 @@ log = logging.getLogger("raydra")
 # How long a preempted worker waits for Ray's controller to take its last report (one poll,
 # RAY_TRAIN_HEALTH_CHECK_INTERVAL_S, 0.5 s as raydra sets it) before it stops regardless.
 REPORT_TAKEN_TIMEOUT_S = 30.0
+# How often, in training time, the ranks exchange whether one was told; never more than this many
+# batches apart (a run of very short steps).
+CHECK_EVERY_S = 0.2
+MAX_CHECK_EVERY = 64
 
 # Written on signal, read by the callback on the training thread.
 _notice: Dict[str, Any] = {"armed": False, "at": None, "step": 0, "step_at_signal": None, "count": 0, "previous": None, "watching": False}
@@ -111,14 +116,18 @@ class PreemptionNotice(pl.Callback):
     def __init__(self, report: TimedReport, rank: int) -> None:
         self.report, self.rank = report, rank
         self._group: Any = None
+        # Batch ends between exchanges (agreed by the ranks), and the clock at the last exchange.
+        self._every, self._since, self._checked_at = 1, 0, 0.0
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         run_on_train_worker_main_thread(_install)
         _notice.update(armed=True, at=None, count=0, step=trainer.global_step, step_at_signal=None)
-        if torch.distributed.is_initialized() and torch.distributed.get_backend() != "gloo":
-            # The agreement is one CPU number per step: over gloo, so a GPU run does not wait on
-            # its device every step to read it (every rank creates the group, in the same order).
+        if torch.distributed.is_initialized() and self._group is None:
+            # The agreement is one CPU number per step, over a gloo group of its own: a GPU run does
+            # not wait on its device to read it, and it never interleaves with DDP's own collectives
+            # (every rank creates the group, in the same order).
             self._group = torch.distributed.new_group(backend="gloo")
+        self._every, self._since, self._checked_at = 1, 0, 0.0
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         _notice["armed"] = False
@@ -157,12 +166,26 @@ class PreemptionNotice(pl.Callback):
         )
 
     def _noticed_by(self, trainer: Any) -> Optional[int]:
-        """The lowest rank whose process got SIGTERM, as every rank agrees; None if none did."""
+        """The lowest rank whose process got SIGTERM, as every rank agrees; None if none did.
+
+        The ranks exchange this every `self._every` batch ends, about every CHECK_EVERY_S of
+        training: at every step, the exchange cost 18% of a 2-worker digits run's samples/s
+        (~15 ms steps on 2 cores; measured, waited for or not), every ~0.2 s 4%. Each exchange also agrees on the
+        next interval (the largest any rank proposes), so every rank exchanges at the same batch.
+        Training goes on until the agreed batch, so nothing is lost: the checkpoint comes at most
+        CHECK_EVERY_S of training after the signal."""
         mine = self.rank if _notice["at"] is not None else -1
         if not torch.distributed.is_initialized() or trainer.world_size == 1:
             return mine if mine >= 0 else None
+        self._since += 1
+        if self._since < self._every:
+            return None
+        now = time.monotonic()
+        step_s = (now - self._checked_at) / self._since if self._checked_at else None
+        self._since, self._checked_at = 0, now
+        proposal = max(1, min(MAX_CHECK_EVERY, int(CHECK_EVERY_S / step_s))) if step_s else 1
         # MAX of (world_size - rank): the lowest noticed rank wins, 0 means none.
-        flag = torch.tensor([trainer.world_size - mine if mine >= 0 else 0], dtype=torch.int64)
+        flag = torch.tensor([trainer.world_size - mine if mine >= 0 else 0, proposal], dtype=torch.int64)
         torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX, group=self._group)
-        value = int(flag.item())
+        value, self._every = int(flag[0]), int(flag[1])
         return trainer.world_size - value if value else None
