@@ -5,6 +5,7 @@ with `ray start --head` (which also exercises `ray.address=`). Tests that must p
 in-process local start do so by leaving ray.address unset.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -71,6 +72,32 @@ def ray_cluster(tmp_path_factory):
 def _short_temp_dir(prefix: str) -> Path:
     """A Ray --temp-dir: short, as Ray's unix sockets live below it and a socket path may not exceed 107 bytes."""
     return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+@contextlib.contextmanager
+def cluster_of_nodes(monkeypatch, nodes: int, temp_prefix: str):
+    """A ray.cluster_utils.Cluster: a head with no CPU (nothing of a run lands there but the driver)
+    and `nodes` 1-CPU nodes, separate raylets that Ray schedules and fails like separate hosts. Its
+    own temp dir (the nodes take the head's), ports and processes: the session's `ray start` cluster
+    is untouched, and shutdown stops only what this cluster started. Its processes, started from
+    this one, find its State API through RAY_API_SERVER_ADDRESS (see raydra.testing.start_ray_head)."""
+    from ray.cluster_utils import Cluster
+
+    dashboard_port = free_port()
+    monkeypatch.setenv("RAY_API_SERVER_ADDRESS", f"http://127.0.0.1:{dashboard_port}")
+    temp_dir = _short_temp_dir(temp_prefix)
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 0, "gcs_server_port": free_port(), "dashboard_port": dashboard_port, "temp_dir": str(temp_dir)},
+    )
+    try:
+        for _ in range(nodes):
+            cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        cluster.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def run_train(*overrides: str, outputs: Path, address: str = None, timeout: int = 600, env: dict = None):
@@ -157,6 +184,7 @@ class PrivateDiskCluster:
     address: str  # the head's GCS address, for ray.address= / ray.init(address=...)
     outputs: Path  # a directory only the driver's side sees: the worker node has an empty tmpfs there
     worker_temp_dir: Path  # the worker node's own Ray temp dir (its session logs)
+    env: dict  # what its nodes were started with (S3_ENV, the auth token, its State API address)
 
 
 @pytest.fixture(scope="session")
@@ -183,88 +211,85 @@ def private_disk_cluster(tmp_path_factory):
     if probe.returncode != 0:
         pytest.skip(f"unshare --mount is refused here ({probe.stderr.strip()}); run as root with CAP_SYS_ADMIN")
 
-    ray = str(Path(sys.executable).parent / "ray")
     dashboard_port = free_port()
     # Its nodes' processes reach its State API here (see raydra.testing.start_ray_head).
     env = {**base_env(), **S3_ENV, "RAY_API_SERVER_ADDRESS": f"http://127.0.0.1:{dashboard_port}"}
     logs = tmp_path_factory.mktemp("private_disk_cluster")
     outputs = tmp_path_factory.mktemp("private_outputs")
     head_temp, worker_temp = _short_temp_dir("rayp-"), _short_temp_dir("rayw-")
-
-    def node_ports() -> list:
-        return [
-            f"--node-manager-port={free_port()}",
-            f"--object-manager-port={free_port()}",
-            f"--metrics-export-port={free_port()}",
-            f"--dashboard-agent-listen-port={free_port()}",
-            f"--dashboard-agent-grpc-port={free_port()}",
-            f"--runtime-env-agent-port={free_port()}",
-            "--object-store-memory=300000000",
-            "--num-gpus=0",
-            "--disable-usage-stats",
-            "--block",
-        ]
-
-    def start(cmd: list, log_path: Path) -> subprocess.Popen:
-        with open(log_path, "w") as log:
-            return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-
-    def wait_started(proc: subprocess.Popen, log_path: Path, what: str) -> str:
-        deadline = time.time() + 120
-        while "Ray runtime started" not in log_path.read_text():
-            if proc.poll() is not None or time.time() > deadline:
-                pytest.fail(f"the private-disk cluster's {what} did not start: {log_path.read_text()[-2000:]}")
-            time.sleep(0.5)
-        return log_path.read_text()
-
-    head_log, worker_log = logs / "head.log", logs / "worker.log"
-    head = start(
+    head_log = logs / "head.log"
+    head = _start_node(
         [
-            ray,
-            "start",
             "--head",
             f"--port={free_port()}",
             f"--dashboard-port={dashboard_port}",
             f"--ray-client-server-port={free_port()}",
             "--num-cpus=0",
             f"--temp-dir={head_temp}",
-            *node_ports(),
         ],
         head_log,
+        env,
     )
     worker = None
     try:
-        address = re.search(r"ray start --address='([^']+)'", wait_started(head, head_log, "head")).group(1)
-        # unshare execs sh, which execs `ray start`: one pid from Popen to the raylet's parent, so
-        # stop_process_tree reaches the whole node. The tmpfs lives as long as the namespace's processes.
-        worker = start(
-            [
-                "unshare",
-                "--mount",
-                "--propagation",
-                "private",
-                "sh",
-                "-c",
-                'mount -t tmpfs -o size=256m raydra-private-outputs "$1" && shift && exec "$@"',
-                "sh",
-                str(outputs),
-                ray,
-                "start",
-                f"--address={address}",
-                "--num-cpus=2",
-                f"--temp-dir={worker_temp}",
-                *node_ports(),
-            ],
-            worker_log,
-        )
-        wait_started(worker, worker_log, "worker node")
-        yield PrivateDiskCluster(address=address, outputs=outputs, worker_temp_dir=worker_temp)
+        address = re.search(r"ray start --address='([^']+)'", _wait_node_started(head, head_log, "head")).group(1)
+        cluster = PrivateDiskCluster(address=address, outputs=outputs, worker_temp_dir=worker_temp, env=env)
+        worker = start_private_node(cluster, num_cpus=2, temp_dir=worker_temp, log_path=logs / "worker.log")
+        yield cluster
     finally:
         if worker is not None:
             stop_ray_node(worker)
         stop_ray_node(head)
         shutil.rmtree(worker_temp, ignore_errors=True)
         shutil.rmtree(head_temp, ignore_errors=True)
+
+
+def start_private_node(cluster: "PrivateDiskCluster", num_cpus: int, temp_dir: Path, log_path: Path) -> subprocess.Popen:
+    """One more node of the private-disk cluster, started and joined: `unshare --mount --propagation
+    private` (its own mount namespace, whose mounts do not propagate back), a private tmpfs mounted
+    over the cluster's outputs, then `ray start --address=<head> --block` with its own --temp-dir (so
+    its log monitor reads only its own workers' logs: two monitors on one session dir publish every
+    line twice) and free ports. unshare execs sh, which execs `ray start`: one pid from Popen to the
+    raylet's parent, so stop_ray_node reaches the whole node; the tmpfs lives as long as the
+    namespace's processes."""
+    node = _start_node(
+        [f"--address={cluster.address}", f"--num-cpus={num_cpus}", f"--temp-dir={temp_dir}"],
+        log_path,
+        cluster.env,
+        private_dir=cluster.outputs,
+    )
+    _wait_node_started(node, log_path, f"node in {temp_dir}")
+    return node
+
+
+def _start_node(args: list, log_path: Path, env: dict, private_dir: Path = None) -> subprocess.Popen:
+    ports = [
+        f"--node-manager-port={free_port()}",
+        f"--object-manager-port={free_port()}",
+        f"--metrics-export-port={free_port()}",
+        f"--dashboard-agent-listen-port={free_port()}",
+        f"--dashboard-agent-grpc-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}",
+        "--object-store-memory=300000000",
+        "--num-gpus=0",
+        "--disable-usage-stats",
+        "--block",
+    ]
+    cmd = [str(Path(sys.executable).parent / "ray"), "start", *args, *ports]
+    if private_dir is not None:
+        mount = 'mount -t tmpfs -o size=256m raydra-private-outputs "$1" && shift && exec "$@"'
+        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount, "sh", str(private_dir), *cmd]
+    with open(log_path, "w") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def _wait_node_started(proc: subprocess.Popen, log_path: Path, what: str) -> str:
+    deadline = time.time() + 120
+    while "Ray runtime started" not in log_path.read_text():
+        if proc.poll() is not None or time.time() > deadline:
+            pytest.fail(f"the private-disk cluster's {what} did not start: {log_path.read_text()[-2000:]}")
+        time.sleep(0.5)
+    return log_path.read_text()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ driver's disk went through storage or Ray. Bad storage input is refused before a
 
 import csv
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,11 +18,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import REPO, S3_ENV, base_env, run_dirs, run_train, summary_of
+from conftest import REPO, S3_ENV, _short_temp_dir, base_env, run_dirs, run_train, start_private_node, summary_of
 
 from raydra import storage
 from raydra.errors import RaydraError
 from raydra.run_record import check_writable
+from raydra.testing import stop_ray_node
 
 # Epochs of about a second: six, so the run is still going when the test kills a worker and then
 # the driver (with three it could end first, once Ray Train's poll stopped pacing epochs at 2 s).
@@ -239,3 +241,51 @@ def test_the_storage_location_mirrors_the_run_directory_under_outputs(tmp_path):
     assert location("s3://b/p?scheme=http", str(tmp_path / "out"), run_dir) == "s3://b/p/runs/2026-11-23/20-41-00_vit?scheme=http"
     assert location(None, str(tmp_path / "out"), run_dir) is None
     assert location("/nfs/raydra", str(tmp_path / "elsewhere"), run_dir) == str(Path("/nfs/raydra/runs/20-41-00_vit"))
+
+
+@pytest.mark.e2e
+def test_an_elastic_run_on_s3_shrinks_when_a_private_disk_node_is_lost_and_grows_back(private_disk_cluster, s3_bucket, tmp_path):
+    """Issue 19's elastic run on nodes that share no disk: the fixture's node (2 CPUs) and one more
+    started here (1 CPU), each with a private tmpfs over the outputs. `scale.num_workers=[2,3]`
+    needs the extra node for its third worker; it is stopped after the first checkpoint in storage
+    (the run goes on with 2 workers, from that checkpoint), started again (back to 3), and the run
+    ends whole on the driver's disk with both resizes recorded."""
+    from test_elastic import _wait_for_line
+
+    epochs = 40
+    run = (
+        "experiment=vit_digits_smoke", f"trainer.max_epochs={epochs}", "trainer.test=false", "checkpoint.num_to_keep=1",
+        "scale.num_workers=[2,3]", "data.batch_size=48", "failure.max_failures=3", "scale.resize_check_s=5",
+    )  # fmt: skip
+    outputs = private_disk_cluster.outputs / uuid.uuid4().hex[:8]
+    temps = [_short_temp_dir("rayx-"), _short_temp_dir("rayy-")]
+    extra = start_private_node(private_disk_cluster, num_cpus=1, temp_dir=temps[0], log_path=tmp_path / "extra.log")
+    again = driver = None
+    try:
+        driver = _start(*run, _storage(s3_bucket), outputs=outputs, address=private_disk_cluster.address)
+        run_dir = _wait(lambda: next(iter(run_dirs(outputs)), None), driver, "the run directory")
+        run_storage = summary_of(run_dir)["storage"]
+        _wait(lambda: _registered_checkpoints(run_storage) >= 1, driver, "a checkpoint in storage")
+        stop_ray_node(extra)
+        _wait_for_line(run_dir, driver, "resized from 3 to 2 workers", timeout=240)
+        again = start_private_node(private_disk_cluster, num_cpus=1, temp_dir=temps[1], log_path=tmp_path / "again.log")
+        _wait_for_line(run_dir, driver, "resized from 2 to 3 workers", timeout=240)
+        out, _ = driver.communicate(timeout=600)
+    finally:
+        if driver is not None and driver.poll() is None:
+            driver.kill()
+        for node in (extra, again):
+            if node is not None:
+                stop_ray_node(node)
+        for temp in temps:
+            shutil.rmtree(temp, ignore_errors=True)
+    assert driver.returncode == 0, out
+
+    summary = summary_of(run_dir)
+    assert summary["status"] == "completed" and summary["epochs_completed"] == epochs and summary["world_size"] == 3
+    assert [(r["from"], r["to"]) for r in summary["resizes"]] == [(3, 2), (2, 3)]
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    assert sorted(int(r["epoch"]) for r in rows if r.get("val/acc")) == list(range(epochs))
+    assert "resized from 3 to 2 workers" in out and "resized from 2 to 3 workers" in out
+    # The record came through storage: the workers could not see this directory.
+    assert summary["checkpoints"]["last"].startswith("s3://")

@@ -6,13 +6,12 @@ and fails like separate hosts (see test_multinode.py)."""
 
 import csv
 import re
-import shutil
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import _short_temp_dir, run_train, summary_of
+from conftest import cluster_of_nodes, run_train, summary_of
 from probe import seen_per_epoch
 from test_config import composed
 from test_multinode import _node_of
@@ -93,25 +92,9 @@ def test_the_skip_of_a_mid_epoch_resume_is_exact_across_world_sizes():
 
 @pytest.fixture
 def cluster(monkeypatch):
-    """A head with no CPU and two 1-CPU nodes: room for [1,2]'s max, and for 1 worker after a loss.
-    Its own temp dir (the nodes take the head's), ports and State API address (see test_multinode)."""
-    from ray.cluster_utils import Cluster
-
-    dashboard_port = free_port()
-    monkeypatch.setenv("RAY_API_SERVER_ADDRESS", f"http://127.0.0.1:{dashboard_port}")
-    temp_dir = _short_temp_dir("raye-")
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 0, "gcs_server_port": free_port(), "dashboard_port": dashboard_port, "temp_dir": str(temp_dir)},
-    )
-    try:
-        for _ in range(2):
-            cluster.add_node(num_cpus=1)
-        cluster.wait_for_nodes()
+    """A head with no CPU and two 1-CPU nodes: room for [1,2]'s max, and for 1 worker after a loss."""
+    with cluster_of_nodes(monkeypatch, nodes=2, temp_prefix="raye-") as cluster:
         yield cluster
-    finally:
-        cluster.shutdown()
-        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 NO_AUTH = {"RAY_AUTH_MODE": "disabled"}

@@ -10,34 +10,17 @@ import re
 
 import psutil
 import pytest
-from conftest import summary_of
+from conftest import cluster_of_nodes, summary_of
 from test_reliability import EPOCHS, RUN, _epochs_with_val, _resumed_at, _start, _wait_for_checkpoint, _worker_pids
-
-from raydra.testing import free_port
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
 def cluster(monkeypatch):
-    """A head node with no CPU (nothing of the run lands there but the driver) and three 1-CPU nodes.
-    Its own ports and processes: the session's `ray start` cluster is untouched, and shutdown
-    stops only what this cluster started. Its processes, started from this one, find its State API
-    through RAY_API_SERVER_ADDRESS (see raydra.testing.start_ray_head)."""
-    from ray.cluster_utils import Cluster
-
-    dashboard_port = free_port()
-    monkeypatch.setenv("RAY_API_SERVER_ADDRESS", f"http://127.0.0.1:{dashboard_port}")
-    cluster = Cluster(
-        initialize_head=True, head_node_args={"num_cpus": 0, "gcs_server_port": free_port(), "dashboard_port": dashboard_port}
-    )
-    try:
-        for _ in range(3):
-            cluster.add_node(num_cpus=1)
-        cluster.wait_for_nodes()
+    """A head node with no CPU and three 1-CPU nodes (conftest.cluster_of_nodes)."""
+    with cluster_of_nodes(monkeypatch, nodes=3, temp_prefix="raym-") as cluster:
         yield cluster
-    finally:
-        cluster.shutdown()
 
 
 def test_a_spread_run_survives_losing_a_node_that_holds_a_worker(cluster, tmp_path):
