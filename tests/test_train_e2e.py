@@ -109,9 +109,10 @@ def test_gpu_workers_on_a_cluster_without_gpus_fail_clearly(ray_cluster, tmp_pat
 
 
 def test_a_wrong_type_fails_before_anything_is_written(tmp_path):
-    done = run_train("scale.num_workers=abc", outputs=tmp_path, timeout=60)
+    # A typed key (scale.num_workers takes a count or [min, max], which only raydra's own check types).
+    done = run_train("scale.cpus_per_worker=abc", outputs=tmp_path, timeout=60)
     assert done.returncode == 1
-    assert "scale.num_workers=abc" in done.stderr
+    assert "scale.cpus_per_worker=abc" in done.stderr
     assert not (tmp_path / "runs").exists()
 
 

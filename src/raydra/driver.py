@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import ray
 from omegaconf import DictConfig
 
 from raydra import fit, project, resume, run_record, startup
@@ -88,7 +89,12 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str]) -> Dict[str, Any]:
         _fail(summary, run, started, str(error))
         raise
     except KeyboardInterrupt:
-        # The workers may still be reporting: a checkpoint being registered is given a moment.
+        # Ray Train's controller and workers train on until this process leaves Ray, and a checkpoint
+        # they register after the one named here deletes it under checkpoint.num_to_keep (seen in
+        # the suite: summary.json named a checkpoint gone a moment later). Leave first, then give a
+        # checkpoint that was being registered as Ray stopped them a moment.
+        if ray.is_initialized():
+            ray.shutdown()
         summary["checkpoints"] = {"last": fit.last_checkpoint(run_dir, run_id, run["storage"], settle_s=5.0)}
         _fail(summary, run, started, "interrupted (Ctrl-C or SIGTERM); continue it with resume=" + str(run_dir), status="interrupted")
         raise
