@@ -130,7 +130,9 @@ def test_an_elastic_run_shrinks_on_a_lost_node_and_grows_back(cluster, tmp_path)
         # It continues on the one node left, without a replacement...
         _wait_for_line(run_dir, driver, "resized from 2 to 1 workers", timeout=240)
         shrunk_in = time.time() - lost_at
-        # ...and grows back once a node joins.
+        # ...and grows back once a node joins: after the 1-worker group's first checkpoint, which
+        # carries the resize (a group restarted before it would continue from the 2-worker one).
+        wait_for_an_epoch_on(run_dir, driver, workers=1)
         cluster.add_node(num_cpus=1)
         _wait_for_line(run_dir, driver, "resized from 1 to 2 workers", timeout=240)
         out, _ = driver.communicate(timeout=400)
@@ -160,6 +162,19 @@ def test_an_elastic_run_shrinks_on_a_lost_node_and_grows_back(cluster, tmp_path)
     assert sizes[0] == 2 and 1 in sizes and sizes[-1] == 2
     # The console said each resize in one line.
     assert "resized from 2 to 1 workers" in out and "resized from 1 to 2 workers" in out
+
+
+def wait_for_an_epoch_on(run_dir: Path, driver, workers: int, timeout: float = 240) -> None:
+    """Until metrics.csv (flushed at each checkpoint) holds an epoch trained on `workers` workers."""
+    deadline = time.time() + timeout
+    metrics = run_dir / "metrics.csv"
+    while time.time() < deadline:
+        assert driver.poll() is None, driver.communicate()[0]
+        rows = list(csv.DictReader(metrics.open())) if metrics.exists() else []
+        if any(r.get("train/world_size") and int(float(r["train/world_size"])) == workers for r in rows):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no epoch on {workers} worker(s) in {metrics} within {timeout} s")
 
 
 def _wait_for_line(run_dir: Path, driver, text: str, timeout: float) -> None:
