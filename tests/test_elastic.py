@@ -14,7 +14,7 @@ import pytest
 from conftest import cluster_of_nodes, run_train, summary_of
 from probe import seen_per_epoch
 from test_config import composed
-from test_multinode import _node_of
+from test_multinode import _node_of, _victim_node
 from test_reliability import _epochs_with_val, _logged_steps, _start, _wait_for_checkpoint, _worker_pids
 
 from raydra.errors import RaydraError
@@ -121,9 +121,7 @@ def test_an_elastic_run_shrinks_on_a_lost_node_and_grows_back(cluster, tmp_path)
         nodes = {_node_of(cluster, pid) for pid in first_workers}
         assert len(first_workers) == 2 and len(nodes) == 2
         # Not the node of Ray Train's controller: Ray restarts workers, never its controller.
-        controller = re.search(r"\(TrainController pid=(\d+)", (run_dir / "logs" / "ray.log").read_text())
-        spared = _node_of(cluster, int(controller.group(1))) if controller else None
-        victim = next(node for node in nodes if node is not spared)
+        victim = _victim_node(cluster, run_dir, nodes)
         lost_at = time.time()
         cluster.remove_node(victim, allow_graceful=False)
 
@@ -203,9 +201,7 @@ def test_a_resize_inside_an_epoch_skips_exactly_the_batches_trained_on_the_old_s
     try:
         run_dir = _wait_for_checkpoint(tmp_path, driver)
         nodes = {_node_of(cluster, pid) for pid in _worker_pids(run_dir)}
-        controller = re.search(r"\(TrainController pid=(\d+)", (run_dir / "logs" / "ray.log").read_text())
-        spared = _node_of(cluster, int(controller.group(1))) if controller else None
-        cluster.remove_node(next(node for node in nodes if node is not spared), allow_graceful=False)
+        cluster.remove_node(_victim_node(cluster, run_dir, nodes), allow_graceful=False)
         out, _ = driver.communicate(timeout=400)
     finally:
         if driver.poll() is None:

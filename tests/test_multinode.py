@@ -43,9 +43,7 @@ def test_a_spread_run_survives_losing_a_node_that_holds_a_worker(cluster, tmp_pa
 
         # Remove a node holding a worker, but not the one the run's controller lives on: losing the
         # controller ends the run whatever max_failures says (Ray restarts workers, not its controller).
-        controller = re.search(r"\(TrainController pid=(\d+)", (run_dir / "logs" / "ray.log").read_text())
-        spared = _node_of(cluster, int(controller.group(1))) if controller else None
-        victim = next(node for node in nodes if node is not spared)
+        victim = _victim_node(cluster, run_dir, nodes)
         cluster.remove_node(victim, allow_graceful=False)
 
         out, _ = driver.communicate(timeout=400)
@@ -63,6 +61,15 @@ def test_a_spread_run_survives_losing_a_node_that_holds_a_worker(cluster, tmp_pa
     assert len(restarted) == 2
     epoch, batch, _, _ = _resumed_at(run_dir)
     assert epoch >= 1 and batch == 0
+
+
+def _victim_node(cluster, run_dir, nodes: set):
+    """One of `nodes` (those holding the run's workers) that does not hold Ray Train's controller:
+    losing the controller's node ends the run whatever failure.max_failures says (Ray restarts
+    workers, never its controller)."""
+    controller = re.search(r"\(TrainController pid=(\d+)", (run_dir / "logs" / "ray.log").read_text())
+    spared = _node_of(cluster, int(controller.group(1))) if controller else None
+    return next(node for node in nodes if node is not spared)
 
 
 def _node_of(cluster, pid: int):
