@@ -234,3 +234,41 @@ def test_group_options_set_only_what_they_change_from_the_schema():
         defaults = OmegaConf.to_container(OmegaConf.structured(dataclass))
         repeated = [key for key, value in leaves(option) if OmegaConf.select(OmegaConf.create(defaults), key, default="<absent>") == value]
         assert not repeated, f"conf/{path} repeats the schema's defaults for {repeated}"
+
+
+DRIVER_SIDE_SCRIPT = """
+import sys
+from pathlib import Path
+from hydra import compose, initialize_config_dir
+import ray.cloudpickle
+from raydra import fit, worker
+from raydra.entry import CONF_DIR
+from raydra.schema import register_schemas
+
+register_schemas()
+with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    cfg = compose(config_name="train", overrides=sys.argv[1:])
+config = fit.resolve(cfg, Path("/tmp/unused"), "run")
+function = ray.cloudpickle.dumps(worker.train_loop)
+print(fit.data_to_describe(cfg), b"raydra.worker" in function, "pytorch_lightning" in sys.modules, "torchmetrics" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("data", ["data=digits", "data=cifar10 data.root=/data/cifar10", "data=synthetic"])
+def test_the_driver_of_a_run_whose_data_states_its_classes_never_imports_lightning(data):
+    """Lightning with torchmetrics is ~3 s of CPU the driver spent before every fit (the workers
+    import it anyway): the driver resolves the config and hands Ray Train a training function that
+    pickles by reference to a module without them."""
+    done = subprocess.run([sys.executable, "-c", DRIVER_SIDE_SCRIPT, *data.split()], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["None", "True", "False", "False"]
+
+
+def test_data_whose_classes_are_left_null_is_asked_to_describe_itself():
+    from raydra.fit import data_to_describe
+
+    assert data_to_describe(composed("data=imagefolder", "data.root=/x")) == "raydra.data.imagefolder.ImageFolderDataModule"
+    # A stated count is still checked against the data: class_names is left null.
+    assert data_to_describe(composed("data=imagefolder", "data.root=/x", "data.num_classes=3")) is not None
+    assert data_to_describe(composed("data=hf", "data.name=x")) == "raydra.data.hf.HFImageDataModule"
+    assert data_to_describe(composed()) is None

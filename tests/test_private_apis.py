@@ -288,6 +288,44 @@ def test_a_train_worker_runs_a_function_on_its_main_thread_and_sees_its_reports_
     assert "RESULT {'on_main': True, 'taken': True}" in done.stdout, done.stdout + done.stderr
 
 
+# Two one-worker runs, without and with a dataset; counts the DatasetManager actors of this job.
+DATASET_MANAGER_SCRIPT = """
+import sys, tempfile
+import ray, ray.data, ray.train
+from ray.util.state import list_actors
+from raydra.private_apis import torch_trainer_class
+
+def train_fn():
+    ray.train.report({"reported": 1})
+
+ray.init(address=sys.argv[1])
+job = ray.get_runtime_context().get_job_id()
+def managers():
+    return len([a for a in list_actors(filters=[("class_name", "=", "DatasetManager")], limit=10000) if a.job_id == job])
+counts = []
+for datasets in (None, {"train": ray.data.range(4)}):
+    torch_trainer_class()(train_fn, datasets=datasets, scaling_config=ray.train.ScalingConfig(num_workers=1),
+                          run_config=ray.train.RunConfig(storage_path=tempfile.mkdtemp())).fit()
+    counts.append(managers())
+print("MANAGERS", counts)
+"""
+
+
+@pytest.mark.e2e
+def test_a_trainer_without_datasets_starts_no_dataset_manager_and_one_with_datasets_does(ray_cluster):
+    """torch_trainer_class drops Ray Train's Ray Data set-up (its DatasetsCallback, which starts a
+    DatasetManager actor) only when the run hands it no datasets."""
+    import subprocess
+    import sys
+
+    from conftest import base_env
+
+    done = subprocess.run(
+        [sys.executable, "-c", DATASET_MANAGER_SCRIPT, ray_cluster], capture_output=True, text=True, timeout=300, env=base_env()
+    )
+    assert "MANAGERS [0, 1]" in done.stdout, done.stdout + done.stderr[-3000:]
+
+
 def test_rays_checkpoint_snapshot_names_the_registered_checkpoints_latest_last(tmp_path):
     from ray.train.v2._internal.constants import CHECKPOINT_MANAGER_SNAPSHOT_FILENAME
     from ray.train.v2._internal.execution.checkpoint.checkpoint_manager import _CheckpointManagerState, _TrainingResultState

@@ -1,7 +1,7 @@
 """The fit core: one resolved config in, one trained run directory and its record out.
 
     resolve(cfg, run_dir, run_id)   composed config -> plain data the workers can use (no Hydra there)
-    fit_and_record(config, summary) TorchTrainer(worker.loop.train_loop) -> summary.json's outcome
+    fit_and_record(config, summary) TorchTrainer(worker.train_loop) -> summary.json's outcome
 
 Every run goes through here: a single run (raydra.driver), a Tune trial (raydra.sweep.trial) and,
 through the driver, each job of a Hydra multirun. Nothing here reads Hydra's global state, exits
@@ -25,7 +25,13 @@ from raydra import run_record, startup, storage
 from raydra import summary as run_summary
 from raydra.cluster import worker_resources
 from raydra.errors import RaydraError
-from raydra.private_apis import elastic_reacts_quickly, poll_workers_often, registered_checkpoint_names, worker_setup_hook_env
+from raydra.private_apis import (
+    elastic_reacts_quickly,
+    poll_workers_often,
+    registered_checkpoint_names,
+    torch_trainer_class,
+    worker_setup_hook_env,
+)
 from raydra.redact import redact
 from raydra.schema import is_elastic, worker_range
 from raydra.worker import preload
@@ -170,7 +176,7 @@ def describe_data(cfg: DictConfig) -> None:
     """Fill what the data can state about itself (a Hugging Face ClassLabel's names, an image
     folder's class folders) into data.num_classes and data.class_names, before resolving, so the
     model's `${data.num_classes}` follows and the user never repeats it. A stated count must agree."""
-    target = cfg.data.get("_target_")
+    target = data_to_describe(cfg)
     if not target:
         return
     from hydra.utils import get_class
@@ -190,6 +196,18 @@ def describe_data(cfg: DictConfig) -> None:
     with open_dict(cfg):
         cfg.data.num_classes = facts["num_classes"]
         cfg.data.class_names = facts["class_names"]
+
+
+def data_to_describe(cfg: DictConfig) -> Optional[str]:
+    """The data module's `_target_` when its class is to describe the data: its config leaves
+    num_classes or class_names null (data=hf, data=imagefolder). A data config that states its
+    classes and has no class_names key (digits, cifar10, synthetic) is not asked, so the driver
+    need not import the class's module, and Lightning with it (~3 s of CPU before the fit)."""
+    data = cfg.data
+    if not data.get("_target_"):
+        return None
+    asks = data.get("num_classes") is None or ("class_names" in data and data.class_names is None)
+    return data._target_ if asks else None
 
 
 def wandb_mode(requested: Any) -> str:
@@ -217,10 +235,9 @@ def _wandb_api_key_configured() -> bool:
 
 def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any], marks: Dict[str, float]) -> Any:
     import ray.train
-    from ray.train.torch import TorchTrainer
+    from ray.train.torch import TorchConfig
 
-    from raydra.worker.loop import train_loop
-    from raydra.worker.strategies import torch_config
+    from raydra.worker import train_loop
 
     run_id = config["run"]["id"]
     scale, ckpt = config["scale"], config["checkpoint"]
@@ -248,11 +265,12 @@ def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any], marks: 
         # Built here, once, so preprocessing runs as Ray Data tasks beside the workers; each
         # worker only learns the row counts, which size its batches.
         datasets, config["run"]["data_rows"] = build(config)
-    trainer = TorchTrainer(
+    trainer = torch_trainer_class()(
         train_loop,
         train_loop_config=config,
         datasets=datasets,
-        torch_config=torch_config(config["strategy"]),
+        # The process group's backend and timeout are Ray's to set, not Lightning's.
+        torch_config=TorchConfig(backend=config["strategy"].get("backend"), timeout_s=config["strategy"].get("timeout_s", 1800)),
         scaling_config=ray.train.ScalingConfig(
             # Ray takes [min, max] as a tuple of ints; it starts once min fit and grows to max.
             num_workers=worker_range(scale["num_workers"]) if elastic else scale["num_workers"],

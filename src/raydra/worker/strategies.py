@@ -63,13 +63,6 @@ def check_ray_environment(trainer: Any) -> Any:
     return prepare_trainer(trainer)
 
 
-def torch_config(settings: Dict[str, Any]) -> Any:
-    """Ray's TorchConfig: the process group backend and timeout are Ray's to set, not Lightning's."""
-    from ray.train.torch import TorchConfig
-
-    return TorchConfig(backend=settings.get("backend"), timeout_s=settings.get("timeout_s", 1800))
-
-
 class RayDDP(RayDDPStrategy):
     """RayDDPStrategy that leaves the module unwrapped when it is the only worker.
 
