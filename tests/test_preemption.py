@@ -44,12 +44,13 @@ def test_a_sigtermed_worker_checkpoints_at_the_signal_and_the_restart_continues_
     assert summary["status"] == "completed"
     assert summary["epochs_completed"] == EPOCHS and summary["global_step"] == reference["global_step"]
     # The signalled worker said when the signal came (the steps completed by then) and where it
-    # saved: at the ranks' next exchange, a few steps later at most. The new group resumed there,
-    # inside the epoch.
+    # saved: at the ranks' next exchange, a few steps later at most. The new group resumed there:
+    # inside the epoch, or at the next epoch's start when that exchange fell past the epoch's last
+    # batch (a signal in its last ~0.2 s; seen in the full suite, where the epoch is found late).
     at_signal, saved = _notice(run_dir)
     epoch, batch, of, step = _resumed_at(run_dir)
     assert step == saved and 0 <= saved - at_signal <= MAX_CHECK_EVERY, (at_signal, saved)
-    assert 0 < batch < of and step == epoch * of + batch and epoch >= 2
+    assert 0 <= batch < of and step == epoch * of + batch and epoch >= 2
     assert set(_worker_pids(run_dir)) - {victim}
     # Every epoch validated once and every logged step once, in order; the same weights as the
     # uninterrupted run (the same batches in the same order): none trained twice, none skipped.

@@ -301,7 +301,8 @@ def train_fn():
 ray.init(address=sys.argv[1])
 job = ray.get_runtime_context().get_job_id()
 def managers():
-    return len([a for a in list_actors(filters=[("class_name", "=", "DatasetManager")], limit=10000) if a.job_id == job])
+    found = list_actors(address=sys.argv[1], filters=[("class_name", "=", "DatasetManager")], limit=10000)
+    return len([a for a in found if a.job_id == job])
 counts = []
 for datasets in (None, {"train": ray.data.range(4)}):
     torch_trainer_class()(train_fn, datasets=datasets, scaling_config=ray.train.ScalingConfig(num_workers=1),

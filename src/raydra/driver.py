@@ -109,9 +109,13 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str]) -> Dict[str, Any]:
 
 
 def _import_in_background(data_target: Optional[str]) -> None:
-    """Import the modules the fit needs, in a daemon thread, so the import runs alongside Ray's
+    """Import the modules the fit needs, in another thread, so the import runs alongside Ray's
     start. Only a warm-up: whoever needs a module imports it as usual (waiting for this thread if
-    it is halfway), and an import that fails here fails there too, with its own error."""
+    it is halfway), and an import that fails here fails there too, with its own error.
+
+    Not a daemon thread: a run refused before its fit needs them (a cluster without a shared disk,
+    seconds after Ray starts) would otherwise exit with torch half-imported, and the interpreter's
+    teardown printed a traceback from torch's finalizers."""
 
     def warm() -> None:
         for name in ("ray.train.torch", (data_target or "").rpartition(".")[0]):
@@ -119,7 +123,7 @@ def _import_in_background(data_target: Optional[str]) -> None:
                 with contextlib.suppress(Exception):
                     importlib.import_module(name)
 
-    threading.Thread(target=warm, name="raydra-imports", daemon=True).start()
+    threading.Thread(target=warm, name="raydra-imports").start()
 
 
 def _continue(cfg: DictConfig, summary: Dict[str, Any], fresh_dir: Path) -> Any:
