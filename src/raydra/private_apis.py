@@ -163,6 +163,7 @@ def registered_checkpoint_names(run_storage: str) -> Any:
     return [n for n in names if n != latest] + ([latest] if latest else [])
 
 
+@functools.lru_cache(maxsize=None)  # one class, however many runs a process fits
 def torch_trainer_class() -> Any:
     """Ray's TorchTrainer, less Ray Train's Ray Data set-up in a run that hands it no datasets.
 
@@ -173,11 +174,6 @@ def torch_trainer_class() -> Any:
     workers imported torch, and ~0.5-1 s of the time to the first step. A run with datasets
     (data.loader=ray_data) keeps all of it.
     """
-    return _torch_trainer_class()
-
-
-@functools.lru_cache(maxsize=None)
-def _torch_trainer_class() -> Any:
     from ray.train.torch import TorchTrainer
     from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
 
