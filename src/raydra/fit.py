@@ -269,8 +269,9 @@ def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any], marks: 
         train_loop,
         train_loop_config=config,
         datasets=datasets,
-        # The process group's backend and timeout are Ray's to set, not Lightning's.
-        torch_config=TorchConfig(backend=config["strategy"].get("backend"), timeout_s=config["strategy"].get("timeout_s", 1800)),
+        # The process group's backend and timeout are Ray's to set, not Lightning's; every strategy's
+        # schema carries both (schema.ProcessGroupConfig, where their defaults live).
+        torch_config=TorchConfig(backend=config["strategy"]["backend"], timeout_s=config["strategy"]["timeout_s"]),
         scaling_config=ray.train.ScalingConfig(
             # Ray takes [min, max] as a tuple of ints; it starts once min fit and grows to max.
             num_workers=worker_range(scale["num_workers"]) if elastic else scale["num_workers"],
