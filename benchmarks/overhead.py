@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-MODEL = dict(image_size=8, num_channels=1, num_classes=10, patch_size=2, hidden_size=64, num_layers=4, num_heads=4, mlp_size=128)
+# The default run's model (model/vit.yaml on data=digits).
+MODEL = dict(image_size=8, num_channels=1, num_classes=10, patch_size=2, hidden_size=64, num_layers=4, num_heads=4, mlp_size=128, conv_stem=[32, 32])
 OPTIMIZER = {"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3, "weight_decay": 0.05}
 BATCH, WARMUP = 32, 5
 
@@ -37,7 +38,7 @@ def plain_torch(epochs: int, launched: float) -> dict:
     torch.manual_seed(0)
     data = DigitsDataModule(batch_size=BATCH)
     data.setup()
-    net = ViTClassifier(optimizer=OPTIMIZER, **MODEL).net
+    net = ViTClassifier(optimizer=OPTIMIZER, **MODEL)
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.05)
     loss_fn = torch.nn.CrossEntropyLoss()
     first_step_at, steps, samples, seconds = None, 0, 0, 0.0
@@ -45,7 +46,7 @@ def plain_torch(epochs: int, launched: float) -> dict:
         tick = time.perf_counter()
         for images, labels in data.train_dataloader():
             first_step_at = first_step_at or time.time()
-            loss = loss_fn(net(pixel_values=images).logits, labels)
+            loss = loss_fn(net(images), labels)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -35,6 +35,23 @@ def test_default_config_is_the_embedded_digits_vit_on_two_cpu_workers():
     validate(cfg)
 
 
+def test_the_default_vit_sees_the_images_through_a_conv_stem_and_a_pretrained_one_is_refused_it():
+    import torch
+    from conftest import tiny_vit
+
+    model = tiny_vit(conv_stem=list(composed().model.conv_stem))
+    convs = [m for m in model.stem if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.in_channels, c.out_channels, c.kernel_size) for c in convs] == [(1, 32, (3, 3)), (32, 32, (3, 3))]
+    # The patch embedding takes the stem's channels; the output is one logit per class.
+    assert model.net.vit.embeddings.patch_embeddings.projection.in_channels == 32
+    assert model(torch.zeros(3, 1, 8, 8)).shape == (3, 10)
+    assert len(tiny_vit().stem) == 0  # conv_stem=[]: the patches go straight in, as in a plain ViT
+    # Refused before any weights are looked for, in one sentence naming both keys.
+    with pytest.raises(RaydraError, match=r"model.conv_stem=\[32\] adds layers that model.pretrained=/models/vit has no weights for; set model.conv_stem=\[\]"):
+        tiny_vit(conv_stem=[32], pretrained="/models/vit")
+    assert list(composed("experiment=vit_cifar10").model.conv_stem) == []  # seed 002's plain ViT
+
+
 def test_experiment_preset_overrides_the_defaults():
     cfg = composed("experiment=vit_digits_smoke")
     assert cfg.name == "vit_digits_smoke"

@@ -204,6 +204,7 @@ def test_classes_flow_from_the_data_into_the_model_and_the_beans_experiment_comp
     beans = composed("experiment=vit_beans")
     validate(beans)
     assert beans.model.pretrained == "google/vit-base-patch16-224-in21k"
+    assert list(beans.model.conv_stem) == []  # the pretrained weights take the patches themselves
     assert beans.data.processor == beans.model.pretrained  # the model's image processor preprocesses
     assert (beans.data.name, beans.data.label_column, beans.data.batch_size) == ("beans", "labels", 16)
     assert (beans.trainer.max_epochs, beans.trainer.max_steps, beans.model.optimizer.lr) == (2, 10, 5e-5)

@@ -18,7 +18,8 @@ def test_default_run_trains_the_digits_vit_and_leaves_a_self_describing_run_dir(
     summary = summary_of(run_dir)
 
     assert summary["status"] == "completed" and summary["error"] is None
-    assert summary["metrics"]["final"]["test/acc"] >= 0.97
+    # The default recipe's promise (docs/performance.md): deterministic per seed, 0.9815 at seed 42.
+    assert summary["metrics"]["final"]["test/acc"] >= 0.98
     assert summary["metrics"]["best"]["val/acc"] >= 0.95
     assert summary["epochs_completed"] == 30 and summary["world_size"] == 2
     assert summary["throughput"]["samples_per_s"] > 0
