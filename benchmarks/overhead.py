@@ -23,7 +23,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 # The default run's model (model/vit.yaml on data=digits).
-MODEL = dict(image_size=8, num_channels=1, num_classes=10, patch_size=2, hidden_size=64, num_layers=4, num_heads=4, mlp_size=128, conv_stem=[32, 32])
+MODEL = dict(
+    image_size=8, num_channels=1, num_classes=10, patch_size=2, hidden_size=64, num_layers=4, num_heads=4, mlp_size=128, conv_stem=[32, 32]
+)
 OPTIMIZER = {"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3, "weight_decay": 0.05}
 BATCH, WARMUP = 32, 5
 

@@ -47,7 +47,10 @@ def test_the_default_vit_sees_the_images_through_a_conv_stem_and_a_pretrained_on
     assert model(torch.zeros(3, 1, 8, 8)).shape == (3, 10)
     assert len(tiny_vit().stem) == 0  # conv_stem=[]: the patches go straight in, as in a plain ViT
     # Refused before any weights are looked for, in one sentence naming both keys.
-    with pytest.raises(RaydraError, match=r"model.conv_stem=\[32\] adds layers that model.pretrained=/models/vit has no weights for; set model.conv_stem=\[\]"):
+    with pytest.raises(
+        RaydraError,
+        match=r"model.conv_stem=\[32\] adds layers that model.pretrained=/models/vit has no weights for; set model.conv_stem=\[\]",
+    ):
         tiny_vit(conv_stem=[32], pretrained="/models/vit")
     assert list(composed("experiment=vit_cifar10").model.conv_stem) == []  # seed 002's plain ViT
 
