@@ -40,15 +40,15 @@ def plain_torch(epochs: int, launched: float) -> dict:
     torch.manual_seed(0)
     data = DigitsDataModule(batch_size=BATCH)
     data.setup()
-    net = ViTClassifier(optimizer=OPTIMIZER, **MODEL)
-    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.05)
+    model = ViTClassifier(optimizer=OPTIMIZER, **MODEL)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
     loss_fn = torch.nn.CrossEntropyLoss()
     first_step_at, steps, samples, seconds = None, 0, 0, 0.0
     for _ in range(epochs):
         tick = time.perf_counter()
         for images, labels in data.train_dataloader():
             first_step_at = first_step_at or time.time()
-            loss = loss_fn(net(images), labels)
+            loss = loss_fn(model(images), labels)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
