@@ -30,10 +30,22 @@ def _overlap(a: dict, b: dict) -> bool:
     return _when(a, "started_at") < _when(b, "finished_at") and _when(b, "started_at") < _when(a, "finished_at")
 
 
+def _placement_group_cleaners(address: str) -> int:
+    """How many of Ray Train's PlacementGroupCleaner actors the cluster has seen, live or gone."""
+    script = (
+        "import sys, ray; from ray.util.state import list_actors; ray.init(address=sys.argv[1]); "
+        "print('CLEANERS', len(list_actors(address=sys.argv[1], filters=[('class_name', '=', 'PlacementGroupCleaner')], limit=10000)))"
+    )
+    done = subprocess.run([sys.executable, "-c", script, address], capture_output=True, text=True, timeout=120, env=base_env())
+    assert "CLEANERS " in done.stdout, done.stdout + done.stderr[-3000:]
+    return int(done.stdout.split("CLEANERS ")[-1])
+
+
 @pytest.mark.e2e
 def test_jobs_run_side_by_side_as_the_cluster_allows_and_a_failed_job_stops_no_other(ray_cluster, tmp_path):
     # lr=-1 fails on the worker (the optimizer refuses it), after the job has started.
     one_fails = ("model.optimizer.lr=1e-3,-1,3e-3", "logger=[csv,wandb]", "logger.wandb.mode=disabled")
+    cleaners = _placement_group_cleaners(ray_cluster)
     done = run_train("-m", *SMALL, *one_fails, outputs=tmp_path, address=ray_cluster)
     out = done.stdout + done.stderr
     assert done.returncode == 1, out
@@ -64,6 +76,10 @@ def test_jobs_run_side_by_side_as_the_cluster_allows_and_a_failed_job_stops_no_o
     assert "multirun job #1 (model.optimizer.lr=-1) failed" in done.stderr
     assert "Traceback" not in done.stderr  # one sentence per failed job, as Hydra prints a compact error
     assert "[0] completed in" in done.stdout and "best val/acc" in done.stdout
+
+    # Each job's process ends with its run, which removes its placement group: Ray Train's cleaner
+    # for it (a process of its own per run) is not started.
+    assert _placement_group_cleaners(ray_cluster) == cleaners
 
 
 @pytest.mark.e2e

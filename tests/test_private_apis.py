@@ -327,6 +327,99 @@ def test_a_trainer_without_datasets_starts_no_dataset_manager_and_one_with_datas
     assert "MANAGERS [0, 1]" in done.stdout, done.stdout + done.stderr[-3000:]
 
 
+# On a Ray of its own (Ray Data's AutoscalingCoordinator is detached and made once per cluster):
+# a one-worker run with both helpers left out, then one with Ray Train's defaults; counts each
+# helper's actors after each.
+HELPERS_SCRIPT = """
+import sys, tempfile
+import ray, ray.train
+from ray.util.state import list_actors
+from raydra.private_apis import torch_trainer_class
+
+def train_fn():
+    ray.train.report({"reported": 1})
+
+ray.init(address="local", num_cpus=2, include_dashboard=True, _temp_dir=sys.argv[1])
+def count(name):
+    return len(list_actors(address=ray.get_runtime_context().gcs_address, filters=[("class_name", "=", name)], limit=10000))
+counts = []
+for left_out in (True, False):
+    cls = torch_trainer_class(placement_group_cleaner=False, autoscaling_requests=False) if left_out else torch_trainer_class()
+    cls(train_fn, scaling_config=ray.train.ScalingConfig(num_workers=1), run_config=ray.train.RunConfig(storage_path=tempfile.mkdtemp())).fit()
+    counts.append([count("PlacementGroupCleaner"), count("_AutoscalingCoordinatorActor")])
+print("HELPERS", counts)
+"""
+
+
+@pytest.mark.e2e
+def test_a_trainer_can_leave_out_the_placement_group_cleaner_and_the_autoscaling_coordinator(tmp_path):
+    """torch_trainer_class(placement_group_cleaner=False, autoscaling_requests=False) trains with
+    neither helper actor started; Ray Train's defaults start both."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from conftest import base_env
+
+    temp_dir = tempfile.mkdtemp(prefix="rayh-", dir="/tmp")  # Ray's socket paths must stay short
+    env = {k: v for k, v in base_env().items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"}
+    env.pop("RAY_API_SERVER_ADDRESS", None)
+    done = subprocess.run([sys.executable, "-c", HELPERS_SCRIPT, temp_dir], capture_output=True, text=True, timeout=300, env=env)
+    assert "HELPERS [[0, 0], [1, 1]]" in done.stdout, done.stdout + done.stderr[-3000:]
+
+
+# A driver whose actor made a placement group, as Ray Train's controller makes the workers', and
+# that exits without removing it.
+PLACEMENT_GROUP_OWNER = """
+import sys, ray
+from ray.util.placement_group import placement_group
+
+@ray.remote(num_cpus=0)
+class Controller:
+    def make(self):
+        group = placement_group([{"CPU": 1}])
+        ray.get(group.ready())
+        return group.id.hex()
+
+ray.init(address=sys.argv[1])
+print("GROUP", ray.get(Controller.remote().make.remote()))
+"""
+
+PLACEMENT_GROUP_STATE = """
+import sys, time, ray
+from ray.util.placement_group import placement_group_table
+
+ray.init(address=sys.argv[1])
+for _ in range(100):
+    state = placement_group_table().get(sys.argv[2], {}).get("state")
+    if state == "REMOVED":
+        break
+    time.sleep(0.2)
+print("STATE", state)
+"""
+
+
+@pytest.mark.e2e
+def test_ray_removes_a_jobs_placement_groups_when_its_driver_exits(ray_cluster):
+    """What lets a run whose process ends with it go without Ray Train's placement-group cleaner
+    (fit.fit_and_record's process_ends_with_run): the worker group's placement group, made by the
+    controller actor, goes when the driver's process exits."""
+    import subprocess
+    import sys
+
+    from conftest import base_env
+
+    made = subprocess.run(
+        [sys.executable, "-c", PLACEMENT_GROUP_OWNER, ray_cluster], capture_output=True, text=True, timeout=120, env=base_env()
+    )
+    group = made.stdout.split("GROUP ")[-1].strip()
+    assert made.returncode == 0 and group, made.stdout + made.stderr[-3000:]
+    seen = subprocess.run(
+        [sys.executable, "-c", PLACEMENT_GROUP_STATE, ray_cluster, group], capture_output=True, text=True, timeout=120, env=base_env()
+    )
+    assert "STATE REMOVED" in seen.stdout, seen.stdout + seen.stderr[-3000:]
+
+
 def test_rays_checkpoint_snapshot_names_the_registered_checkpoints_latest_last(tmp_path):
     from ray.train.v2._internal.constants import CHECKPOINT_MANAGER_SNAPSHOT_FILENAME
     from ray.train.v2._internal.execution.checkpoint.checkpoint_manager import _CheckpointManagerState, _TrainingResultState

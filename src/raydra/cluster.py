@@ -18,6 +18,9 @@ from raydra.schema import worker_range
 
 log = logging.getLogger(__name__)
 
+# The GCS address of the Ray that connect() started inside this process (ray.address unset), if any.
+_started_here: Optional[str] = None
+
 
 def connect(address: Any, num_cpus: Any, verbose: bool, runtime_env: Optional[Dict[str, Any]] = None) -> None:
     """Join `address`, or start a local Ray inside this process when it is null. `runtime_env`:
@@ -71,11 +74,20 @@ def connect(address: Any, num_cpus: Any, verbose: bool, runtime_env: Optional[Di
             # Ray sends its auth token to an explicitly named address only when told to.
             hint += "; if the cluster uses token authentication (Ray's default), set RAY_AUTH_MODE=token"
         raise RaydraError(f"could not reach the Ray cluster at ray.address={address} ({error}); {hint}.") from None
+    if not address:
+        global _started_here
+        _started_here = ray.get_runtime_context().gcs_address
     take_over_worker_output(verbose)
     where = f"joined the Ray cluster at {ray.get_runtime_context().gcs_address}" if address else "started a local Ray"
     log.info(f"{where} with {ray.cluster_resources().get('CPU', 0):g} CPUs")
     if shipping:
         log.info(f"shipped {', '.join(shipping)} to the workers as Ray's runtime_env (ray.working_dir; they run in its copy)")
+
+
+def is_local_ray() -> bool:
+    """Whether this process is connected to a Ray it started itself (ray.address unset): one
+    machine, no autoscaler, gone when the process ends."""
+    return _started_here is not None and ray.is_initialized() and ray.get_runtime_context().gcs_address == _started_here
 
 
 def free_port() -> int:

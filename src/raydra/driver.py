@@ -37,9 +37,10 @@ from raydra.schema import validate
 log = logging.getLogger("raydra")
 
 
-def run(cfg: DictConfig, run_dir: Path, overrides: List[str]) -> Dict[str, Any]:
+def run(cfg: DictConfig, run_dir: Path, overrides: List[str], process_ends_with_run: bool = False) -> Dict[str, Any]:
     """Train the run `cfg` describes into `run_dir` (Hydra's output directory for it); returns its
-    summary. `overrides`: the command-line overrides, recorded in summary.json."""
+    summary. `overrides`: the command-line overrides, recorded in summary.json.
+    `process_ends_with_run`: this process exits after this run (see fit.fit_and_record)."""
     started = time.time()
     marks = {"process_start": startup.process_started(), "run_entered": started}
     run_dir = Path(run_dir).resolve()
@@ -82,7 +83,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str]) -> Dict[str, Any]:
             worker_output.start_run(run_dir)
         marks["resolved"] = time.time()
         try:
-            fit.fit_and_record(config, summary, started, marks=marks)
+            fit.fit_and_record(config, summary, started, marks=marks, process_ends_with_run=process_ends_with_run)
         finally:
             worker_output.end_run()
     except RaydraError as error:

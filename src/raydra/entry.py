@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from raydra.errors import RaydraError
@@ -60,7 +61,10 @@ def main(cfg: DictConfig) -> Optional[float]:
             return run_sweep(cfg, output_dir, overrides, config_dir)["best"]["metric"]
         from raydra.driver import run
 
-        return run(cfg, output_dir, overrides)["metrics"]["best"].get(cfg.checkpoint.monitor)
+        # A single run, or one job of raydra's launcher, has the process to itself; the jobs of Hydra's
+        # basic launcher take turns in one.
+        alone = hydra.mode == RunMode.RUN
+        return run(cfg, output_dir, overrides, process_ends_with_run=alone)["metrics"]["best"].get(cfg.checkpoint.monitor)
     except RaydraError:
         # Already recorded and logged as one sentence where it happened; no traceback for it.
         raise SystemExit(1) from None

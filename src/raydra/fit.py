@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from raydra import run_record, startup, storage
 from raydra import summary as run_summary
-from raydra.cluster import worker_resources
+from raydra.cluster import is_local_ray, worker_resources
 from raydra.errors import RaydraError
 from raydra.private_apis import (
     elastic_reacts_quickly,
@@ -75,6 +75,7 @@ def fit_and_record(
     tune_trial: bool = False,
     callbacks: Sequence[Any] = (),
     marks: Optional[Dict[str, float]] = None,
+    process_ends_with_run: bool = False,
 ) -> Dict[str, Any]:
     """Fit a resolved plain-dict config into config["run"]["dir"] and record the outcome in its
     summary.json. The one fit behind a single run, a Hydra multirun job and a Tune trial; errors
@@ -84,6 +85,9 @@ def fit_and_record(
     and a group that cannot be placed fails instead of waiting). `callbacks`: Ray Train UserCallbacks
     for the TorchTrainer, such as the sweep's report to Tune. `marks`: the caller's start-up marks
     (raydra.startup), completed here and by rank 0 into summary.json's `startup`.
+    `process_ends_with_run`: this process exits once this fit is over (a `python train.py` run, a
+    multirun launcher's job), so Ray removes the run's placement groups as the process's Ray job
+    ends, whatever becomes of the run's controller, and Ray Train's cleaner for them is not started.
     """
     marks = dict(marks or {})
     record_start(config, summary)
@@ -91,7 +95,7 @@ def fit_and_record(
         # With paths.storage, the workers' files reach this run directory while the run goes on (a
         # trial's process needs no copy: the sweep's driver follows the trial's storage itself).
         with contextlib.nullcontext() if tune_trial else run_record.Follower(config["run"]):
-            result = _fit(config, tune_trial, list(callbacks), marks)
+            result = _fit(config, tune_trial, list(callbacks), marks, process_ends_with_run)
     finally:
         summary["data"] = _data_record(config)
     summary.update(_outcome(result, config))
@@ -233,7 +237,7 @@ def _wandb_api_key_configured() -> bool:
     return any(host in entries for host in hosts)
 
 
-def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any], marks: Dict[str, float]) -> Any:
+def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any], marks: Dict[str, float], process_ends_with_run: bool) -> Any:
     import ray.train
     from ray.train.torch import TorchConfig
 
@@ -265,7 +269,7 @@ def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any], marks: 
         # Built here, once, so preprocessing runs as Ray Data tasks beside the workers; each
         # worker only learns the row counts, which size its batches.
         datasets, config["run"]["data_rows"] = build(config)
-    trainer = torch_trainer_class()(
+    trainer = torch_trainer_class(placement_group_cleaner=not process_ends_with_run, autoscaling_requests=not is_local_ray())(
         train_loop,
         train_loop_config=config,
         datasets=datasets,

@@ -163,28 +163,60 @@ def registered_checkpoint_names(run_storage: str) -> Any:
     return [n for n in names if n != latest] + ([latest] if latest else [])
 
 
-@functools.lru_cache(maxsize=None)  # one class, however many runs a process fits
-def torch_trainer_class() -> Any:
-    """Ray's TorchTrainer, less Ray Train's Ray Data set-up in a run that hands it no datasets.
+@functools.lru_cache(maxsize=None)  # one class per kind, however many runs a process fits
+def torch_trainer_class(placement_group_cleaner: bool = True, autoscaling_requests: bool = True) -> Any:
+    """Ray's TorchTrainer, less the helpers Ray Train 2.60 starts for every run (none has a
+    switch) where the run has no use for them. Each helper is a process of its own that imports
+    Ray; on 2 cores they took CPU from the workers' start (measured: ~1.5 s of the time to the
+    first step for the last two together).
 
-    Ray Train 2.60 sets Ray Data up for every run (DatasetsCallback, one of the default callbacks
-    the trainer builds, with no switch): it starts a DatasetManager actor, a process of its own
-    that imports Ray Data and pandas, and has each worker import Ray Data to receive the driver's
-    DataContext. A run without datasets uses neither. On 2 cores that was ~3 s of CPU while the
-    workers imported torch, and ~0.5-1 s of the time to the first step. A run with datasets
-    (data.loader=ray_data) keeps all of it.
+    - Always, in a run that hands it no datasets: Ray Data's set-up (DatasetsCallback: a
+      DatasetManager actor importing Ray Data and pandas, and every worker importing Ray Data to
+      receive the driver's DataContext; ~3 s of CPU). data.loader=ray_data keeps it.
+    - `placement_group_cleaner=False`: the PlacementGroupCleaner, a detached actor that removes
+      the worker group's placement group if the controller dies while the driver lives on (Ray
+      itself does not, until the job ends: tests/test_private_apis.py shows it). For a driver
+      whose process ends with the run, Ray removes the job's placement groups as it ends.
+    - `autoscaling_requests=False` (and no datasets): the fixed-size group's resource requests to
+      Ray Data's AutoscalingCoordinator, a detached actor the controller creates and waits for
+      (~0.9 s, measured) before it starts the workers. They tell a cluster autoscaler what the
+      run needs; a Ray started for one run on this machine has none.
     """
     from ray.train.torch import TorchTrainer
     from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+    from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
+    from ray.train.v2._internal.execution.scaling_policy.fixed import FixedScalingPolicy
 
-    class TorchTrainerWithoutUnusedData(TorchTrainer):
+    class TorchTrainerWithoutUnusedHelpers(TorchTrainer):
         def _create_default_callbacks(self) -> List[Any]:
-            callbacks = super()._create_default_callbacks()
-            if self.datasets:
-                return callbacks
-            return [callback for callback in callbacks if not isinstance(callback, DatasetsCallback)]
+            unused = () if self.datasets else (DatasetsCallback,)
+            unused += () if placement_group_cleaner else (PlacementGroupCleanerCallback,)
+            return [callback for callback in super()._create_default_callbacks() if not isinstance(callback, unused)]
 
-    return TorchTrainerWithoutUnusedData
+        def _initialize_and_run_controller(self, **controller_init_kwargs: Any) -> Any:
+            # The policy is handed to the controller actor as an argument: its class goes by value.
+            policy = controller_init_kwargs["scaling_policy"]
+            if not autoscaling_requests and not self.datasets and type(policy) is FixedScalingPolicy:
+                controller_init_kwargs["scaling_policy"] = _fixed_policy_without_autoscaling_class()(policy.scaling_config)
+            return super()._initialize_and_run_controller(**controller_init_kwargs)
+
+    return TorchTrainerWithoutUnusedHelpers
+
+
+@functools.lru_cache(maxsize=None)
+def _fixed_policy_without_autoscaling_class() -> Any:
+    """Ray Train's fixed-size scaling policy, without its requests to the AutoscalingCoordinator
+    (its only use of it: a fixed group's decisions do not depend on the answers)."""
+    from ray.train.v2._internal.execution.scaling_policy.fixed import FixedScalingPolicy
+
+    class FixedScalingPolicyWithoutAutoscaling(FixedScalingPolicy):
+        def after_controller_start(self, train_run_context: Any) -> None:
+            pass  # where the base class creates the coordinator and sends the first request
+
+        def _maybe_send_resource_request(self) -> None:
+            pass
+
+    return FixedScalingPolicyWithoutAutoscaling
 
 
 # Read by Ray Train's controller (passed on from the driver's environment, like the poll interval):
