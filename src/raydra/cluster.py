@@ -22,9 +22,12 @@ log = logging.getLogger(__name__)
 _started_here: Optional[str] = None
 
 
-def connect(address: Any, num_cpus: Any, verbose: bool, runtime_env: Optional[Dict[str, Any]] = None) -> None:
+def connect(address: Any, num_cpus: Any, verbose: bool, runtime_env: Optional[Dict[str, Any]] = None, dashboard: bool = True) -> None:
     """Join `address`, or start a local Ray inside this process when it is null. `runtime_env`:
     Ray's, for every process of the run (raydra.project.runtime_env: the user's code).
+    `dashboard=False`: a local Ray starts without its dashboard, which serves Ray's State API. Only
+    Ray Train's placement-group cleaner asks that API here, and a run whose process ends with it
+    starts none (fit.fit_and_record); the dashboard's processes took ~1 s of the start (measured).
 
     Jobs of a multirun on Hydra's basic launcher share one process, so a Ray already up is reused.
     """
@@ -38,7 +41,7 @@ def connect(address: Any, num_cpus: Any, verbose: bool, runtime_env: Optional[Di
     if address and address != "auto" and not address.startswith("ray://"):
         _check_reachable(address)
     dashboard_port = None
-    if not address:
+    if not address and dashboard:
         # Ray Train's PlacementGroupCleaner asks Ray's State API, from inside the cluster, whether
         # the run's controller lives. Without an address that API takes the one `ray start` last
         # wrote to /tmp/ray/ray_current_cluster: a cluster long gone (each run then ended 12 s late,
@@ -52,6 +55,7 @@ def connect(address: Any, num_cpus: Any, verbose: bool, runtime_env: Optional[Di
             # "local" forces a fresh in-process cluster even if `ray start` left one running here.
             address=address or "local",
             num_cpus=None if address else num_cpus,
+            include_dashboard=None if address or dashboard else False,
             dashboard_port=dashboard_port,
             logging_level=logging.INFO if verbose else logging.WARNING,
             # Not verbose: Ray's own driver-side notices propagate to driver.log, not the console.
