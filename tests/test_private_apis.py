@@ -327,21 +327,23 @@ def test_a_trainer_without_datasets_starts_no_dataset_manager_and_one_with_datas
     assert "MANAGERS [0, 1]" in done.stdout, done.stdout + done.stderr[-3000:]
 
 
-# On a Ray of its own (Ray Data's AutoscalingCoordinator is detached and made once per cluster):
-# a one-worker run with both helpers left out, then one with Ray Train's defaults; counts each
-# helper's actors after each.
+# On a local Ray of its own, started as a run that shares its process starts it (Ray Data's
+# AutoscalingCoordinator is detached and made once per cluster): a one-worker run with both helpers
+# left out, then one with Ray Train's defaults; counts each helper's actors after each, asking the
+# State API the way the cleaner does (through RAY_API_SERVER_ADDRESS, which connect sets).
 HELPERS_SCRIPT = """
-import sys, tempfile
+import tempfile
 import ray, ray.train
 from ray.util.state import list_actors
+from raydra.cluster import connect
 from raydra.private_apis import torch_trainer_class
 
 def train_fn():
     ray.train.report({"reported": 1})
 
-ray.init(address="local", num_cpus=2, include_dashboard=True, _temp_dir=sys.argv[1])
+connect(None, 2, False)
 def count(name):
-    return len(list_actors(address=ray.get_runtime_context().gcs_address, filters=[("class_name", "=", name)], limit=10000))
+    return len(list_actors(filters=[("class_name", "=", name)], limit=10000))
 counts = []
 for left_out in (True, False):
     cls = torch_trainer_class(placement_group_cleaner=False, autoscaling_requests=False) if left_out else torch_trainer_class()
@@ -352,19 +354,19 @@ print("HELPERS", counts)
 
 
 @pytest.mark.e2e
-def test_a_trainer_can_leave_out_the_placement_group_cleaner_and_the_autoscaling_coordinator(tmp_path):
+def test_a_trainer_can_leave_out_the_placement_group_cleaner_and_the_autoscaling_coordinator():
     """torch_trainer_class(placement_group_cleaner=False, autoscaling_requests=False) trains with
-    neither helper actor started; Ray Train's defaults start both."""
+    neither helper actor started; Ray Train's defaults start both. The local Ray serves the State
+    API the cleaner asks."""
     import subprocess
     import sys
     import tempfile
 
     from conftest import base_env
 
-    temp_dir = tempfile.mkdtemp(prefix="rayh-", dir="/tmp")  # Ray's socket paths must stay short
-    env = {k: v for k, v in base_env().items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"}
-    env.pop("RAY_API_SERVER_ADDRESS", None)
-    done = subprocess.run([sys.executable, "-c", HELPERS_SCRIPT, temp_dir], capture_output=True, text=True, timeout=300, env=env)
+    env = {k: v for k, v in base_env().items() if not k.startswith("RAY_AUTH") and k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
+    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="rayh-", dir="/tmp")  # Ray's socket paths must stay short
+    done = subprocess.run([sys.executable, "-c", HELPERS_SCRIPT], capture_output=True, text=True, timeout=300, env=env)
     assert "HELPERS [[0, 0], [1, 1]]" in done.stdout, done.stdout + done.stderr[-3000:]
 
 
