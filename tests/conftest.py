@@ -50,6 +50,15 @@ def base_env() -> dict:
     return env
 
 
+def own_local_ray_env() -> dict:
+    """base_env for a process that starts a local Ray of its own (ray.address unset): no token or
+    address of the session's cluster, nor its State API, and a short temp dir of its own (Ray's
+    socket paths must stay short)."""
+    env = {k: v for k, v in base_env().items() if not k.startswith("RAY_AUTH") and k != "RAY_API_SERVER_ADDRESS"}
+    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    return env
+
+
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory):
     """A 2-CPU Ray head node for the session; yields its address. Only this node is stopped.

@@ -3,9 +3,8 @@
 import json
 import subprocess
 import sys
-import tempfile
 
-from conftest import base_env
+from conftest import own_local_ray_env
 
 # Starts a local Ray through raydra.cluster.connect, told it has no use for the dashboard, and says
 # whether raydra pointed Ray's processes at a State API and how many of the dashboard's module
@@ -26,8 +25,6 @@ print(json.dumps({"state_api": os.environ.get("RAY_API_SERVER_ADDRESS"), "dashbo
 def test_a_local_ray_for_a_run_whose_process_ends_with_it_starts_no_dashboard():
     """Only Ray Train's placement-group cleaner asks the dashboard's State API, and such a run starts
     no cleaner (fit.fit_and_record's process_ends_with_run): its processes took ~1 s of the start."""
-    env = {k: v for k, v in base_env().items() if not k.startswith("RAY_AUTH") and k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
-    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="rayc-", dir="/tmp")  # Ray's socket paths must stay short
-    done = subprocess.run([sys.executable, "-c", LOCAL_RAY], env=env, capture_output=True, text=True, timeout=180)
+    done = subprocess.run([sys.executable, "-c", LOCAL_RAY], env=own_local_ray_env(), capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"state_api": None, "dashboard_modules": 0}

@@ -325,13 +325,10 @@ def test_a_trainer_leaves_out_the_helpers_a_run_has_no_use_for_and_keeps_them_ot
     The local Ray serves the State API the cleaner asks."""
     import subprocess
     import sys
-    import tempfile
 
-    from conftest import base_env
+    from conftest import own_local_ray_env
 
-    env = {k: v for k, v in base_env().items() if not k.startswith("RAY_AUTH") and k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
-    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="rayh-", dir="/tmp")  # Ray's socket paths must stay short
-    done = subprocess.run([sys.executable, "-c", HELPERS_SCRIPT], capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run([sys.executable, "-c", HELPERS_SCRIPT], capture_output=True, text=True, timeout=300, env=own_local_ray_env())
     assert "HELPERS [[0, 0, 0], [1, 1, 1]]" in done.stdout, done.stdout + done.stderr[-3000:]
 
 
