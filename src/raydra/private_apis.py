@@ -83,6 +83,15 @@ def worker_setup_hook_env(hook: str) -> dict:
     return {RAY_SETUP_HOOK_ENV: hook}
 
 
+def run_exit_handlers() -> None:
+    """Run the interpreter's exit handlers (atexit) now, in a process that ends without them: a
+    multiprocessing child ends with os._exit. Ray's disconnect, W&B's and logging's flushes are
+    registered there."""
+    import atexit
+
+    atexit._run_exitfuncs()
+
+
 def lean_local_ray() -> dict:
     """What raydra's own local Ray (ray.address unset: one machine, started for this run) is
     spared, as ray.init keyword arguments; it also sets Ray Train's switch for the last item.
