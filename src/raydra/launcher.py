@@ -13,10 +13,10 @@ outcomes into Hydra's JobReturns; everything else is here.
 
 import logging
 import math
+import multiprocessing.connection
 import os
 import re
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -27,6 +27,7 @@ from typing import Any, Iterator, List, Optional
 
 from omegaconf import DictConfig
 
+from raydra import job_process
 from raydra import summary as run_summary
 from raydra.errors import RaydraError
 from raydra.schema import worker_range
@@ -37,7 +38,9 @@ log = logging.getLogger("raydra")
 # directory (and hydra.mode=MULTIRUN passed on would make every job a multirun of its own).
 NOT_FOR_JOBS = re.compile(r"^[~+]*hydra([./](mode|run|sweep|sweeper|launcher)|\.job\.(id|num))(\W|$)")
 RAY_ADDRESS = re.compile(r"^[~+]*ray\.address=")
-POLL_S = 0.5
+# How often a running job's summary.json is read for its outcome; a job's process ending wakes the
+# launcher at once.
+POLL_S = 0.2
 # How long stopped jobs get to record themselves interrupted (stop their workers, write summary.json)
 # before they are killed.
 STOP_WAIT_S = 120
@@ -52,7 +55,7 @@ class Job:
     dir: Path
     share: float = 1.0  # the fraction of the cluster its workers take
     command: List[str] = field(default_factory=list)
-    proc: Optional[subprocess.Popen] = None
+    proc: Any = None  # its multiprocessing Process (raydra.job_process)
     started: float = 0.0
     ended: float = 0.0
     status: str = "queued"
@@ -94,7 +97,7 @@ def run(jobs: List[Job], entry: List[str], hydra_overrides: List[str], sweep_dir
 def _prepare(jobs: List[Job], entry: List[str], hydra_overrides: List[str], sweep_dir: Path, max_concurrent: Any) -> None:
     """Check every job can run, join the cluster, and build each job's command."""
     from raydra import project
-    from raydra.cluster import check_fits, connect
+    from raydra.cluster import check_fits, connect, is_local_ray
     from raydra.schema import validate
 
     if max_concurrent is not None and (isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1):
@@ -108,7 +111,16 @@ def _prepare(jobs: List[Job], entry: List[str], hydra_overrides: List[str], swee
     for job in jobs:
         _refuse_for(job, validate, job.cfg)
     first = jobs[0].cfg
+    # The jobs' server imports for ~2 s, alongside what follows when it can. Ray reads its auth
+    # mode from the environment at import, and ray.init sets it there when it starts a cluster or
+    # finds one (`auto`): then the server starts after connect, to import as a job started now
+    # would. Joining a named address changes nothing Ray reads at import.
+    joins_named_address = first.ray.address not in (None, "auto")
+    if joins_named_address:
+        job_process.start_server()
     connect(first.ray.address, first.ray.num_cpus, first.verbose, project.runtime_env(first))
+    if not joins_named_address:
+        job_process.start_server()
     import ray
 
     local = ray.get_runtime_context().gcs_address
@@ -119,6 +131,10 @@ def _prepare(jobs: List[Job], entry: List[str], hydra_overrides: List[str], swee
         overrides = _job_overrides(job, local, sweep_dir)
         job.run_overrides = [o for o in overrides if not RAY_ADDRESS.match(o)]
         job.command = [*entry, *overrides, *forwarded, f"hydra.run.dir={_quote(str(job.dir))}"]
+    if not is_local_ray():
+        # The jobs join the cluster themselves: this process, which only watches them, leaves it now
+        # rather than after the last job (Ray's disconnect took ~0.6 s of the multirun's end).
+        ray.shutdown()
     common = [o for o in jobs[0].overrides if o not in jobs[0].shown]
     fit = math.floor(1 / jobs[0].share + 1e-9)
     cap = f"hydra.launcher.max_concurrent={max_concurrent}" if max_concurrent else "cap it with hydra.launcher.max_concurrent=N"
@@ -181,18 +197,23 @@ def _schedule(jobs: List[Job], max_concurrent: Optional[int]) -> None:
                 _start(job, running_after=sum(not j.trained for j in running) + 1, waiting=len(queued))
                 running.append(job)
             for job in running[:]:
-                if job.proc.poll() is not None:
+                if job.proc.exitcode is not None:
                     running.remove(job)
                     _settle(job, stopped=False)
                 elif not job.trained:
                     job.trained = _outcome_recorded(job)
-            time.sleep(POLL_S)
+            _wait_for_an_exit(running)
     except BaseException:
         # Ctrl-C, SIGTERM, or a fault here: no job may go on running unwatched.
         _stop(running)
         for job in queued:
             job.status, job.error = "not started", "the multirun stopped before it started"
         raise
+
+
+def _wait_for_an_exit(running: List[Job]) -> None:
+    """Until one of `running` ends, or POLL_S."""
+    multiprocessing.connection.wait([job.proc.sentinel for job in running], timeout=POLL_S)
 
 
 def _room_for(job: Job, running: List[Job], max_concurrent: Optional[int]) -> bool:
@@ -217,18 +238,9 @@ def _outcome_recorded(job: Job) -> bool:
 
 def _start(job: Job, running_after: int, waiting: int) -> None:
     job.dir.mkdir(parents=True, exist_ok=True)
-    console = open(job.dir / CONSOLE, "w")
     # Its own session: Ctrl-C reaches only this process, which stops each job once, with SIGTERM
     # (a job hit by both would be interrupted again while it records its interruption).
-    job.proc = subprocess.Popen(
-        job.command,
-        stdout=console,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        start_new_session=True,
-    )
-    console.close()
+    job.proc = job_process.start(job.command, str(job.dir / CONSOLE), {**os.environ, "PYTHONUNBUFFERED": "1"})
     job.started, job.status = time.time(), "running"
     log.info(f"[{job.num}] started  {' '.join(job.shown)}  ({running_after} running, {waiting} queued)")
 
@@ -238,17 +250,17 @@ def _stop(running: List[Job]) -> None:
         return
     log.info(f"stopping {len(running)} running job(s): each records itself interrupted ...")
     for job in running:
-        job.proc.send_signal(signal.SIGTERM)
+        job.proc.terminate()  # SIGTERM
     deadline = time.time() + STOP_WAIT_S
     try:
-        while any(j.proc.poll() is None for j in running) and time.time() < deadline:
-            time.sleep(POLL_S)
+        while any(j.proc.exitcode is None for j in running) and time.time() < deadline:
+            _wait_for_an_exit(running)
     except KeyboardInterrupt:
         pass  # a second Ctrl-C: stop waiting
     for job in running:
-        if job.proc.poll() is None:
+        if job.proc.exitcode is None:
             job.proc.kill()
-            job.proc.wait()
+            job.proc.join()
         _settle(job, stopped=True)
 
 
@@ -256,7 +268,7 @@ def _settle(job: Job, stopped: bool) -> None:
     """The job's outcome from its summary.json; a job that ended without writing one (killed, or
     stopped before its driver started) gets one that says so."""
     job.ended = time.time()
-    code = job.proc.returncode
+    code = job.proc.exitcode
     path = job.dir / run_summary.SUMMARY
     summary = run_summary.read(job.dir) if path.is_file() else None
     if summary and summary.get("status") != "running":
