@@ -1,4 +1,4 @@
-"""raydra.cluster: the local Ray a run starts for itself."""
+"""raydra.cluster: the local Ray a run starts for itself, and what a run on a one-node cluster leaves out."""
 
 import json
 import subprocess
@@ -28,3 +28,29 @@ def test_a_local_ray_for_a_run_whose_process_ends_with_it_starts_no_dashboard():
     done = subprocess.run([sys.executable, "-c", LOCAL_RAY], env=own_local_ray_env(), capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"state_api": None, "dashboard_modules": 0}
+
+
+# Joins a cluster through raydra.cluster.connect and says what Ray Train's preemption-watcher
+# switch is for the runs this process starts.
+JOIN = """
+import os, sys
+from raydra.cluster import connect
+
+connect(sys.argv[1], None, False)
+print("WATCHER", os.environ.get("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"))
+"""
+
+
+def test_runs_on_a_cluster_of_one_node_the_drivers_own_start_no_preemption_watcher(ray_cluster):
+    """A drain of the only node ends the driver, the controller and the workers at once, so Ray
+    Train's watcher (a process per run) has nothing to act on. (On a cluster of several nodes the
+    watcher runs: test_multinode.)"""
+    from conftest import base_env
+
+    done = subprocess.run([sys.executable, "-c", JOIN, ray_cluster], env=base_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "WATCHER 0" in done.stdout
+    # A value the user set wins.
+    env = {**base_env(), "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "1"}
+    done = subprocess.run([sys.executable, "-c", JOIN, ray_cluster], env=env, capture_output=True, text=True, timeout=120)
+    assert "WATCHER 1" in done.stdout, done.stderr[-3000:]

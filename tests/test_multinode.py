@@ -5,6 +5,7 @@ which Ray schedules and fails exactly like separate hosts. The run directory is 
 the shared storage every node reaches, as `paths.outputs` must be on a real cluster.
 """
 
+import contextlib
 import math
 import re
 
@@ -40,6 +41,9 @@ def test_a_spread_run_survives_losing_a_node_that_holds_a_worker(cluster, tmp_pa
         nodes = {_node_of(cluster, pid) for pid in first_workers}
         # SPREAD: the two workers run on two different nodes.
         assert len(first_workers) == 2 and len(nodes) == 2 and cluster.head_node not in nodes
+        # On several nodes a drain can take some workers and leave the driver: Ray Train's
+        # preemption watcher runs (raydra leaves it out only on a one-node cluster, test_cluster).
+        assert _actor_process_running(cluster, "PreemptionWatcher")
 
         # Remove a node holding a worker, but not the one the run's controller lives on: losing the
         # controller ends the run whatever max_failures says (Ray restarts workers, not its controller).
@@ -70,6 +74,17 @@ def _victim_node(cluster, run_dir, nodes: set):
     controller = re.search(r"\(TrainController pid=(\d+)", (run_dir / "logs" / "ray.log").read_text())
     spared = _node_of(cluster, int(controller.group(1))) if controller else None
     return next(node for node in nodes if node is not spared)
+
+
+def _actor_process_running(cluster, class_name: str) -> bool:
+    """Whether a process the cluster's raylets started is an actor of `class_name` (Ray names an
+    actor's process ray::<class name>)."""
+    for node in [cluster.head_node, *cluster.worker_nodes]:
+        for process in psutil.Process(node.all_processes["raylet"][0].process.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if f"ray::{class_name}" in " ".join(process.cmdline()):
+                    return True
+    return False
 
 
 def _node_of(cluster, pid: int):

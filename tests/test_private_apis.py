@@ -290,11 +290,12 @@ def test_a_train_worker_runs_a_function_on_its_main_thread_and_sees_its_reports_
 
 # On a local Ray of its own, started as a run that shares its process starts it (Ray Data's
 # AutoscalingCoordinator is detached and made once per cluster): a one-worker run without datasets
-# and with both helpers left out, then one with a dataset and Ray Train's defaults; counts each
-# helper's actors after each, asking the State API the way the cleaner does (through
+# and with both helpers left out, then one with a dataset and Ray Train's defaults (the preemption
+# watcher switched back on: connect switches it off on a one-node cluster); counts each helper's
+# actors after each, asking the State API the way the cleaner does (through
 # RAY_API_SERVER_ADDRESS, which connect sets).
 HELPERS_SCRIPT = """
-import tempfile
+import os, tempfile
 import ray, ray.data, ray.train
 from ray.util.state import list_actors
 from raydra.cluster import connect
@@ -304,15 +305,17 @@ def train_fn():
     ray.train.report({"reported": 1})
 
 connect(None, 2, False)
+watcher_switch = os.environ["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"]
 def count(name):
     return len(list_actors(filters=[("class_name", "=", name)], limit=10000))
 counts = []
 for left_out in (True, False):
     cls = torch_trainer_class(placement_group_cleaner=False, autoscaling_requests=False) if left_out else torch_trainer_class()
     datasets = None if left_out else {"train": ray.data.range(4)}
+    os.environ["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] = watcher_switch if left_out else "1"
     cls(train_fn, datasets=datasets, scaling_config=ray.train.ScalingConfig(num_workers=1),
         run_config=ray.train.RunConfig(storage_path=tempfile.mkdtemp())).fit()
-    counts.append([count(name) for name in ("PlacementGroupCleaner", "_AutoscalingCoordinatorActor", "DatasetManager")])
+    counts.append([count(name) for name in ("PlacementGroupCleaner", "_AutoscalingCoordinatorActor", "DatasetManager", "PreemptionWatcher")])
 print("HELPERS", counts)
 """
 
@@ -322,14 +325,15 @@ def test_a_trainer_leaves_out_the_helpers_a_run_has_no_use_for_and_keeps_them_ot
     """torch_trainer_class: a run without datasets starts no DatasetManager (Ray Train's Ray Data
     set-up), and with placement_group_cleaner=False, autoscaling_requests=False neither the cleaner
     nor the AutoscalingCoordinator; a run with datasets on Ray Train's defaults starts all three.
-    The local Ray serves the State API the cleaner asks."""
+    Ray Train's controller honours the preemption watcher's switch, which connect turned off for
+    this one-node cluster. The local Ray serves the State API the cleaner asks."""
     import subprocess
     import sys
 
     from conftest import own_local_ray_env
 
     done = subprocess.run([sys.executable, "-c", HELPERS_SCRIPT], capture_output=True, text=True, timeout=300, env=own_local_ray_env())
-    assert "HELPERS [[0, 0, 0], [1, 1, 1]]" in done.stdout, done.stdout + done.stderr[-3000:]
+    assert "HELPERS [[0, 0, 0, 0], [1, 1, 1, 1]]" in done.stdout, done.stdout + done.stderr[-3000:]
 
 
 # A driver whose actor made a placement group, as Ray Train's controller makes the workers'. The
@@ -514,7 +518,7 @@ class Probe:
 
 hook_env = {**private_apis.worker_setup_hook_env("hook_module.hook"), "PYTHONPATH": sys.argv[3]}
 seen = ray.get(Probe.options(runtime_env={"env_vars": hook_env}).remote().report.remote())
-print(json.dumps({"prestarted": prestarted, "watcher": os.environ.get("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"), **seen}))
+print(json.dumps({"prestarted": prestarted, **seen}))
 """
 
 
@@ -532,7 +536,7 @@ def test_a_lean_local_ray_prestarts_no_idle_workers_and_an_actors_setup_hook_run
 
     (tmp_path / "hook_module.py").write_text("import os\n\ndef hook():\n    os.environ['HOOK_RAN_IN'] = str(os.getpid())\n")
     temp_dir = tempfile.mkdtemp(prefix="rayl-", dir="/tmp")  # Ray's socket paths must stay short
-    env = {k: v for k, v in base_env().items() if not k.startswith("RAY_AUTH") and k != "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"}
+    env = {k: v for k, v in base_env().items() if not k.startswith("RAY_AUTH")}
     done = subprocess.run(
         [sys.executable, "-c", LOCAL_RAY_PROBE, mode, temp_dir, str(tmp_path)], env=env, capture_output=True, text=True, timeout=180
     )
@@ -540,9 +544,9 @@ def test_a_lean_local_ray_prestarts_no_idle_workers_and_an_actors_setup_hook_run
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["hook_pid"] == str(seen["pid"])
     if mode == "lean":
-        assert seen["prestarted"] == 0 and seen["watcher"] == "0"
+        assert seen["prestarted"] == 0
     else:
-        assert seen["prestarted"] >= 1 and seen["watcher"] is None
+        assert seen["prestarted"] >= 1
 
 
 def test_ray_trains_preemption_watcher_switch_is_read_by_name_and_sent_on_to_the_controller():

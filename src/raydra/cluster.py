@@ -13,7 +13,7 @@ import ray
 
 from raydra.console import take_over_worker_output
 from raydra.errors import RaydraError
-from raydra.private_apis import lean_local_ray
+from raydra.private_apis import lean_local_ray, leave_out_preemption_watcher
 from raydra.schema import worker_range
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,8 @@ def connect(address: Any, num_cpus: Any, verbose: bool, runtime_env: Optional[Di
     if not address:
         global _started_here
         _started_here = ray.get_runtime_context().gcs_address
+    if not str(address).startswith("ray://") and _only_node_is_this_one():  # a Ray Client driver has no node
+        leave_out_preemption_watcher()
     take_over_worker_output(verbose)
     where = f"joined the Ray cluster at {ray.get_runtime_context().gcs_address}" if address else "started a local Ray"
     log.info(f"{where} with {ray.cluster_resources().get('CPU', 0):g} CPUs")
@@ -92,6 +94,18 @@ def is_local_ray() -> bool:
     """Whether this process is connected to a Ray it started itself (ray.address unset): one
     machine, no autoscaler, gone when the process ends."""
     return _started_here is not None and ray.is_initialized() and ray.get_runtime_context().gcs_address == _started_here
+
+
+def _only_node_is_this_one() -> bool:
+    """Whether the cluster is one node, the one this driver runs on (a local Ray; `ray start` on
+    one machine). Ray Train's preemption watcher, a process per run, watches the nodes holding the
+    run's workers for drain notices, so that a restart after a preemption counts against Ray's
+    own budget for preemptions rather than failure.max_failures. A drain of the only node ends the
+    driver, the controller (placed on the driver's node) and the workers together: no restart
+    follows, and nothing acts on the notice. Decided once, as this process joins: runs it starts
+    after the cluster grew (an autoscaler adding nodes) still start no watcher."""
+    alive = [node for node in ray.nodes() if node["Alive"]]
+    return len(alive) == 1 and alive[0]["NodeID"] == ray.get_runtime_context().get_node_id()
 
 
 def free_port() -> int:

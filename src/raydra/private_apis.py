@@ -94,19 +94,23 @@ def run_exit_handlers() -> None:
 
 def lean_local_ray() -> dict:
     """What raydra's own local Ray (ray.address unset: one machine, started for this run) is
-    spared, as ray.init keyword arguments; it also sets Ray Train's switch for the last item.
+    spared, as ray.init keyword arguments.
 
-    - Ray prestarts one idle worker process per CPU as the first driver connects
-      (`prestart_worker_first_driver`). Ray Train's actors never take them (they carry their own
-      runtime_env), so on 2 cores they only took CPU from the run's start.
-    - Ray Train's preemption watcher polls Ray for node drain notices from a process of its own,
-      started while the workers import; nothing drains the node of a Ray started for one run
-      (RAY_TRAIN_ENABLE_PREEMPTION_WATCHER, read by the controller; a value you set wins).
+    Ray prestarts one idle worker process per CPU as the first driver connects
+    (`prestart_worker_first_driver`). Ray Train's actors never take them (they carry their own
+    runtime_env), so on 2 cores they only took CPU from the run's start.
     """
+    return {"_system_config": {"prestart_worker_first_driver": False}}
+
+
+def leave_out_preemption_watcher() -> None:
+    """Ray Train's controllers started from this process start no preemption watcher (a process
+    per run polling Ray for node drains). The switch is Ray Train's environment variable
+    RAY_TRAIN_ENABLE_PREEMPTION_WATCHER, which the driver sends on to the controller; a value you
+    set wins."""
     import os
 
     os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
-    return {"_system_config": {"prestart_worker_first_driver": False}}
 
 
 def run_on_train_worker_main_thread(fn: Callable[[], Any]) -> Any:
