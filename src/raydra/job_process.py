@@ -1,5 +1,5 @@
 """A multirun job's process, forked from a server that has already imported what every job's
-driver imports (Hydra, Ray Train, torch, raydra): `python train.py` paid that in every job, ~2 s of
+driver imports (Hydra, Ray Train, torch, raydra): `python train.py` paid that in every job, ~3 s of
 CPU each, which on a small machine came out of the jobs running beside it.
 
 The server is multiprocessing's forkserver: a fresh interpreter started once per multirun that

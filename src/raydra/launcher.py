@@ -212,8 +212,9 @@ def _schedule(jobs: List[Job], max_concurrent: Optional[int]) -> None:
 
 
 def _wait_for_an_exit(running: List[Job]) -> None:
-    """Until one of `running` ends, or POLL_S."""
-    multiprocessing.connection.wait([job.proc.sentinel for job in running], timeout=POLL_S)
+    """Until one of `running` that has not ended yet ends, or POLL_S (an ended one's sentinel
+    stays ready: waiting on it would return at once, every time)."""
+    multiprocessing.connection.wait([job.proc.sentinel for job in running if job.proc.exitcode is None], timeout=POLL_S)
 
 
 def _room_for(job: Job, running: List[Job], max_concurrent: Optional[int]) -> bool:
