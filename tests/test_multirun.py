@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, base_env, run_dirs, run_train, summary_of
+from conftest import REPO, base_env, own_local_ray_env, run_dirs, run_train, summary_of
 
 # One worker each: two jobs fit the session cluster's 2 CPUs side by side.
 SMALL = ("experiment=vit_digits_smoke", "trainer.max_epochs=1", "trainer.test=false", "scale.num_workers=1")
@@ -61,12 +61,14 @@ def test_jobs_run_side_by_side_as_the_cluster_allows_and_a_failed_job_stops_no_o
     assert "up to 2 at a time" in done.stdout
     assert "[1] started  model.optimizer.lr=-1  (2 running, 1 queued)" in done.stdout
 
-    # Each job is a single run of its own: its overrides, the multirun's cluster, one W&B group.
+    # Each job is a single run of its own: its overrides, the multirun's cluster, one W&B group. Its
+    # recorded config is what the user typed (the group is raydra's addition, in summary.json).
     for job, lr in zip(jobs, (0.001, -1, 0.003), strict=True):
         config = yaml.safe_load((job / ".hydra" / "config.yaml").read_text())
         assert config["model"]["optimizer"]["lr"] == lr
         assert config["ray"]["address"] == ray_cluster
-        assert config["logger"]["wandb"]["group"] == f"{sweep_dir.parent.name}_{sweep_dir.name}"
+        assert config["logger"]["wandb"]["group"] is None
+        assert summary_of(job)["wandb"]["group"] == f"{sweep_dir.parent.name}_{sweep_dir.name}"
         assert (job / "console.log").is_file() and (job / "driver.log").is_file()
 
     # The closing table is `raydra compare <sweep dir>`'s, and the failed job is named.
@@ -168,9 +170,190 @@ def test_sigterm_stops_every_job_each_recorded_interrupted_with_its_resume_comma
         assert summary["status"] == "interrupted" and f"resume={job}" in summary["error"], summary["error"]
         assert "joined the Ray cluster at" in (job / "driver.log").read_text()
     assert "#2 (model.optimizer.lr=0.003) not started" in out
-    # The command that continues a job: its overrides, as resume= needs the same config back.
-    (command,) = [line.strip() for line in out.splitlines() if line.strip().startswith("python ") and f"resume={jobs[0]}" in line]
-    assert command.startswith("python train.py ") and "model.optimizer.lr=0.001" in command, command
+    # The command that continues the multirun: the same one as typed, in its sweep directory.
+    sweep_dir = jobs[0].parent
+    (command,) = [line.strip() for line in out.splitlines() if line.strip().startswith("python ") and "hydra.launcher.resume=true" in line]
+    assert command.startswith("python train.py -m ") and "model.optimizer.lr=1e-3,2e-3,3e-3" in command, command
+    assert f"hydra.sweep.dir={sweep_dir}" in command, command
+    record = json.loads((sweep_dir / "jobs.json").read_text())["jobs"]
+    assert [record[n]["status"] for n in ("0", "1", "2")] == ["interrupted", "interrupted", "not started"]
+
+
+def _epochs_logged(job: Path) -> list:
+    """The epochs metrics.csv holds a validation row for, in order."""
+    import csv
+
+    with (job / "metrics.csv").open() as file:
+        return [int(row["epoch"]) for row in csv.DictReader(file) if row.get("val/acc")]
+
+
+@pytest.mark.e2e
+def test_a_multirun_whose_launcher_is_lost_resumes_keeping_completed_jobs_and_continuing_the_others(ray_cluster, tmp_path):
+    # Job 0 trains 1 epoch, job 1 twenty, job 2 two (it waits for a free slot): the launcher is
+    # killed (a lost driver: kill -9, no chance to stop its jobs) once job 0 has completed and job 1
+    # has checkpointed an epoch or two.
+    sweep = ("trainer.max_epochs=1,20,2",)
+    args = [sys.executable, str(REPO / "train.py"), "-m", f"paths.outputs={tmp_path}", *SMALL, *sweep, f"ray.address={ray_cluster}"]
+    launcher = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=base_env())
+    try:
+        deadline = time.time() + 240
+        while True:
+            assert launcher.poll() is None and time.time() < deadline, launcher.communicate()[0]
+            jobs = {p.name: p for p in _job_dirs(tmp_path)}
+            done0 = "0" in jobs and (jobs["0"] / "summary.json").is_file() and summary_of(jobs["0"])["status"] == "completed"
+            if done0 and "1" in jobs and (jobs["1"] / "metrics.csv").is_file() and len(_epochs_logged(jobs["1"])) >= 2:
+                break
+            time.sleep(0.5)
+        launcher.kill()
+        launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    jobs = _job_dirs(tmp_path)
+    sweep_dir = jobs[0].parent
+    # Its jobs stop as the launcher's job server goes, each recording itself interrupted.
+    deadline = time.time() + 180
+    while any(summary_of(j)["status"] == "running" for j in jobs if (j / "summary.json").is_file()):
+        assert time.time() < deadline, [summary_of(j)["status"] for j in jobs]
+        time.sleep(1)
+    assert summary_of(jobs[1])["status"] == "interrupted"
+    completed_before = {j.name: (j / "summary.json").read_bytes() for j in jobs if summary_of(j)["status"] == "completed"}
+    assert "0" in completed_before
+
+    # The same command again, resuming in the multirun's directory.
+    done = run_train(
+        "-m", *SMALL, *sweep, f"hydra.sweep.dir={sweep_dir}", "hydra.launcher.resume=true", outputs=tmp_path, address=ray_cluster
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [p.name for p in _job_dirs(tmp_path)] == ["0", "1", "2"]  # the same job numbers and directories
+    for name, before in completed_before.items():
+        # A completed job is kept as it was: not trained again.
+        assert (sweep_dir / name / "summary.json").read_bytes() == before
+        assert f"[{name}] started" not in done.stdout
+    assert f"{len(completed_before)} completed before, kept" in done.stdout
+    continued = summary_of(sweep_dir / "1")
+    assert continued["status"] == "completed" and continued["epochs_completed"] == 20
+    assert continued["resumed"][0]["from_status"] == "interrupted"
+    # From its last checkpoint: every epoch trained once.
+    assert _epochs_logged(sweep_dir / "1") == list(range(20))
+    assert summary_of(sweep_dir / "2")["status"] == "completed"
+    record = json.loads((sweep_dir / "jobs.json").read_text())["jobs"]
+    assert {n: record[n]["status"] for n in record} == {"0": "completed", "1": "completed", "2": "completed"}
+
+    # Without resume, the directory's runs are never overwritten.
+    again = run_train("-m", *SMALL, *sweep, f"hydra.sweep.dir={sweep_dir}", outputs=tmp_path, address=ray_cluster, timeout=120)
+    assert again.returncode == 1
+    assert f"hydra.sweep.dir={sweep_dir} already holds this multirun's runs" in again.stdout
+    assert "hydra.launcher.resume=true" in again.stdout
+
+
+MY_TRAIN = """
+# A researcher's entry script: a resolver registered at import, then raydra's command.
+from omegaconf import OmegaConf
+
+from raydra.entry import hydra_main
+
+OmegaConf.register_new_resolver("times_ten", lambda x: int(x) * 10)
+
+if __name__ == "__main__":
+    hydra_main()
+"""
+
+MY_CALLBACKS = """
+import json
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+
+
+class JobMarker(Callback):
+    # Hydra calls these in the job's own process, around the task function.
+    def on_job_start(self, config, **kwargs):
+        hydra = HydraConfig.get()
+        Path(hydra.runtime.output_dir, "job_start.json").write_text(
+            json.dumps({"mode": str(hydra.mode), "num": hydra.job.num, "id": hydra.job.id, "override_dirname": hydra.job.override_dirname})
+        )
+
+    def on_job_end(self, config, job_return, **kwargs):
+        Path(HydraConfig.get().runtime.output_dir, "job_end.json").write_text(
+            json.dumps({"status": job_return.status.name, "return_value": job_return.return_value})
+        )
+"""
+
+
+OVERRIDE_DIRNAME = (
+    r"experiment=vit_digits_smoke,model.optimizer.lr=LR,name=job$\{hydra\:job.num\},"
+    r"scale.num_workers=1,seed=$\{times_ten\:4\},trainer.max_epochs=1,trainer.test=False"
+)
+
+
+@pytest.mark.e2e
+def test_each_job_is_the_job_hydra_promises_and_a_finished_job_reruns_from_its_record(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "my_train.py").write_text(MY_TRAIN)
+    (project / "my_callbacks.py").write_text(MY_CALLBACKS)
+    outputs = tmp_path / "outputs"
+    # No ray.address: the launcher starts a local Ray, gone once the multirun ends.
+    args = [
+        sys.executable,
+        "my_train.py",
+        "-m",
+        f"paths.outputs={outputs}",
+        *SMALL,
+        "model.optimizer.lr=1e-3,2e-3",
+        # The sweep directory named here: the default one reads `name`, which the multirun itself
+        # resolves (Hydra's sweepers do, outside any job), where no job number exists.
+        f"hydra.sweep.dir={outputs / 'sweep'}",
+        "name=job${hydra:job.num}",
+        "seed=${times_ten:4}",
+        "hydra.sweep.subdir=job_${hydra.job.num}",
+        "+hydra.callbacks.marker._target_=my_callbacks.JobMarker",
+    ]
+    done = subprocess.run(
+        args, cwd=project, capture_output=True, text=True, timeout=600, env={**own_local_ray_env(), "PYTHONPATH": str(project)}
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    jobs = sorted(p for p in (outputs / "sweep").glob("job_*") if p.is_dir())
+    assert [p.name for p in jobs] == ["job_0", "job_1"]
+    for num, job in enumerate(jobs):
+        hydra = yaml.safe_load((job / ".hydra" / "hydra.yaml").read_text())["hydra"]
+        assert hydra["mode"] == "MULTIRUN" and hydra["job"]["num"] == num and str(hydra["job"]["id"]) == str(num)
+        summary = summary_of(job)
+        assert summary["status"] == "completed"
+        assert summary["name"] == f"job{num}"  # ${hydra:job.num} inside the job's config
+        config = yaml.safe_load((job / ".hydra" / "config.yaml").read_text())
+        # The script's resolver, in the job's process (the record keeps the interpolation as typed).
+        assert config["seed"] == "${times_ten:4}" and summary["seed"] == 40
+        # The overrides as typed: nothing of raydra's (the cluster's address) among them.
+        typed = yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text())
+        assert not [o for o in typed if o.startswith("ray.")] and config["ray"]["address"] is None
+        # Hydra's callbacks ran in the job, around it, and saw what Hydra's basic launcher gives.
+        started = json.loads((job / "job_start.json").read_text())
+        assert started == {
+            "mode": "RunMode.MULTIRUN",
+            "num": num,
+            "id": str(num),
+            # As the basic launcher gives it: the job's overrides as typed, sorted, less
+            # paths.outputs (raydra's exclude_keys), the interpolations escaped as Hydra escapes them.
+            "override_dirname": OVERRIDE_DIRNAME.replace("LR", ("0.001", "0.002")[num]),
+        }, started
+        ended = json.loads((job / "job_end.json").read_text())
+        assert ended == {"status": "COMPLETED", "return_value": summary["metrics"]["best"]["val/acc"]}
+
+    # The finished job runs again from its own record, the multirun's cluster long gone.
+    rerun = subprocess.run(
+        [sys.executable, "-m", "raydra", "rerun", str(jobs[0]), f"paths.outputs={outputs}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=own_local_ray_env(),
+    )
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    (again,) = [p.parent for p in outputs.glob("runs/*/*/summary.json")]
+    assert summary_of(again)["status"] == "completed" and summary_of(again)["reproduces"] == str(jobs[0])
 
 
 @pytest.mark.e2e

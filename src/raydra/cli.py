@@ -163,8 +163,7 @@ def run_train(argv: List[str]) -> int:
 
     # Hydra parses sys.argv itself; its usage lines name the command by argv[0].
     sys.argv = ["raydra train", *argv]
-    # The multirun launcher starts each job as this same command, from this directory.
-    hydra_main(command=[sys.executable, "-m", "raydra.cli", "train"])
+    hydra_main()
     return 0
 
 

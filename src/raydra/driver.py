@@ -24,23 +24,28 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import ray
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from raydra import fit, project, resume, run_record, startup
 from raydra import summary as run_summary
 from raydra.cluster import check_fits, check_room_for_data, connect
 from raydra.console import worker_output
 from raydra.errors import RaydraError
+from raydra.multirun_job import JobSettings
 from raydra.redact import redact, redact_hydra_records
 from raydra.schema import validate
 
 log = logging.getLogger("raydra")
 
 
-def run(cfg: DictConfig, run_dir: Path, overrides: List[str], process_ends_with_run: bool = False) -> Dict[str, Any]:
+def run(
+    cfg: DictConfig, run_dir: Path, overrides: List[str], process_ends_with_run: bool = False, job: Optional[JobSettings] = None
+) -> Dict[str, Any]:
     """Train the run `cfg` describes into `run_dir` (Hydra's output directory for it); returns its
     summary. `overrides`: the command-line overrides, recorded in summary.json.
-    `process_ends_with_run`: this process exits after this run (see fit.fit_and_record)."""
+    `process_ends_with_run`: this process exits after this run (see fit.fit_and_record).
+    `job`: raydra's launcher's settings when this run is one of its multirun jobs (its W&B group;
+    the job's own directory to continue in, for a resumed multirun)."""
     started = time.time()
     marks = {"process_start": startup.process_started(), "run_entered": started}
     run_dir = Path(run_dir).resolve()
@@ -49,8 +54,12 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str], process_ends_with_
     run: Dict[str, Any] = {"dir": str(run_dir), "id": run_id, "storage": None}
     restore_sigterm = lambda: None  # noqa: E731
     redact_hydra_records(run_dir)
+    if job and job.resume:
+        # A resumed multirun continues the job's run in its own directory, where this job runs again.
+        with open_dict(cfg):
+            cfg.resume = job.resume
     try:
-        if (run_dir / run_summary.SUMMARY).exists():
+        if (run_dir / run_summary.SUMMARY).exists() and not (job and job.resume):
             raise RaydraError(f"{run_dir} already holds a run; give this one its own hydra.run.dir.")
         validate(cfg)
         if cfg.resume:
@@ -70,7 +79,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str], process_ends_with_
         # without a summary.
         restore_sigterm = _sigterm_interrupts()
         marks["ray_ready"] = time.time()
-        config = fit.resolve(cfg, run_dir, run_id)
+        config = fit.resolve(cfg, run_dir, run_id, wandb_group=job.wandb_group if job else None)
         run = config["run"]
         fit.record_start(config, summary)
         log.info(f"run {run_id}\n  dir  {run_dir}" + (f"\n  storage  {run['storage']}" if run["storage"] else ""))

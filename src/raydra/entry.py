@@ -7,15 +7,15 @@ below it (raydra.driver, raydra.sweep, raydra.fit) takes plain arguments and rai
 """
 
 import logging
-import sys
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Optional
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from raydra.errors import RaydraError
+from raydra.multirun_job import JobFailed, JobSettings
 
 log = logging.getLogger("raydra")
 
@@ -24,34 +24,34 @@ log = logging.getLogger("raydra")
 # beside them (Hydra searches it before this primary config's directory).
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 
-# How to start this command again, for the multirun launcher's job processes: `train.py`'s path
-# by default; `raydra train` sets its own.
-_command: List[str] = []
 
-
-def command() -> List[str]:
-    """The command line that runs one more invocation of this entry (without its arguments)."""
-    return list(_command) or [sys.executable, str(Path(sys.argv[0]).resolve())]
-
-
-def hydra_main(command: Sequence[str] = ()) -> None:
+def hydra_main() -> None:
     """Compose the config from sys.argv as Hydra does (overrides, -m, --help, --cfg job,
-    --config-dir) and run it. `command`: how to start this entry again (see `command()`)."""
+    --config-dir) and run it."""
     import hydra
 
     from raydra.schema import register_schemas
 
-    _command[:] = command
     register_schemas()
     hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")(main)()
 
 
 def main(cfg: DictConfig) -> Optional[float]:
     """Run what `cfg` describes; returns the monitored metric (the best run's or best trial's), the
-    value Hydra's sweeper plugins optimise."""
+    value Hydra's sweeper plugins optimise.
+
+    A multirun job (Hydra's MULTIRUN mode) that fails raises, so that Hydra records the job failed
+    and the multirun goes on with the others; a single run exits with a code instead."""
     hydra = HydraConfig.get()
     output_dir = Path(hydra.runtime.output_dir).resolve()
     overrides = list(hydra.overrides.task)
+    multirun = hydra.mode == RunMode.MULTIRUN
+    # raydra's launcher's settings for this job, if it is one of its jobs: its process is its own.
+    job = JobSettings.take() if multirun else None
+    if job and cfg.ray.address is None:
+        # The recorded config (.hydra/config.yaml, written before this) keeps the null the user gave.
+        with open_dict(cfg):
+            cfg.ray.address = job.ray_address
     try:
         if cfg.get("tune") is not None:
             from raydra.sweep import run_sweep
@@ -63,8 +63,8 @@ def main(cfg: DictConfig) -> Optional[float]:
 
         # A single run, or one job of raydra's launcher, has the process to itself; the jobs of Hydra's
         # basic launcher take turns in one.
-        alone = hydra.mode == RunMode.RUN
-        summary = run(cfg, output_dir, overrides, process_ends_with_run=alone)
+        alone = not multirun or job is not None
+        summary = run(cfg, output_dir, overrides, process_ends_with_run=alone, job=job)
         if alone:
             import ray
 
@@ -72,9 +72,13 @@ def main(cfg: DictConfig) -> Optional[float]:
             # on its way, which the run stopped taking as it ended (console.WorkerOutput.end_run).
             ray.shutdown()
         return summary["metrics"]["best"].get(cfg.checkpoint.monitor)
-    except RaydraError:
+    except RaydraError as error:
         # Already recorded and logged as one sentence where it happened; no traceback for it.
+        if multirun:
+            raise JobFailed(str(error)) from None
         raise SystemExit(1) from None
     except KeyboardInterrupt:
         # Recorded as interrupted, with how to continue, already; 130 is the shell's code for Ctrl-C.
+        if multirun:
+            raise
         raise SystemExit(130) from None

@@ -126,6 +126,9 @@ def record_start(config: Dict[str, Any], summary: Dict[str, Any]) -> None:
     summary["config_hash"] = run_summary.config_hash(config)
     summary["precision"] = config["trainer"]["precision"]
     summary["storage"] = config["run"]["storage"]
+    if "wandb" in config["logger"]:
+        # Where to find the run in W&B: a multirun's or sweep's jobs share a group there.
+        summary["wandb"] = {key: config["logger"]["wandb"].get(key) for key in ("project", "entity", "group", "mode")}
     write_summary(config["run"], summary)
 
 
@@ -155,8 +158,9 @@ def last_checkpoint(run_dir: Path, run_id: str, storage_location: Optional[str] 
     return storage.join(where, found[-1], run_summary.CHECKPOINT_FILE) if found else None
 
 
-def resolve(cfg: DictConfig, run_dir: Path, run_id: str) -> Dict[str, Any]:
-    """Plain data for the workers: they have no Hydra, so every interpolation is resolved here."""
+def resolve(cfg: DictConfig, run_dir: Path, run_id: str, wandb_group: Optional[str] = None) -> Dict[str, Any]:
+    """Plain data for the workers: they have no Hydra, so every interpolation is resolved here.
+    `wandb_group`: the W&B group of a run whose logger.wandb.group is null (a multirun's)."""
     describe_data(cfg)
     config = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     # What loggers may record: masked here, where the secrets are known. A worker's environment
@@ -173,6 +177,8 @@ def resolve(cfg: DictConfig, run_dir: Path, run_id: str) -> Dict[str, Any]:
         config["trainer"]["precision"] = "bf16-mixed" if config["scale"]["use_gpu"] else "32-true"
     if "wandb" in config["logger"]:
         config["logger"]["wandb"]["mode"] = wandb_mode(config["logger"]["wandb"].get("mode"))
+        if config["logger"]["wandb"].get("group") is None:
+            config["logger"]["wandb"]["group"] = wandb_group
     return config
 
 

@@ -1,26 +1,43 @@
-"""A multirun job's process, forked from a server that has already imported what every job's
-driver imports (Hydra, Ray Train, torch, raydra): `python train.py` paid that in every job, ~3 s of
-CPU each, which on a small machine came out of the jobs running beside it.
+"""The process of one multirun job of raydra's own command, on the launcher's machine, forked from a
+server that has already imported what every job imports (Hydra, Ray Train, torch, raydra): a fresh
+`python` paid that in every job, ~3 s of CPU each, which on a small machine came out of the jobs
+running beside it. The job's run is a Ray driver there; its workers take the cluster's resources.
 
-The server is multiprocessing's forkserver: a fresh interpreter started once per multirun that
-imports `PRELOAD` and forks a child for each job. A child is a job as `python <command>` would be:
-its own session, its console as stdout and stderr, the command's sys.argv and sys.path, and the
-interpreter's exit handlers run as it ends (a process that ends through multiprocessing skips them,
-and Ray, W&B and logging flush there).
+The server is multiprocessing's forkserver, started once per multirun; it forks a child for each
+job. Like any forkserver child, the child imports the launcher's `__main__` (the user's script)
+once, as `__mp_main__`. It has its own session (Ctrl-C reaches the launcher only, which stops each
+job once), the launcher's working directory and environment as of the job's start, its console
+file as stdout and stderr, and it stops (SIGTERM: recorded as interrupted) when the launcher is
+gone. It runs the job (raydra.multirun_job.execute: Hydra's run_job) and sends its JobReturn back
+through a pipe, then runs the interpreter's exit handlers (a process that ends through
+multiprocessing skips them, and Ray, W&B and logging flush there).
 """
 
+import ctypes
 import io
 import multiprocessing
 import os
-import runpy
+import signal
 import sys
-from typing import Any, Dict, List
+from typing import Any, Dict, Tuple
 
-from raydra.private_apis import run_exit_handlers
+from raydra.private_apis import leave_forkserver, run_exit_handlers
 
-# What a job's driver imports before it runs anything; a module missing here is imported by the
-# job as usual.
-PRELOAD = ["hydra", "omegaconf", "ray", "ray.train.torch", "raydra.entry", "raydra.driver", "raydra.fit"]
+# What a job imports before it runs anything; a module missing here is imported by the job as usual.
+PRELOAD = [
+    "hydra",
+    "hydra.core.utils",
+    "omegaconf",
+    "cloudpickle",
+    "ray",
+    "ray.train.torch",
+    "raydra.entry",
+    "raydra.driver",
+    "raydra.fit",
+    "raydra.multirun_job",
+]
+# Linux's prctl option that has the kernel signal a process when its parent ends.
+PR_SET_PDEATHSIG = 1
 
 _context: Any = None
 
@@ -41,34 +58,44 @@ def start_server() -> None:
     forkserver.ensure_running()
 
 
-def start(command: List[str], console: str, env: Dict[str, str]) -> Any:
-    """Start `command` ([python, script, args...] or [python, -m, module, args...]) as a job, in
-    this process's current directory; returns its multiprocessing Process."""
-    process = _forkserver().Process(target=_run, args=(command, console, env, os.getcwd()), name="raydra-job")
+def start(payload: bytes, console: str, env: Dict[str, str]) -> Tuple[Any, Any]:
+    """Start the job `payload` (raydra.multirun_job.JobPayload.dumps()) in a process of its own, in
+    this process's current directory, its output appended to `console`. Returns its multiprocessing
+    Process and the reading end of the pipe its pickled JobReturn comes through."""
+    context = _forkserver()
+    result, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_run, args=(payload, sender, console, env, os.getcwd()), name="raydra-job")
     process.start()
-    return process
+    sender.close()
+    return process, result
 
 
-def _run(command: List[str], console: str, env: Dict[str, str], cwd: str) -> None:
+def _run(payload: bytes, sender: Any, console: str, env: Dict[str, str], cwd: str) -> None:
     os.setsid()
+    # The server ends when the launcher does (a lost launcher, kill -9): the job then stops as it
+    # would on Ctrl-C, recording its run interrupted, rather than train on unwatched.
+    leave_forkserver()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() == 1:  # the server was gone before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
     os.chdir(cwd)
-    fd = os.open(console, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(console, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    # Unbuffered, as the job's PYTHONUNBUFFERED=1 makes `python`: each line is in the console at once.
+    # Unbuffered, as PYTHONUNBUFFERED=1 makes `python`: each line is in the console at once.
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True, errors="backslashreplace")
     os.environ.clear()
     os.environ.update(env)
+    from raydra.multirun_job import execute
+
     try:
-        if command[1] == "-m":
-            sys.argv = [command[2], *command[3:]]
-            sys.path.insert(0, cwd)
-            runpy.run_module(command[2], run_name="__main__", alter_sys=True)
-        else:
-            sys.argv = command[1:]
-            sys.path.insert(0, os.path.dirname(os.path.abspath(command[1])))
-            runpy.run_path(command[1], run_name="__main__")
+        sender.send_bytes(execute(payload))
+    except KeyboardInterrupt:
+        # Stopped (the launcher's SIGTERM, or its end): the run has recorded itself interrupted, and
+        # says so in one line; 130 is the shell's code for it.
+        raise SystemExit(130) from None
     finally:
+        sender.close()
         run_exit_handlers()

@@ -1,21 +1,32 @@
-"""Hydra multirun jobs side by side on the Ray cluster: what `python train.py -m ...` runs.
+"""Hydra multirun jobs side by side on the Ray cluster: what `python train.py -m ...` runs, and what
+`hydra/launcher=raydra` runs for any Hydra app.
 
-Every job is its own `python train.py <its overrides> hydra.run.dir=<its dir> ray.address=<the
-cluster>` process, so a job is exactly a single run (its own TorchTrainer, run directory, W&B run and
-Hydra state) and nothing one job leaves in a process (Ray, W&B, Hydra's globals) reaches another.
-This process joins the cluster once (or starts a local Ray the jobs join), refuses before any job
-starts when one of them could never be placed, starts as many as the cluster holds side by side,
-queues the rest, and ends with the table `raydra compare <sweep dir>` prints.
+Every job runs through Hydra's own run_job in a process of its own (raydra.multirun_job), so it is
+exactly the job Hydra's basic launcher would run: MULTIRUN mode, its number, its directory, its
+.hydra/ files, the user's Hydra callbacks and resolvers, its JobReturn. Where it runs depends on
+what the job is:
 
-The Hydra plugin in hydra_plugins/raydra_launcher composes each job's config and turns the jobs'
-outcomes into Hydra's JobReturns; everything else is here.
+- a raydra run (the multirun's task function is raydra's entry): the job is the run's driver, a
+  process on this machine forked from a server with the imports done (raydra.job_process); its
+  workers take the resources its own `scale` asks of the cluster. Before any job starts, every job
+  is checked as a single run would be (schema, cluster resources); the multirun ends with the
+  table `raydra compare <sweep dir>` prints, and its jobs share one W&B group.
+- any other app's job: a Ray task on the cluster holding hydra.launcher.cpus_per_job CPUs (1 by
+  default; gpus_per_job, resources_per_job), spread over the cluster's nodes, in a Ray worker process
+  of its own.
+
+As many jobs run side by side as the cluster holds (or hydra.launcher.max_concurrent), the rest
+queue in order. <sweep dir>/jobs.json records every job's overrides, directory and outcome as the
+multirun goes; `hydra.launcher.resume=true` with the same command and hydra.sweep.dir continues a
+multirun that was stopped: completed jobs are kept, the others run again in their own directories
+(a raydra run continues from its last checkpoint).
 """
 
 import logging
 import math
 import multiprocessing.connection
 import os
-import re
+import shlex
 import signal
 import sys
 import threading
@@ -23,28 +34,59 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from raydra import job_process
 from raydra import summary as run_summary
 from raydra.errors import RaydraError
+from raydra.multirun_job import JobFailed, JobSettings
 from raydra.schema import worker_range
 
 log = logging.getLogger("raydra")
 
-# Hydra overrides that shape the multirun itself, not a job: a job is a single run in its own
-# directory (and hydra.mode=MULTIRUN passed on would make every job a multirun of its own).
-NOT_FOR_JOBS = re.compile(r"^[~+]*hydra([./](mode|run|sweep|sweeper|launcher)|\.job\.(id|num))(\W|$)")
-RAY_ADDRESS = re.compile(r"^[~+]*ray\.address=")
-# How often a running job's summary.json is read for its outcome; a job's process ending wakes the
+# How often running jobs are checked for their outcome; a raydra job's process ending wakes the
 # launcher at once.
 POLL_S = 0.2
 # How long stopped jobs get to record themselves interrupted (stop their workers, write summary.json)
 # before they are killed.
 STOP_WAIT_S = 120
 CONSOLE = "console.log"
+# In the sweep directory: every job's overrides, directory and outcome, rewritten as each job ends.
+JOBS_RECORD = "jobs.json"
+
+# Whether this process joined a cluster (rather than started a local Ray) for an app's jobs.
+_app_cluster_joined = False
+
+
+@dataclass
+class Settings:
+    """hydra.launcher.* (hydra_plugins/raydra_launcher: RaydraLauncherConf, where each is explained)."""
+
+    max_concurrent: Any = None
+    resume: bool = False
+    address: Optional[str] = None
+    cpus_per_job: float = 1.0
+    gpus_per_job: float = 0.0
+    resources_per_job: Dict[str, float] = field(default_factory=dict)
+    runtime_env: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Multirun:
+    sweep_dir: Path
+    settings: Settings
+    # The jobs are runs of raydra's own command (train.py, `raydra train`), not another app's.
+    raydra_runs: bool
+    # The first batch of this multirun (a sweeper launches several); a record already in the sweep
+    # directory then belongs to an earlier multirun.
+    first_batch: bool = True
+    # The multirun's overrides as typed (its hydra.overrides.task and .hydra): the command to continue it.
+    typed: List[str] = field(default_factory=list)
+    # Whether the sweep directory's jobs.json is kept and added to (this multirun's earlier batches,
+    # or the multirun it resumes), rather than replaced by this multirun's.
+    record_from_before: bool = True
 
 
 @dataclass
@@ -53,63 +95,142 @@ class Job:
     overrides: List[str]  # the job's own overrides, as the sweeper made them
     cfg: DictConfig  # its composed config
     dir: Path
-    share: float = 1.0  # the fraction of the cluster its workers take
-    command: List[str] = field(default_factory=list)
-    proc: Any = None  # its multiprocessing Process (raydra.job_process)
+    payload: bytes = b""  # what its process runs (raydra.multirun_job.JobPayload)
+    share: float = 1.0  # the fraction of the cluster it takes
+    settings: JobSettings = field(default_factory=JobSettings)
+    process: Any = None  # a raydra run's: its multiprocessing Process, and the pipe its result comes through
+    result: Any = None
+    task: Any = None  # another app's: its Ray task
     started: float = 0.0
     ended: float = 0.0
-    status: str = "queued"
+    status: str = "queued"  # queued, running, completed, failed, interrupted, not started, kept
     error: Optional[str] = None
+    returned: Any = None  # the JobReturn its run_job returned
+    value: Any = None  # a kept job's recorded return value
     metric: Optional[float] = None
     monitor: Optional[str] = None
     shown: List[str] = field(default_factory=list)  # its overrides that tell it from the other jobs
-    run_overrides: List[str] = field(default_factory=list)  # what its train.py got, less ray.address
-    trained: bool = False  # its summary.json holds its outcome: its workers are gone, its process is closing
+    trained: bool = False  # a raydra run whose summary.json holds its outcome: its workers are gone
 
     @property
     def label(self) -> str:
         return f"#{self.num} ({' '.join(self.shown) or 'no overrides'})"
 
 
-def run(jobs: List[Job], entry: List[str], hydra_overrides: List[str], sweep_dir: Path, max_concurrent: Any) -> List[Job]:
-    """Run `jobs` (composed by the plugin) as `entry` processes; returns them with their outcome.
-
-    `entry`: the command that runs one job (python, the script, its config path and name).
-    `hydra_overrides`: the multirun's own hydra.* overrides, of which the jobs get those for a run.
-    Raises RaydraError, before any job starts, if one of them cannot run on the cluster."""
+def run(multirun: Multirun, jobs: List[Job]) -> List[Job]:
+    """Run `jobs` (composed by the plugin, each with its payload); returns them with their outcome.
+    Raises RaydraError, before any job starts, if one of them cannot run."""
     if not jobs:
         return jobs
     # Lines name a job by what sets it apart: the overrides all jobs share are said once.
     common = set.intersection(*(set(j.overrides) for j in jobs)) if len(jobs) > 1 else set()
     for job in jobs:
         job.shown = [o for o in job.overrides if o not in common]
-    with _console(sweep_dir):
+    with _console(multirun.sweep_dir):
         try:
-            _prepare(jobs, entry, hydra_overrides, sweep_dir, max_concurrent)
+            _prepare(multirun, jobs)
         except RaydraError as error:
             log.error(f"error: {error}")
             raise
-        with _sigterm_interrupts():
-            _schedule(jobs, max_concurrent)
+        try:
+            with _sigterm_interrupts():
+                _schedule(multirun, jobs)
+        finally:
+            _record(multirun, jobs)
+            if not multirun.raydra_runs:
+                _leave_joined_cluster()
     return jobs
 
 
-def _prepare(jobs: List[Job], entry: List[str], hydra_overrides: List[str], sweep_dir: Path, max_concurrent: Any) -> None:
-    """Check every job can run, join the cluster, and build each job's command."""
-    from raydra import project
-    from raydra.cluster import check_fits, connect, is_local_ray
-    from raydra.schema import validate
-
+def _prepare(multirun: Multirun, jobs: List[Job]) -> None:
+    """Check every job can run, keep what a resumed multirun completed, join the cluster."""
+    settings = multirun.settings
+    max_concurrent = settings.max_concurrent
     if max_concurrent is not None and (isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1):
         raise RaydraError(
             f"hydra.launcher.max_concurrent={max_concurrent} must be a whole number of at least 1, "
             "or null to run as many jobs at once as the Ray cluster holds."
         )
+    _take_over_record(multirun, jobs)
+    to_run = [job for job in jobs if job.status != "kept"]
+    if multirun.raydra_runs:
+        _prepare_runs(multirun, to_run)
+    else:
+        _prepare_app_jobs(multirun, to_run)
+    _record(multirun, jobs)
+    if not to_run:
+        log.info(f"multirun: all {len(jobs)} jobs of this batch completed before; none runs again\n  dir  {multirun.sweep_dir}")
+        return
+    common = [o for o in jobs[0].overrides if o not in jobs[0].shown]
+    fit = math.floor(1 / max(j.share for j in to_run) + 1e-9)
+    cap = f"hydra.launcher.max_concurrent={max_concurrent}" if max_concurrent else "cap it with hydra.launcher.max_concurrent=N"
+    kept = len(jobs) - len(to_run)
+    log.info(
+        f"multirun: {len(to_run)} jobs, up to {min(fit, max_concurrent or fit, len(to_run))} at a time "
+        f"(the Ray cluster holds {fit} side by side; {cap})"
+        + (f"; {kept} completed before, kept" if kept else "")
+        + f"\n  dir  {multirun.sweep_dir}"
+        + (f"\n  every job  {' '.join(common)}" if common else "")
+    )
 
-    # A config mistake in any job refuses the whole multirun, before any job runs: the grid
-    # is fixed first and then run, as Hydra already does for values of the wrong type.
+
+def _take_over_record(multirun: Multirun, jobs: List[Job]) -> None:
+    """A sweep directory that holds a multirun is continued only when asked to
+    (hydra.launcher.resume=true), and only with the same jobs; what it completed is kept. Not asked
+    to, the multirun starts afresh there, as under Hydra's basic launcher, except over a raydra
+    run's record, which is never overwritten."""
+    from raydra.redact import redact
+
+    recorded = _read_record(multirun.sweep_dir)
+    if multirun.first_batch and not multirun.settings.resume:
+        held = [job for job in jobs if (job.dir / run_summary.SUMMARY).is_file()] if multirun.raydra_runs else []
+        if held:
+            raise RaydraError(
+                f"hydra.sweep.dir={multirun.sweep_dir} already holds this multirun's runs (job #{held[0].num}'s directory "
+                f"{held[0].dir} holds one); continue it with hydra.launcher.resume=true, or give this one another hydra.sweep.dir."
+            )
+        multirun.record_from_before = False
+        return
+    if multirun.first_batch and not recorded:
+        raise RaydraError(
+            f"hydra.launcher.resume=true: {multirun.sweep_dir} holds no multirun to continue (no {JOBS_RECORD}); "
+            "pass hydra.sweep.dir=<the directory of the multirun to continue>."
+        )
     for job in jobs:
-        _refuse_for(job, validate, job.cfg)
+        before = recorded.get(str(job.num))
+        if before is None:
+            continue
+        if before["overrides"] != redact(job.overrides) or Path(before["dir"]) != job.dir:
+            raise RaydraError(
+                f"hydra.launcher.resume=true: job #{job.num} of {multirun.sweep_dir} ran with {' '.join(before['overrides']) or 'no overrides'} "
+                f"in {before['dir']}, not {' '.join(job.overrides) or 'no overrides'} in {job.dir}; resume with the command that started it."
+            )
+        summary = _summary(job) if multirun.raydra_runs else None
+        status = summary.get("status") if summary else before.get("status")
+        if status == "completed":
+            job.status, job.value = "kept", before.get("return_value")
+            job.started, job.ended = time.time(), time.time()
+            if summary:
+                job.monitor = summary["monitor"]["metric"]
+                job.metric = job.value = summary.get("metrics", {}).get("best", {}).get(job.monitor)
+        elif summary:
+            # Stopped, failed or lost with its launcher: its run continues from its last checkpoint.
+            job.settings = JobSettings(resume=str(job.dir))
+
+
+def _prepare_runs(multirun: Multirun, jobs: List[Job]) -> None:
+    """raydra runs: each checked as a single run is, the cluster joined once, shares sized."""
+    from raydra import project
+    from raydra.cluster import check_fits, connect, is_local_ray
+    from raydra.schema import validate
+
+    if not jobs:
+        return
+    # A config mistake in any job refuses the whole multirun, before any job runs: the grid is
+    # fixed first and then run, as Hydra already does for values of the wrong type.
+    for job in jobs:
+        with _as_current_job(job):
+            _refuse_for(job, validate, job.cfg)
     first = jobs[0].cfg
     # The jobs' server imports for ~2 s, alongside what follows when it can. Ray reads its auth
     # mode from the environment at import, and ray.init sets it there when it starts a cluster or
@@ -123,27 +244,78 @@ def _prepare(jobs: List[Job], entry: List[str], hydra_overrides: List[str], swee
         job_process.start_server()
     import ray
 
-    local = ray.get_runtime_context().gcs_address
-    forwarded = [o for o in hydra_overrides if not NOT_FOR_JOBS.match(o)]
+    address = ray.get_runtime_context().gcs_address
+    group = f"{multirun.sweep_dir.parent.name}_{multirun.sweep_dir.name}"
     for job in jobs:
         _refuse_for(job, check_fits, job.cfg.scale)
-        job.share = 1.0 / _jobs_that_fit(job.cfg)
-        overrides = _job_overrides(job, local, sweep_dir)
-        job.run_overrides = [o for o in overrides if not RAY_ADDRESS.match(o)]
-        job.command = [*entry, *overrides, *forwarded, f"hydra.run.dir={_quote(str(job.dir))}"]
+        job.share = 1.0 / _runs_that_fit(job.cfg)
+        # The multirun's cluster for a job whose ray.address is null (its own address otherwise),
+        # and one W&B group named as a tune= sweep's (<date>_<time>_<name>).
+        job.settings = JobSettings(ray_address=address, wandb_group=group, resume=job.settings.resume)
     if not is_local_ray():
         # The jobs join the cluster themselves: this process, which only watches them, leaves it now
         # rather than after the last job (Ray's disconnect took ~0.6 s of the multirun's end).
         ray.shutdown()
-    common = [o for o in jobs[0].overrides if o not in jobs[0].shown]
-    fit = math.floor(1 / jobs[0].share + 1e-9)
-    cap = f"hydra.launcher.max_concurrent={max_concurrent}" if max_concurrent else "cap it with hydra.launcher.max_concurrent=N"
-    log.info(
-        f"multirun: {len(jobs)} jobs, up to {min(fit, max_concurrent or fit, len(jobs))} at a time "
-        f"(the Ray cluster holds {fit} side by side; {cap})"
-        + f"\n  dir  {sweep_dir}"
-        + (f"\n  every job  {' '.join(common)}" if common else "")
-    )
+
+
+def _prepare_app_jobs(multirun: Multirun, jobs: List[Job]) -> None:
+    """Another app's jobs: Ray tasks holding the resources hydra.launcher.* gives each."""
+    import ray
+
+    settings = multirun.settings
+    for key in ("cpus_per_job", "gpus_per_job"):
+        if getattr(settings, key) < 0:
+            raise RaydraError(f"hydra.launcher.{key}={getattr(settings, key)} is negative; ask for 0 or more.")
+    global _app_cluster_joined
+    if not ray.is_initialized():
+        # Ray's own rule for an address left null: RAY_ADDRESS if set, else a local Ray started here.
+        _app_cluster_joined = bool(settings.address or os.environ.get("RAY_ADDRESS"))
+        ray.init(address=settings.address, runtime_env=settings.runtime_env or None, logging_level=logging.WARNING, configure_logging=False)
+        where = "joined the Ray cluster at" if _app_cluster_joined else "started a local Ray at"
+        log.info(f"{where} {ray.get_runtime_context().gcs_address} with {ray.cluster_resources().get('CPU', 0):g} CPUs")
+    fits = _app_jobs_that_fit(settings)
+    for job in jobs:
+        job.share = 1.0 / fits
+
+
+def _app_jobs_that_fit(settings: Settings) -> int:
+    """How many jobs of hydra.launcher's size the cluster's live nodes hold side by side."""
+    import ray
+
+    asked = {"CPU": settings.cpus_per_job, "GPU": settings.gpus_per_job, **settings.resources_per_job}
+    asked = {k: float(v) for k, v in asked.items() if v}
+    nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+    fits = sum(min((int(node.get(k, 0) // v) for k, v in asked.items()), default=1) for node in nodes) if asked else len(nodes)
+    if fits < 1:
+        has = ", ".join("{" + ", ".join(f"{k}: {node.get(k, 0):g}" for k in asked) + "}" for node in nodes)
+        raise RaydraError(
+            "a job asks for {" + ", ".join(f"{k}: {v:g}" for k, v in asked.items()) + "} (hydra.launcher.cpus_per_job, gpus_per_job, "
+            f"resources_per_job) but no node of the Ray cluster has that much (its nodes: {has}); ask for less."
+        )
+    return fits
+
+
+def _leave_joined_cluster() -> None:
+    """Leave a cluster this process joined for an app's jobs (the next batch joins again); a Ray it
+    started stays for the next batch and ends with the process."""
+    import ray
+
+    if ray.is_initialized() and _app_cluster_joined:
+        ray.shutdown()
+
+
+@contextmanager
+def _as_current_job(job: Job) -> Iterator[None]:
+    """Hydra's global config is the job's while its config is read, so `${hydra:job.num}` and the
+    like resolve as they will in the job."""
+    from hydra.core.hydra_config import HydraConfig
+
+    outer = HydraConfig.instance().cfg
+    HydraConfig.instance().set_config(job.cfg)
+    try:
+        yield
+    finally:
+        HydraConfig.instance().cfg = outer
 
 
 def _refuse_for(job: Job, check: Any, arg: Any) -> None:
@@ -153,8 +325,8 @@ def _refuse_for(job: Job, check: Any, arg: Any) -> None:
         raise RaydraError(f"multirun job {job.label} cannot run, so no job was started: {error}") from None
 
 
-def _jobs_that_fit(cfg: DictConfig) -> int:
-    """How many runs like this one the cluster holds side by side."""
+def _runs_that_fit(cfg: DictConfig) -> int:
+    """How many raydra runs like this one the cluster holds side by side."""
     import ray
 
     from raydra.cluster import trials_that_fit
@@ -170,161 +342,354 @@ def _jobs_that_fit(cfg: DictConfig) -> int:
     return max(1, fits)
 
 
-def _job_overrides(job: Job, local_address: str, sweep_dir: Path) -> List[str]:
-    """The job's overrides, joined to this multirun's cluster and W&B group."""
-    address = job.cfg.ray.address or local_address
-    overrides = [o for o in job.overrides if not RAY_ADDRESS.match(o)]
-    overrides.append(f"ray.address={_quote(address)}")
-    if "wandb" in job.cfg.logger and job.cfg.logger.wandb.group is None:
-        # One W&B group for the multirun, named as a tune= sweep's group is: <date>_<time>_<name>.
-        overrides.append(f"logger.wandb.group={_quote(sweep_dir.parent.name + '_' + sweep_dir.name)}")
-    return overrides
-
-
-def _quote(value: str) -> str:
-    """A value as a quoted Hydra override value: paths and addresses may hold `,` or `=`, which
-    Hydra would read as a sweep or a key."""
-    return "'" + value.replace("'", "\\'") + "'"
-
-
-def _schedule(jobs: List[Job], max_concurrent: Optional[int]) -> None:
-    queued, running = list(jobs), []
+def _schedule(multirun: Multirun, jobs: List[Job]) -> None:
+    queued = [job for job in jobs if job.status != "kept"]
+    running: List[Job] = []
+    max_concurrent = multirun.settings.max_concurrent
     try:
         while queued or running:
             # In order: a job that does not fit yet waits for room rather than being overtaken.
             while queued and _room_for(queued[0], running, max_concurrent):
                 job = queued.pop(0)
-                _start(job, running_after=sum(not j.trained for j in running) + 1, waiting=len(queued))
+                _start(multirun, job, running_after=sum(not j.trained for j in running) + 1, waiting=len(queued))
                 running.append(job)
             for job in running[:]:
-                if job.proc.exitcode is not None:
+                if _ended(job):
                     running.remove(job)
-                    _settle(job, stopped=False)
-                elif not job.trained:
+                    _settle(multirun, job, stopped=False)
+                    _record(multirun, jobs)
+                elif multirun.raydra_runs and not job.trained:
                     job.trained = _outcome_recorded(job)
-            _wait_for_an_exit(running)
+            _wait_for_an_end(running)
     except BaseException:
         # Ctrl-C, SIGTERM, or a fault here: no job may go on running unwatched.
-        _stop(running)
+        _stop(multirun, running)
         for job in queued:
             job.status, job.error = "not started", "the multirun stopped before it started"
         raise
 
 
-def _wait_for_an_exit(running: List[Job]) -> None:
-    """Until one of `running` that has not ended yet ends, or POLL_S (an ended one's sentinel
-    stays ready: waiting on it would return at once, every time)."""
-    multiprocessing.connection.wait([job.proc.sentinel for job in running if job.proc.exitcode is None], timeout=POLL_S)
+def _start(multirun: Multirun, job: Job, running_after: int, waiting: int) -> None:
+    job.dir.mkdir(parents=True, exist_ok=True)
+    if multirun.raydra_runs:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **job.settings.env()}
+        job.process, job.result = job_process.start(job.payload, str(job.dir / CONSOLE), env)
+    else:
+        job.task = _app_job_task(multirun.settings).remote(job.payload, _main_module())
+    job.started, job.status = time.time(), "running"
+    resumed = "  (continued)" if job.settings.resume else ""
+    log.info(f"[{job.num}] started  {' '.join(job.shown)}{resumed}  ({running_after} running, {waiting} queued)")
+
+
+def _app_job_task(settings: Settings) -> Any:
+    import ray
+
+    from raydra.multirun_job import execute
+
+    # A worker process of its own for every job, as a raydra run's job has: nothing one job leaves
+    # in a process (logging set-up, module state, the current directory) reaches another.
+    return ray.remote(max_calls=1)(execute).options(
+        num_cpus=settings.cpus_per_job,
+        num_gpus=settings.gpus_per_job,
+        resources=dict(settings.resources_per_job) or None,
+        # Over the cluster's nodes rather than the driver's first (Ray's default fills the local
+        # node to half before it spreads).
+        scheduling_strategy="SPREAD",
+        # A job is not retried: Hydra's launchers run each once, and a retry would rerun a job
+        # whose first attempt may have written its outputs.
+        max_retries=0,
+    )
+
+
+def _main_module() -> Dict[str, str]:
+    from raydra.private_apis import main_module_import
+
+    return main_module_import()
+
+
+def _ended(job: Job) -> bool:
+    if job.task is not None:
+        import ray
+
+        return bool(ray.wait([job.task], timeout=0)[0])
+    if job.returned is None and job.result.poll():
+        _take_result(job)
+    return job.process.exitcode is not None
+
+
+def _take_result(job: Job) -> None:
+    """Read the job's JobReturn as soon as it comes: a large one fills the pipe, and the job's
+    process cannot end before it is read."""
+    import cloudpickle
+
+    try:
+        job.returned = cloudpickle.loads(job.result.recv_bytes())
+    except (EOFError, OSError):
+        job.returned = None  # it ended without one: _settle says why
+
+
+def _wait_for_an_end(running: List[Job]) -> None:
+    """Until one of `running` ends or sends its result, or POLL_S."""
+    tasks = [job.task for job in running if job.task is not None]
+    if tasks:
+        import ray
+
+        ray.wait(tasks, timeout=POLL_S)
+        return
+    waiting = [job.process.sentinel for job in running if job.process.exitcode is None]
+    waiting += [job.result for job in running if job.returned is None and not job.result.closed]
+    multiprocessing.connection.wait(waiting, timeout=POLL_S)
 
 
 def _room_for(job: Job, running: List[Job], max_concurrent: Optional[int]) -> bool:
-    # A job whose outcome is recorded has released its workers; the seconds its process takes to
-    # close (its report, Ray's shutdown) need not hold the next job back.
-    training = [j for j in running if not j.trained]
-    if not training:
+    # A raydra run whose outcome is recorded has released its workers; the seconds its process
+    # takes to close (its report, Ray's shutdown) need not hold the next job back.
+    holding = [j for j in running if not j.trained]
+    if not holding:
         return True  # it fits the cluster alone: checked before anything started
-    if max_concurrent and len(training) >= max_concurrent:
+    if max_concurrent and len(holding) >= max_concurrent:
         return False
-    return sum(j.share for j in training) + job.share <= 1 + 1e-9
+    return sum(j.share for j in holding) + job.share <= 1 + 1e-9
+
+
+def _summary(job: Job) -> Optional[Dict[str, Any]]:
+    try:
+        return run_summary.read(job.dir)
+    except (OSError, ValueError):
+        return None  # not written yet (summary.json is replaced whole, never seen half-written)
 
 
 def _outcome_recorded(job: Job) -> bool:
     """summary.json says how the run ended: the driver writes that once its TorchTrainer has
     returned, its workers and their placement group gone."""
-    try:
-        return run_summary.read(job.dir).get("status") != "running"
-    except (OSError, ValueError):
-        return False  # not written yet (summary.json is replaced whole, never seen half-written)
+    summary = _summary(job)
+    return summary is not None and summary.get("status") != "running"
 
 
-def _start(job: Job, running_after: int, waiting: int) -> None:
-    job.dir.mkdir(parents=True, exist_ok=True)
-    # Its own session: Ctrl-C reaches only this process, which stops each job once, with SIGTERM
-    # (a job hit by both would be interrupted again while it records its interruption).
-    job.proc = job_process.start(job.command, str(job.dir / CONSOLE), {**os.environ, "PYTHONUNBUFFERED": "1"})
-    job.started, job.status = time.time(), "running"
-    log.info(f"[{job.num}] started  {' '.join(job.shown)}  ({running_after} running, {waiting} queued)")
-
-
-def _stop(running: List[Job]) -> None:
+def _stop(multirun: Multirun, running: List[Job]) -> None:
     if not running:
         return
     log.info(f"stopping {len(running)} running job(s): each records itself interrupted ...")
+    if multirun.raydra_runs:
+        _stop_processes(running)
+    else:
+        _stop_tasks(running)
     for job in running:
-        job.proc.terminate()  # SIGTERM
+        _settle(multirun, job, stopped=True)
+
+
+def _stop_processes(running: List[Job]) -> None:
+    for job in running:
+        job.process.terminate()  # SIGTERM
     deadline = time.time() + STOP_WAIT_S
     try:
-        while any(j.proc.exitcode is None for j in running) and time.time() < deadline:
-            _wait_for_an_exit(running)
+        while any(j.process.exitcode is None for j in running) and time.time() < deadline:
+            _wait_for_an_end(running)
+            for job in running:
+                if job.returned is None and job.result.poll():
+                    _take_result(job)
     except KeyboardInterrupt:
         pass  # a second Ctrl-C: stop waiting
     for job in running:
-        if job.proc.exitcode is None:
-            job.proc.kill()
-            job.proc.join()
-        _settle(job, stopped=True)
+        if job.process.exitcode is None:
+            job.process.kill()
+            job.process.join()
 
 
-def _settle(job: Job, stopped: bool) -> None:
-    """The job's outcome from its summary.json; a job that ended without writing one (killed, or
-    stopped before its driver started) gets one that says so."""
+def _stop_tasks(running: List[Job]) -> None:
+    import ray
+
+    for job in running:
+        ray.cancel(job.task)  # a KeyboardInterrupt in the task, as Ctrl-C gives a basic launcher's job
+    deadline = time.time() + STOP_WAIT_S
+    try:
+        pending = [job.task for job in running]
+        while pending and time.time() < deadline:
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
+    except KeyboardInterrupt:
+        pending = [job.task for job in running]
+    for task in pending:
+        ray.cancel(task, force=True)
+
+
+def _settle(multirun: Multirun, job: Job, stopped: bool) -> None:
+    """The job's outcome: its JobReturn and, for a raydra run, its summary.json; a job that ended
+    without either (killed, or stopped before it started) gets an outcome that says so."""
+    from hydra.core.utils import JobStatus
+
     job.ended = time.time()
-    code = job.proc.exitcode
-    path = job.dir / run_summary.SUMMARY
-    summary = run_summary.read(job.dir) if path.is_file() else None
+    if job.task is not None:
+        _take_task_result(job)
+    elif job.returned is None and not job.result.closed:
+        if job.result.poll():
+            _take_result(job)
+        job.result.close()
+    if multirun.raydra_runs:
+        _settle_run(job, stopped)
+    elif job.returned is not None:
+        job.status = "completed" if job.returned.status == JobStatus.COMPLETED else "failed"
+        if job.status == "failed":
+            error = job.returned._return_value
+            job.error = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+    else:
+        job.status = "interrupted" if stopped else "failed"
+        job.error = job.error or "its Ray task ended without a result"
+    took = f"{job.ended - job.started:.1f} s"
+    if job.status == "completed":
+        if multirun.raydra_runs:
+            shown = f"best {job.monitor} {job.metric:.4f}" if job.metric is not None else f"no {job.monitor} logged"
+        else:
+            shown = f"returned {_shown_value(job.returned.return_value)}"
+        log.info(f"[{job.num}] completed in {took}  {shown}  {' '.join(job.shown)}\n  dir  {job.dir}")
+    else:
+        log.info(f"[{job.num}] {job.status} after {took}  {' '.join(job.shown)}: {job.error}\n  dir  {job.dir}")
+
+
+def _take_task_result(job: Job) -> None:
+    import cloudpickle
+    import ray
+
+    try:
+        job.returned = cloudpickle.loads(ray.get(job.task, timeout=10))
+    except ray.exceptions.TaskCancelledError:
+        job.error = "stopped with the multirun"
+    except ray.exceptions.RayTaskError as error:
+        # Hydra could not set the job up (run_job raised outside the task function).
+        cause = error.cause if isinstance(getattr(error, "cause", None), BaseException) else error
+        job.error = f"{type(cause).__name__}: {cause}".splitlines()[0][:300]
+    except Exception as error:  # the task's worker or node died
+        job.error = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"[:300]
+
+
+def _settle_run(job: Job, stopped: bool) -> None:
+    summary = _summary(job)
     if summary and summary.get("status") != "running":
         job.status, job.error = summary["status"], summary.get("error")
     else:
         job.status = "interrupted" if stopped else "failed"
-        job.error = _last_words(job, code)
+        job.error = _last_words(job, job.process.exitcode)
         if summary:
             summary.update(status=job.status, error=job.error, finished_at=run_summary.now())
             run_summary.write(job.dir, summary)
     if summary:
         job.monitor = summary["monitor"]["metric"]
         job.metric = summary.get("metrics", {}).get("best", {}).get(job.monitor)
-    took = f"{job.ended - job.started:.1f} s"
-    if job.status == "completed":
-        shown = f"best {job.monitor} {job.metric:.4f}" if job.metric is not None else f"no {job.monitor} logged"
-        log.info(f"[{job.num}] completed in {took}  {shown}  {' '.join(job.shown)}\n  dir  {job.dir}")
-    else:
-        log.info(f"[{job.num}] {job.status} after {took}  {' '.join(job.shown)}: {job.error}\n  dir  {job.dir}")
+
+
+def _shown_value(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _last_words(job: Job, code: int) -> str:
-    lines = [line.strip() for line in (job.dir / CONSOLE).read_text(errors="replace").splitlines() if line.strip()]
+    console = job.dir / CONSOLE
+    lines = [line.strip() for line in console.read_text(errors="replace").splitlines() if line.strip()] if console.is_file() else []
     how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
     said = f" ({lines[-1][:200]})" if lines else ""
-    return f"its process ended ({how}) before recording an outcome{said}; see {job.dir / CONSOLE}"
+    return f"its process ended ({how}) before recording an outcome{said}; see {console}"
 
 
-def report(jobs: List[Job], sweep_dir: Path) -> None:
-    """The closing table, as `raydra compare <sweep dir>` prints it, and what failed or stopped."""
-    from raydra import compare as cmp
+def job_return(job: Job) -> Any:
+    """The job's JobReturn for Hydra (its sweeper reads the return values): the one its run_job
+    returned; for a raydra run that failed, its one sentence as a compact error; for a job that
+    returned none (killed, not started, kept from before), one built from its config."""
+    from hydra.core.utils import JobReturn, JobStatus
 
+    if job.returned is not None and not (job.status != "completed" and job.returned.status == JobStatus.COMPLETED):
+        ret = job.returned
+        if ret.status == JobStatus.FAILED and job.error and job.monitor is not None:
+            # A raydra run's failure is in its summary.json as one sentence (its worker's log holds
+            # the trace): Hydra prints that, not a traceback.
+            failure = JobFailed(f"multirun job {job.label} {job.status}: {job.error}; its directory: {job.dir}")
+            failure.__cause__ = ret._return_value if isinstance(ret._return_value, BaseException) else None
+            ret.return_value = failure
+        return ret
+    ret = JobReturn(
+        overrides=job.overrides,
+        cfg=OmegaConf.masked_copy(job.cfg, [k for k in job.cfg if k != "hydra"]),
+        hydra_cfg=OmegaConf.masked_copy(job.cfg, ["hydra"]),
+        working_dir=str(job.dir),
+        task_name=str(job.cfg.hydra.job.name),
+    )
+    if job.status in ("completed", "kept"):
+        ret.status, ret.return_value = JobStatus.COMPLETED, job.value if job.status == "kept" else job.metric
+    else:
+        ret.status = JobStatus.FAILED
+        ret.return_value = JobFailed(f"multirun job {job.label} {job.status}: {job.error}; its directory: {job.dir}")
+    return ret
+
+
+def _read_record(sweep_dir: Path) -> Dict[str, Any]:
+    try:
+        return run_summary.read(sweep_dir, JOBS_RECORD)["jobs"]
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def _record(multirun: Multirun, jobs: List[Job]) -> None:
+    """jobs.json: what a resumed multirun reads. Jobs of earlier batches stay in it."""
+    record = _read_record(multirun.sweep_dir) if multirun.record_from_before else {}
+    multirun.record_from_before = True
+    for job in jobs:
+        entry = {"overrides": job.overrides, "dir": str(job.dir), "status": "completed" if job.status == "kept" else job.status}
+        if job.status == "kept":
+            entry["return_value"] = job.value
+        elif job.status == "completed":
+            entry["return_value"] = _json_value(job.metric if multirun.raydra_runs else job.returned.return_value)
+        if job.error:
+            entry["error"] = job.error
+        record[str(job.num)] = entry
+    ordered = dict(sorted(record.items(), key=lambda item: int(item[0])))
+    run_summary.write(multirun.sweep_dir, {"jobs": ordered}, name=JOBS_RECORD)
+
+
+def _json_value(value: Any) -> Any:
+    """A return value as jobs.json can keep it for a resumed multirun's sweeper: JSON, or null."""
+    import json
+
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return None
+
+
+def report(multirun: Multirun, jobs: List[Job]) -> None:
+    """The closing lines: for raydra runs the table `raydra compare <sweep dir>` prints; what did
+    not complete; how to continue the multirun."""
+    sweep_dir = multirun.sweep_dir
     with _console(sweep_dir):
-        notes: List[str] = []
-        runs = cmp.collect([str(sweep_dir)], [], notes)
-        if runs:
-            metrics = cmp.choose_metrics(runs, None, notes)
-            keys = cmp.differing_keys(runs)
-            rows = cmp.build_table(runs, metrics, keys, notes)
-            log.info("\n" + cmp.render_table(cmp.table_columns(keys, metrics), rows, keys))
-        bad = [j for j in jobs if j.status != "completed"]
+        if multirun.raydra_runs:
+            from raydra import compare as cmp
+
+            notes: List[str] = []
+            runs = cmp.collect([str(sweep_dir)], [], notes)
+            if runs:
+                metrics = cmp.choose_metrics(runs, None, notes)
+                keys = cmp.differing_keys(runs)
+                rows = cmp.build_table(runs, metrics, keys, notes)
+                log.info("\n" + cmp.render_table(cmp.table_columns(keys, metrics), rows, keys))
+        bad = [j for j in jobs if j.status not in ("completed", "kept")]
         if not bad:
-            log.info(f"all {len(jobs)} jobs completed; compare them again with: raydra compare {sweep_dir}")
+            then = f"; compare them again with: raydra compare {sweep_dir}" if multirun.raydra_runs else f"\n  dir  {sweep_dir}"
+            log.info(f"all {len(jobs)} jobs completed{then}")
             return
         log.info(f"{len(bad)} of {len(jobs)} jobs did not complete: " + ", ".join(f"{j.label} {j.status}" for j in bad))
-        stopped = [j for j in bad if j.status == "interrupted" and (j.dir / run_summary.SUMMARY).is_file()]
-        if stopped:
-            # Its overrides as its train.py got them (the W&B group included): resume= refuses a
-            # config that differs from the one the run started with.
-            job = stopped[0]
-            script = os.path.relpath(job.command[1])
-            log.info(
-                "continue an interrupted job with its overrides and resume=<its dir>, e.g.\n"
-                f"  python {script} {' '.join(job.run_overrides)} resume={job.dir}"
-            )
+        log.info(
+            "continue the multirun (completed jobs are kept, the others run again"
+            + (", a run from its last checkpoint" if multirun.raydra_runs else "")
+            + f") with:\n  {continue_command(multirun)}"
+        )
+
+
+def continue_command(multirun: Multirun) -> str:
+    """This multirun's command line as typed, pointed at its sweep directory, with resume on."""
+    script = sys.argv[0]
+    shown = script if " " in script else f"python {os.path.relpath(script)}"
+    kept = [o for o in multirun.typed if not o.lstrip("+~").startswith(("hydra.sweep.dir=", "hydra.launcher.resume="))]
+    return " ".join(
+        [shown, "-m", *(shlex.quote(o) for o in kept), shlex.quote(f"hydra.sweep.dir={multirun.sweep_dir}"), "hydra.launcher.resume=true"]
+    )
 
 
 @contextmanager

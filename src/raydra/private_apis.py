@@ -12,8 +12,9 @@ the libraries they use.
 
 import contextlib
 import functools
+import os
 import sys
-from typing import Any, Callable, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List
 
 # ---------------------------------------------------------------------------------------------
 # Ray
@@ -90,6 +91,46 @@ def run_exit_handlers() -> None:
     import atexit
 
     atexit._run_exitfuncs()
+
+
+def main_module_import() -> Dict[str, str]:
+    """How this process's `__main__` (the user's script, or `-m` module) is imported in another
+    process: what multiprocessing's spawn and forkserver children are told
+    (multiprocessing.spawn.get_preparation_data, undocumented). Empty when there is nothing to
+    import (an interactive session, a test runner's own main)."""
+    from multiprocessing import spawn
+
+    data = spawn.get_preparation_data("raydra-job")
+    return {key: data[key] for key in ("init_main_from_name", "init_main_from_path") if key in data}
+
+
+def import_main_module(how: Dict[str, str]) -> None:
+    """Import another process's `__main__` here as multiprocessing's children do
+    (multiprocessing.spawn.prepare, undocumented): as `__mp_main__`, aliased to `__main__`, its
+    `if __name__ == "__main__":` block not run. A script whose path does not exist on this machine
+    (a Ray node of another host) is skipped: its job's task function came by value."""
+    from multiprocessing import spawn
+
+    path = how.get("init_main_from_path")
+    if path is not None and not os.path.isfile(path):
+        return
+    spawn.prepare(how)
+
+
+def leave_forkserver() -> None:
+    """In a child of multiprocessing's forkserver, let go of the server's liveness pipe
+    (multiprocessing.forkserver's `_forkserver_alive_fd`, undocumented), so that the server ends
+    when the process that started it does, whatever its children do. Every child holds the pipe's
+    writing end (so that it could use the same server in turn), and the server only ends once no
+    process holds it: a job of a launcher that was killed kept it running, and went on unwatched.
+    This process would start a server of its own if it needed one."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    if server._forkserver_alive_fd is not None:
+        os.close(server._forkserver_alive_fd)
+    server._forkserver_alive_fd = None
+    server._forkserver_address = None
 
 
 def lean_local_ray() -> dict:
