@@ -562,3 +562,91 @@ def test_the_preload_waits_for_ray_trains_worker_module_by_the_name_ray_imports_
     module = importlib.import_module(private_apis.RAY_TRAIN_WORKER_MODULE)
     assert module.RayTrainWorker.__module__ == private_apis.RAY_TRAIN_WORKER_MODULE
     assert private_apis.ray_train_worker_imported()
+
+
+# ---------------------------------------------------------------------------------------------
+# Python's multiprocessing (a multirun job's process: raydra.job_process, raydra.multirun_job)
+
+LOST_STARTER = """
+import json, os, sys, time
+from multiprocessing import get_context
+from raydra.private_apis import leave_forkserver
+
+def child(leave):
+    if leave:
+        leave_forkserver()
+    time.sleep(60)
+
+if __name__ == "__main__":
+    context = get_context("forkserver")
+    process = context.Process(target=child, args=(sys.argv[1] == "leave",))
+    process.start()
+    from multiprocessing import forkserver
+    print(json.dumps({"server": forkserver._forkserver._forkserver_pid, "child": process.pid}), flush=True)
+    time.sleep(1)  # the child is running
+    os._exit(0)  # the starter is gone without stopping anything, as a kill -9 leaves it
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("leave", [True, False])
+def test_a_forkserver_whose_children_let_go_of_its_pipe_ends_with_the_process_that_started_it(leave, tmp_path):
+    """raydra.job_process relies on the server ending with the launcher (its jobs then get their
+    parent-death signal); without leave_forkserver, a running child keeps it alive (the control)."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "starter.py"
+    script.write_text(LOST_STARTER)
+    out = tmp_path / "out.txt"
+    with out.open("w") as file:  # not a pipe: the server and the child hold it after the starter is gone
+        subprocess.run([sys.executable, str(script), "leave" if leave else "keep"], stdout=file, timeout=120, check=True)
+    pids = json.loads(out.read_text().strip().splitlines()[-1])
+    try:
+        deadline = time.time() + 15
+        while _alive(pids["server"]) and time.time() < deadline:
+            time.sleep(0.2)
+        assert _alive(pids["server"]) is (not leave)
+    finally:
+        for pid in pids.values():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_main_module_import_names_the_main_module_and_imports_it_as_multiprocessing_does(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "user_main.py").write_text(
+        "from omegaconf import OmegaConf\n"
+        "OmegaConf.register_new_resolver('from_main', lambda: 'yes')\n"
+        "print('top level ran as', __name__)\n"
+        "if __name__ == '__main__':\n"
+        "    from raydra.private_apis import main_module_import\n"
+        "    import json; print('HOW', json.dumps(main_module_import()))\n"
+    )
+    out = subprocess.run([sys.executable, "user_main.py"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True).stdout
+    how = out.split("HOW ")[1].strip()
+    assert how == '{"init_main_from_path": "%s"}' % (tmp_path / "user_main.py")
+    # Another process imports it once, not as __main__: its top level runs, its main block does not.
+    code = (
+        "import json, sys; from omegaconf import OmegaConf; from raydra.private_apis import import_main_module;"
+        f"import_main_module(json.loads({how!r})); print('resolved', OmegaConf.create({{'a': '${{from_main:}}'}}).a);"
+        "print('main is', sys.modules['__main__'].__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.splitlines() == ["top level ran as __mp_main__", "resolved yes", "main is __mp_main__"]
+    # A script that is not on this machine (a Ray node of another host) is skipped.
+    private_apis.import_main_module({"init_main_from_path": str(tmp_path / "elsewhere.py")})
