@@ -35,15 +35,19 @@ def make_run(
     seed: int = 42,
     choices: dict = None,
     config_extra: dict = None,
+    tags=(),
+    tags_in_summary: bool = True,
 ) -> Path:
     """One run dir as the training core writes it; val/acc per epoch is `accs`. `choices`: the
-    config group choices Hydra records in .hydra/hydra.yaml (none written without them)."""
+    config group choices Hydra records in .hydra/hydra.yaml (none written without them). `tags`:
+    the root config's tags, recorded in summary.json too unless `tags_in_summary` is false (a run
+    from before summary.json had them)."""
     run = root / job
     (run / ".hydra").mkdir(parents=True)
     config = {
         "name": "vit_digits",
         "seed": seed,
-        "tags": ["sweep", "digits"],
+        "tags": list(tags),
         "model": {
             "_target_": f"raydra.models.{model}.Classifier",
             "name": model,
@@ -97,6 +101,7 @@ def make_run(
             "error": error,
             "started_at": "2026-11-22T15:20:01",
             "monitor": {"metric": monitor[0], "mode": monitor[1]},
+            **({"tags": list(tags)} if tags_in_summary else {}),
             "world_size": 2,
             "strategy": "ddp",
             "config_hash": "sha256:00",
