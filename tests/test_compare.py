@@ -35,15 +35,19 @@ def make_run(
     seed: int = 42,
     choices: dict = None,
     config_extra: dict = None,
+    tags=(),
+    tags_in_summary: bool = True,
 ) -> Path:
     """One run dir as the training core writes it; val/acc per epoch is `accs`. `choices`: the
-    config group choices Hydra records in .hydra/hydra.yaml (none written without them)."""
+    config group choices Hydra records in .hydra/hydra.yaml (none written without them). `tags`:
+    the root config's tags, recorded in summary.json too unless `tags_in_summary` is false (a run
+    from before summary.json had them)."""
     run = root / job
     (run / ".hydra").mkdir(parents=True)
     config = {
         "name": "vit_digits",
         "seed": seed,
-        "tags": ["sweep", "digits"],
+        "tags": list(tags),
         "model": {
             "_target_": f"raydra.models.{model}.Classifier",
             "name": model,
@@ -77,12 +81,14 @@ def make_run(
             step += 10
             rows.append({"epoch": epoch, "step": step, "train/loss": round(2.0 / step, 4)})
         rows.append({"epoch": epoch, "step": step, "val/acc": acc, "val/loss": round(1 - acc, 4)})
-        rows.append({"epoch": epoch, "step": step, "train/samples_per_s": 800.0 + epoch})
+        # raydra's own throughput diagnostics, logged at each epoch's end.
+        rows.append({"epoch": epoch, "step": step, "train/samples_per_s": 800.0 + epoch, "train/data_wait_s": 0.002})
     if status == "completed":
         rows.append({"epoch": len(accs), "step": step, "test/acc": accs[-1] + 0.005})
     if metrics_csv:
         with open(run / "metrics.csv", "w", newline="") as f:
-            writer = csv.DictWriter(f, ["epoch", "step", "test/acc", "train/loss", "train/samples_per_s", "val/acc", "val/loss"])
+            columns = ["epoch", "step", "test/acc", "train/data_wait_s", "train/loss", "train/samples_per_s", "val/acc", "val/loss"]
+            writer = csv.DictWriter(f, columns)
             writer.writeheader()
             writer.writerows(rows)
 
@@ -97,6 +103,7 @@ def make_run(
             "error": error,
             "started_at": "2026-11-22T15:20:01",
             "monitor": {"metric": monitor[0], "mode": monitor[1]},
+            **({"tags": list(tags)} if tags_in_summary else {}),
             "world_size": 2,
             "strategy": "ddp",
             "config_hash": "sha256:00",
@@ -352,6 +359,23 @@ def test_plot_writes_one_png_per_metric(sweep, tmp_path, capsys):
     assert f"wrote {plots / 'val_acc.png'}" in err
     code, _, _ = compare(capsys, sweep, "--plot", tmp_path / "by_epoch", "--x", "epoch")
     assert code == 0 and (tmp_path / "by_epoch" / "val_acc.png").is_file()
+
+
+def test_plot_draws_a_metric_with_one_point_per_run_as_bars(sweep, tmp_path, capsys):
+    from matplotlib.image import imread
+
+    plots = tmp_path / "plots"
+    code, _, err = compare(capsys, sweep, "--metric", "test/acc", "--metric", "val/acc", "--plot", plots)
+    assert code == 0, err
+
+    def first_colour_share(png):
+        # matplotlib's first colour, C0 (#1f77b4): run 0's line, or its bar.
+        pixels = imread(png)[..., :3]
+        return float((abs(pixels - [0x1F / 255, 0x77 / 255, 0xB4 / 255]).max(axis=-1) < 0.02).mean())
+
+    # One bar per run fills a good part of the figure; a line a sliver of it.
+    assert first_colour_share(plots / "test_acc.png") > 0.05
+    assert first_colour_share(plots / "val_acc.png") < 0.01
 
 
 def test_200_runs_compare_in_under_3_seconds(tmp_path, capsys):

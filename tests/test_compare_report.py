@@ -1,8 +1,10 @@
 """The HTML report of `raydra compare --html`: one self-contained file, checked as text and then
 in a real headless Chromium driven by selenium (Debian's chromium and chromium-driver: make browser):
-no console error, no network request, curves a legend click hides, a sortable table, the sweep
-views and a config diff of two runs."""
+no console error, no network request, curves a legend click hides in the order a reader wants them
+(the monitored metric first, one-point metrics as bars, raydra's diagnostics last), a sortable
+table with the runs' tags, the sweep views and a config diff of two runs."""
 
+import json
 import os
 import re
 
@@ -12,15 +14,23 @@ from test_compare import compare, make_run
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
+# The report's plots for `report`'s runs, in order: the monitored metric (val/loss) before the
+# table's metric (val/acc), then the user's curves by split, test/acc (one point per run) as bars,
+# raydra's throughput diagnostics last.
+ORDER = ["val/loss", "val/acc", "train/loss", "test/acc", "train/data_wait_s", "train/samples_per_s"]
+
+
 @pytest.fixture
 def report(tmp_path, capsys):
-    """A sweep over lr (job 1 best), a failed job, a running one and one without metrics.csv."""
+    """A sweep over lr (job 1 best) monitoring val/loss, a failed job, a running one and one
+    without metrics.csv; job 2 is tagged for an ablation."""
     root = tmp_path / "sweeps" / "2026-11-22" / "15-20-01_vit_digits"
-    make_run(root, "0", lr=0.001, accs=(0.5, 0.7, 0.8))
-    make_run(root, "1", lr=0.01, accs=(0.6, 0.95, 0.9))
-    make_run(root, "2", lr=0.1, accs=(0.3, 0.4, 0.45))
-    make_run(root, "3", lr=0.5, status="failed", error="CUDA out of memory", accs=(0.1, 0.2))
-    make_run(root, "4", lr=0.2, metrics_csv=False)
+    monitor, tags = ("val/loss", "min"), ("sweep", "lr")
+    make_run(root, "0", lr=0.001, accs=(0.5, 0.7, 0.8), monitor=monitor, tags=tags)
+    make_run(root, "1", lr=0.01, accs=(0.6, 0.95, 0.9), monitor=monitor, tags=tags)
+    make_run(root, "2", lr=0.1, accs=(0.3, 0.4, 0.45), monitor=monitor, tags=("ablation", "no-aug"))
+    make_run(root, "3", lr=0.5, status="failed", error="CUDA out of memory", accs=(0.1, 0.2), monitor=monitor, tags=tags)
+    make_run(root, "4", lr=0.2, metrics_csv=False, monitor=monitor, tags=tags)
     path = tmp_path / "report" / "index.html"
     code, _, err = compare(capsys, root, "--metric", "val/acc", "--html", path)
     assert code == 0
@@ -38,6 +48,78 @@ def test_the_report_is_one_file_that_loads_nothing(report):
     assert "Plotly" in page and 'id="data"' in page  # plotly.js inline, the data beside it
     assert "model.optimizer.lr=0.5" in page and "CUDA out of memory" in page
     assert report.stat().st_size < 6_000_000
+
+
+def page_data(path):
+    return json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', path.read_text(), re.S).group(1))
+
+
+def test_the_report_orders_its_plots_monitor_first_bars_for_one_point_metrics_diagnostics_last(report):
+    data = page_data(report)
+    assert [p["metric"] for p in data["plots"]] == ORDER
+    assert [p["metric"] for p in data["plots"] if p["bar"]] == ["test/acc"]
+    assert [p["metric"] for p in data["plots"] if p["diagnostic"]] == ["train/data_wait_s", "train/samples_per_s"]
+    assert [r["tags"] for r in data["runs"]] == [["sweep", "lr"], ["sweep", "lr"], ["ablation", "no-aug"], ["sweep", "lr"], ["sweep", "lr"]]
+    assert "<p>tags: ablation, no-aug</p>" in report.read_text()
+
+
+def test_plot_order_puts_splits_in_a_readers_order():
+    from raydra.compare.curves import plot_order
+
+    points = {
+        "lr-AdamW": [30, 30],  # LearningRateMonitor's name: no split
+        "test/acc": [1, 1],
+        "test/loss": [1, 0],
+        "train/acc": [30, 30],
+        "train/loss": [30, 30],
+        "train/mfu": [3, 3],
+        "train/samples_per_s": [1, 1],
+        "val/acc": [3, 3],
+        "val/acc_best": [3, 3],
+        "val/loss": [3, 3],
+        "zeta/score": [3, 3],
+        "ood/acc": [3, 3],
+    }
+    order = plot_order(points, first=["val/loss"])
+    assert [p.metric for p in order] == [
+        "val/loss",
+        "val/acc",
+        "val/acc_best",
+        "train/acc",
+        "train/loss",
+        "ood/acc",
+        "zeta/score",
+        "lr-AdamW",
+        "test/acc",
+        "test/loss",
+        "train/mfu",
+        "train/samples_per_s",
+    ]
+    assert [p.metric for p in order if p.bar] == ["test/acc", "test/loss", "train/samples_per_s"]
+
+
+def test_every_diagnostic_raydra_logs_is_listed_as_one():
+    """The metric names raydra's worker callbacks log (keys of dicts, also as `metrics[NAME] = ...`,
+    and self.log's first argument in src/raydra/worker/) are exactly curves.DIAGNOSTIC_METRICS: a new one drawn among the user's
+    metrics would be a bug the report's order test cannot see."""
+    import ast
+    from pathlib import Path
+
+    from raydra.compare.curves import DIAGNOSTIC_METRICS
+
+    logged = set()
+    for source in (Path(__file__).parents[1] / "src" / "raydra" / "worker").glob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Dict):
+                names = node.keys
+            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+                names = [node.slice]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "log" and node.args:
+                names = node.args[:1]
+            else:
+                continue
+            logged |= {n.value for n in names if isinstance(n, ast.Constant) and isinstance(n.value, str) and "/" in n.value}
+    assert logged == DIAGNOSTIC_METRICS
 
 
 @pytest.fixture
@@ -82,9 +164,20 @@ def test_the_report_works_in_headless_chromium(report, browser):
     assert report.as_uri() in urls
     assert [u for u in urls if not u.startswith(("file:", "data:", "blob:", "about:", "chrome:"))] == []
 
-    # Every metric metrics.csv logged has its plot; val/acc's first trace is job 0's curve.
+    # Every metric metrics.csv logged has its plot, in the reader's order, the diagnostics under
+    # their own heading; val/acc's first trace is job 0's curve.
     metrics = browser.execute_script("return [...document.querySelectorAll('#curves .plot')].map(d => d.dataset.metric)")
-    assert set(metrics) == {"test/acc", "train/loss", "train/samples_per_s", "val/acc", "val/loss"}
+    assert metrics == ORDER
+    below = browser.execute_script("return [...document.querySelectorAll('#diagnostics-heading ~ .plot')].map(d => d.dataset.metric)")
+    assert below == ["train/data_wait_s", "train/samples_per_s"]
+    # test/acc, one value per run: a bar per completed run (the failed one never tested), in its colour.
+    bars = browser.execute_script(
+        "return document.querySelector('#curves .plot[data-metric=\"test/acc\"]').data.map(t => [t.type, t.name, t.x, t.y])"
+    )
+    assert bars == [["bar", "0", ["0"], [0.805]], ["bar", "1", ["1"], [0.905]], ["bar", "2", ["2"], [0.455]]]
+    assert browser.execute_script("return document.querySelectorAll('#curves .plot[data-metric=\"test/acc\"] .bars .point').length") == 3
+    lines = browser.execute_script("return document.querySelector('#curves .plot[data-metric=\"val/loss\"]').data.map(t => t.type)")
+    assert lines == ["scatter"] * 4
     plot = browser.find_element(By.CSS_SELECTOR, '#curves .plot[data-metric="val/acc"]')
     plot_id = plot.get_attribute("id")
     traces = browser.execute_script(f"return document.getElementById('{plot_id}').data.map(t => [t.name, t.visible])")
@@ -109,6 +202,12 @@ def test_the_report_works_in_headless_chromium(report, browser):
     header.click()
     first = browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")[0].find_elements(By.TAG_NAME, "td")[0].text
     assert first == "1"
+    # The runs' tags are a column beside the run, sortable like the rest.
+    headers = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#runs th")]
+    assert headers[:2] == ["run", "tags"]
+    browser.find_element(By.XPATH, "//table[@id='runs']//th[text()='tags']").click()
+    cells = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")[:2]] for tr in browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")]
+    assert cells[0] == ["2", "ablation, no-aug"] and all(tags == "sweep, lr" for _, tags in cells[1:])
 
     # The sweep: parallel coordinates over lr and val/acc; the failed job is marked in the scatter.
     assert browser.execute_script("return document.getElementById('parcoords').data[0].dimensions.map(d => d.label)") == [
@@ -118,11 +217,40 @@ def test_the_report_works_in_headless_chromium(report, browser):
     marked = browser.execute_script("return document.getElementById('scatter-0').data[1]")
     assert marked["name"].startswith("stopped / failed") and marked["x"] == [0.5]
 
-    # The config diff of two runs shows the key that differs, and only it.
+    # The config diff of two runs shows the keys that differ, and only them.
     Select(browser.find_element(By.ID, "diff-a")).select_by_visible_text("0")
     Select(browser.find_element(By.ID, "diff-b")).select_by_visible_text("2")
     browser.execute_script("document.getElementById('diff-b').dispatchEvent(new Event('input'))")
     rows = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#diff tbody tr")]
-    assert rows == ["model.optimizer.lr 0.001 0.1"]
+    assert rows == ['tags ["sweep", "lr"] ["ablation", "no-aug"]', "model.optimizer.lr 0.001 0.1"]
+    errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+    assert errors == [], errors
+
+
+@pytest.mark.browser
+def test_seed_groups_draw_one_point_metrics_as_mean_bars_with_sd(tmp_path, capsys, browser):
+    """Three seeds at each of two learning rates: test/acc as one bar per group, its height the mean
+    and its error bar the standard deviation; unticking the groups gives one bar per run."""
+    root = tmp_path / "sweep"
+    for job, (lr, seed, acc) in enumerate(
+        (lr, seed, acc) for lr, accs in ((0.01, (0.8, 0.82, 0.84)), (0.1, (0.9, 0.91, 0.92))) for seed, acc in enumerate(accs)
+    ):
+        make_run(root, str(job), lr=lr, accs=(0.5, acc), seed=seed)
+    path = tmp_path / "report.html"
+    code, _, err = compare(capsys, root, "--html", path)
+    assert code == 0, err
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(path.as_uri())
+    WebDriverWait(browser, 60).until(lambda d: d.execute_script("return document.querySelectorAll('#curves .main-svg').length > 0"))
+    bars = "document.querySelector('#curves .plot[data-metric=\"test/acc\"]').data"
+    grouped = browser.execute_script(f"return {bars}.map(t => [t.type, t.name, t.y[0], t.error_y.array[0]])")
+    assert [g[:2] for g in grouped] == [["bar", "model.optimizer.lr=0.01 (n=3)"], ["bar", "model.optimizer.lr=0.1 (n=3)"]]
+    # make_run's test/acc is the last val/acc + 0.005.
+    assert [g[2] for g in grouped] == pytest.approx([0.825, 0.915])
+    assert [g[3] for g in grouped] == pytest.approx([0.02, 0.01])
+    browser.find_element(By.ID, "by-group").click()
+    assert browser.execute_script(f"return {bars}.map(t => t.name)") == ["0", "1", "2", "3", "4", "5"]
     errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
     assert errors == [], errors

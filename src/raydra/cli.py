@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = commands.add_parser(
         "compare",
         help="runs and sweeps side by side",
-        description="One row per run: the config keys that differ, the chosen metrics (final and best), status, wall time and samples/s.",
+        description="One row per run: its tags, the chosen metrics (final and best), the config keys that differ, status, wall time and samples/s.",
         epilog="example: raydra compare outputs/sweeps/2026-11-22/14-10-00_vit_digits --metric val/acc --sort",
     )
     c.add_argument("paths", nargs="+", metavar="PATH", help="run directories, sweep directories or globs; or their storage URIs (s3://...)")
@@ -40,6 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
     order.add_argument("--desc", dest="descending", action="store_const", const=True, help="sort high to low")
     order.add_argument("--asc", dest="descending", action="store_const", const=False, help="sort low to high")
     c.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE", help="keep runs whose config KEY is VALUE, repeatable")
+    c.add_argument(
+        "--tag",
+        action="append",
+        default=[],
+        metavar="TAG[,TAG]",
+        help="keep runs tagged TAG (the config's top-level tags); repeated: runs with every one of them; TAG,TAG: runs with either",
+    )
+    c.add_argument(
+        "--exclude-tag", action="append", default=[], metavar="TAG[,TAG]", help="leave out runs tagged TAG (any one of them), repeatable"
+    )
     c.add_argument("--format", choices=sorted(cmp.RENDERERS), default="table", help="output format (default: table)")
     c.add_argument(
         "--group-by",
@@ -80,8 +90,8 @@ def report(notes: List[str], command: str) -> None:
 def run_compare(args: argparse.Namespace) -> int:
     notes: List[str] = []
     try:
-        runs = cmp.collect(args.paths, args.filter, notes)
-    except ValueError as error:  # a malformed --filter
+        runs = cmp.collect(args.paths, args.filter, notes, args.tag, args.exclude_tag)
+    except ValueError as error:  # a malformed --filter or --tag
         report([*notes, str(error)], "compare")
         return 2
     if not runs:
@@ -90,7 +100,7 @@ def run_compare(args: argparse.Namespace) -> int:
     metrics = cmp.choose_metrics(runs, args.metric, notes)
     keys = cmp.differing_keys(runs)
     rows = cmp.build_table(runs, metrics, keys, notes, sort=args.sort, descending=args.descending)
-    columns = cmp.table_columns(keys, metrics)
+    columns = cmp.table_columns(keys, metrics, tags=cmp.has_tags(runs))
     try:
         grouped = cmp.aggregate(runs, keys, metrics, args.group_by, args.baseline, notes)
     except ValueError as error:  # a --baseline that names no group

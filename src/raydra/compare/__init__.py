@@ -1,9 +1,10 @@
 """`raydra compare` and `raydra show`: runs and sweeps side by side, from their run directories alone.
 
-One module per concern, imports pointing down: runs (find and read run directories) <- table (metrics
-and config columns, text formats) <- groups (seeds aggregated, differences to a baseline) <- curves
-(PNGs) and report (the interactive HTML page); show (one run as text). None imports ray, torch,
-wandb or hydra; matplotlib, plotly and scipy are imported only by the functions that need them.
+One module per concern, imports pointing down: runs (find and read run directories, tags) <- table
+(metrics and config columns, text formats) <- groups (seeds aggregated, differences to a baseline)
+and curves (which plots, in which order; PNGs) <- report (the interactive HTML page); show (one
+run as text). None imports ray, torch, wandb or hydra; matplotlib, plotly and scipy are imported
+only by the functions that need them.
 """
 
 from raydra.compare.curves import render_curves, write_plots
@@ -23,7 +24,7 @@ from raydra.compare.runs import (
     runs_below,
 )
 from raydra.compare.show import show_text
-from raydra.compare.table import RENDERERS, build_table, choose_metrics, differing_keys, render_table, table_columns
+from raydra.compare.table import RENDERERS, build_table, choose_metrics, differing_keys, has_tags, render_table, table_columns
 
 __all__ = [
     "aggregate",
@@ -35,6 +36,7 @@ __all__ = [
     "collect",
     "config_source",
     "differing_keys",
+    "has_tags",
     "is_run_dir",
     "is_uri",
     "list_remote",

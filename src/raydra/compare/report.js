@@ -37,7 +37,7 @@
   });
   drawTable();
 
-  // Curves: one plot per logged metric.
+  // Curves.
   function smooth(ys, a) {
     if (!a) return ys;
     let last = null;
@@ -51,47 +51,80 @@
     pairs.forEach(([e, y]) => by.set(e, (by.get(e) || []).concat([y])));
     return [...by.entries()].sort((p, q) => p[0] - q[0]).map(([e, ys]) => [e, ys.reduce((s, v) => s + v, 0) / ys.length]);
   }
+  // One plot per metric, in the order raydra chose (D.plots: the monitored metric first, raydra's
+  // diagnostics last, under their own heading); a metric with one point per run is a bar per run.
   const plotDivs = {};
+  function plotDiv(plot, m) {
+    let div = plotDivs[plot.metric];
+    if (!div) {
+      if (plot.diagnostic && !$("diagnostics-heading")) {
+        const h = document.createElement("h3");
+        h.id = "diagnostics-heading";
+        h.textContent = "raydra's diagnostics: throughput, step time, data wait, MFU, workers";
+        $("curves").appendChild(h);
+      }
+      div = plotDivs[plot.metric] = document.createElement("div");
+      div.className = "plot" + (plot.bar ? " bars" : "");
+      div.id = "curve-" + m;
+      div.dataset.metric = plot.metric;
+      $("curves").appendChild(div);
+    }
+    return div;
+  }
+  function meanSd(ys) {
+    const mean = ys.reduce((s, y) => s + y, 0) / ys.length;
+    return [mean, ys.length < 2 ? 0 : Math.sqrt(ys.reduce((s, y) => s + (y - mean) ** 2, 0) / (ys.length - 1))];
+  }
+  function barTraces(curves, grouped) {
+    // One trace per run (or group), so the legend hides bars as it hides curves, in the same colours.
+    if (!grouped) {
+      return curves.map((c) => ({ type: "bar", name: D.runs[c.run].label, x: [D.runs[c.run].label], y: [c.y[c.y.length - 1]],
+        marker: { color: color(c.run) }, hovertemplate: "%{x}: %{y}<extra></extra>" }));
+    }
+    return D.groups.map((g, gi) => {
+      const ys = curves.filter((c) => g.runs.includes(c.run)).map((c) => c.y[c.y.length - 1]);
+      if (!ys.length) return null;
+      const [mean, sd] = meanSd(ys), name = `${g.label} (n=${ys.length})`;
+      return { type: "bar", name, x: [name], y: [mean], error_y: { type: "data", array: [sd], visible: ys.length > 1 }, marker: { color: color(gi) } };
+    }).filter((t) => t);
+  }
+  function lineTraces(curves, grouped, x, a) {
+    const traces = [];
+    if (!grouped) {
+      curves.forEach((c) => {
+        const p = points(c, x);
+        traces.push({ type: FAST ? "scattergl" : "scatter", mode: p.length < 3 ? "lines+markers" : "lines", name: D.runs[c.run].label,
+          x: p.map((q) => q[0]), y: smooth(p.map((q) => q[1]), a), line: { color: color(c.run), width: 1.5 } });
+      });
+      return traces;
+    }
+    D.groups.forEach((g, gi) => {
+      const at = new Map();
+      curves.filter((c) => g.runs.includes(c.run)).forEach((c) => {
+        const p = points(c, x), ys = smooth(p.map((q) => q[1]), a);
+        p.forEach((q, k) => at.set(q[0], (at.get(q[0]) || []).concat([ys[k]])));
+      });
+      if (!at.size) return;
+      const xs = [...at.keys()].sort((p, q) => p - q);
+      const stats = xs.map((v) => meanSd(at.get(v))), mean = stats.map((q) => q[0]), sd = stats.map((q) => q[1]);
+      const name = `${g.label} (n=${g.runs.length})`;
+      traces.push({ type: "scatter", mode: "lines", x: xs.concat(xs.slice().reverse()), y: mean.map((v, k) => v + sd[k]).concat(mean.map((v, k) => v - sd[k]).reverse()),
+        fill: "toself", fillcolor: color(gi) + "33", line: { width: 0 }, hoverinfo: "skip", showlegend: false, legendgroup: "g" + gi, name: name + " ±sd" });
+      traces.push({ type: "scatter", mode: xs.length < 3 ? "lines+markers" : "lines", x: xs, y: mean, name, legendgroup: "g" + gi, line: { color: color(gi), width: 2 } });
+    });
+    return traces;
+  }
   function drawCurves() {
     const x = $("x").value, a = +$("smooth").value, logy = $("logy").checked;
     const grouped = $("by-group") && $("by-group").checked && D.groups.length;
     $("smooth-value").textContent = a.toFixed(2);
-    Object.entries(D.curves).forEach(([metric, curves], m) => {
-      let div = plotDivs[metric];
-      if (!div) {
-        div = plotDivs[metric] = document.createElement("div");
-        div.className = "plot";
-        div.id = "curve-" + m;
-        div.dataset.metric = metric;
-        $("curves").appendChild(div);
-      }
-      const traces = [];
-      if (!grouped) {
-        curves.forEach((c) => {
-          const p = points(c, x);
-          traces.push({ type: FAST ? "scattergl" : "scatter", mode: p.length < 3 ? "lines+markers" : "lines", name: D.runs[c.run].label,
-            x: p.map((q) => q[0]), y: smooth(p.map((q) => q[1]), a), line: { color: color(c.run), width: 1.5 } });
-        });
-      } else {
-        D.groups.forEach((g, gi) => {
-          const at = new Map();
-          curves.filter((c) => g.runs.includes(c.run)).forEach((c) => {
-            const p = points(c, x), ys = smooth(p.map((q) => q[1]), a);
-            p.forEach((q, k) => at.set(q[0], (at.get(q[0]) || []).concat([ys[k]])));
-          });
-          if (!at.size) return;
-          const xs = [...at.keys()].sort((p, q) => p - q);
-          const mean = xs.map((v) => at.get(v).reduce((s, y) => s + y, 0) / at.get(v).length);
-          const sd = xs.map((v, k) => { const ys = at.get(v); return ys.length < 2 ? 0 : Math.sqrt(ys.reduce((s, y) => s + (y - mean[k]) ** 2, 0) / (ys.length - 1)); });
-          const name = `${g.label} (n=${g.runs.length})`;
-          traces.push({ type: "scatter", mode: "lines", x: xs.concat(xs.slice().reverse()), y: mean.map((v, k) => v + sd[k]).concat(mean.map((v, k) => v - sd[k]).reverse()),
-            fill: "toself", fillcolor: color(gi) + "33", line: { width: 0 }, hoverinfo: "skip", showlegend: false, legendgroup: "g" + gi, name: name + " ±sd" });
-          traces.push({ type: "scatter", mode: xs.length < 3 ? "lines+markers" : "lines", x: xs, y: mean, name, legendgroup: "g" + gi, line: { color: color(gi), width: 2 } });
-        });
-      }
-      const xlabel = x === "time" ? "wall time (s, estimated from the run's mean time per step)" : x;
-      Plotly.react(div, traces, { title: { text: metric }, xaxis: { title: { text: xlabel } }, yaxis: { title: { text: metric }, type: logy ? "log" : "linear" },
-        hovermode: "closest", margin: { t: 40, r: 10 }, showlegend: traces.length <= 60 }, { displaylogo: false, responsive: true });
+    D.plots.forEach((plot, m) => {
+      const div = plotDiv(plot, m), curves = D.curves[plot.metric];
+      const traces = plot.bar ? barTraces(curves, grouped) : lineTraces(curves, grouped, x, a);
+      const xlabel = plot.bar ? (grouped ? "group" : "run") : x === "time" ? "wall time (s, estimated from the run's mean time per step)" : x;
+      const xaxis = plot.bar ? { title: { text: xlabel }, type: "category" } : { title: { text: xlabel } };
+      Plotly.react(div, traces, { title: { text: plot.metric }, xaxis, yaxis: { title: { text: plot.metric }, type: logy ? "log" : "linear" },
+        barmode: "overlay", hovermode: "closest", margin: { t: 40, r: 10 }, showlegend: traces.length <= 60 }, { displaylogo: false, responsive: true });
     });
   }
   ["x", "smooth", "logy", "by-group"].forEach((id) => $(id) && $(id).addEventListener("input", drawCurves));

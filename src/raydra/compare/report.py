@@ -1,7 +1,9 @@
 """The HTML report: one self-contained file, interactive and offline.
 
-The runs table (sortable), every logged metric's curves (x as step, epoch or wall time; smoothing;
-log scale; runs toggled from the legend; values on hover; seed groups as their mean with a ±sd band),
+The runs table (sortable, with the runs' tags), every logged metric's curves in the order
+curves.plot_order gives (the monitored metric first, raydra's diagnostics last; a metric with one
+point per run as bars; x as step, epoch or wall time; smoothing; log scale; runs toggled from the
+legend; values on hover; seed groups as their mean with a ±sd band),
 for a sweep a parallel-coordinates view and one scatter per sampled key with stopped and failed runs
 marked, and a side-by-side diff of any two runs' configs. plotly.js is embedded in the page, so it
 opens with no network and no server, years later; the page's own script (report.js, beside this
@@ -10,10 +12,12 @@ module) only reshapes the data it hands to plotly.
 
 import html
 import json
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from raydra.compare.curves import monitored, plot_order
 from raydra.compare.groups import Grouped
 from raydra.compare.runs import ABSENT, Run, config_source, config_text, number, read_curves, run_files, status_text
 from raydra.compare.table import cell_text, is_numeric
@@ -22,7 +26,7 @@ from raydra.storage import is_uri
 HERE = Path(__file__).parent
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px; color: #1d1d1f; }
-h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8px; }
+h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8px; } h3 { font-size: 15px; margin: 24px 0 4px; color: #444; }
 .meta { color: #666; margin: 0 0 12px; }
 table { border-collapse: collapse; font-size: 13px; }
 .scroll { overflow: auto; max-width: 100%; max-height: 70vh; }
@@ -95,6 +99,7 @@ def page_data(
         "runs": [
             {
                 "label": run.label,
+                "tags": run.tags,
                 "status": status_text(run),
                 "cls": status_class(run),
                 "config": {k: config_text(v) for k, v in run.flat.items()},
@@ -103,6 +108,7 @@ def page_data(
             for run in runs
         ],
         "curves": {},
+        "plots": [],
         "keys": keys,
         "metrics": metrics,
         "monitor": [],
@@ -113,6 +119,8 @@ def page_data(
             notes.append(f"{run.source} has no metrics.csv (no csv logger, or it stopped before logging); its curves are left out.")
         for metric, curve in run_curves(run, notes).items():
             data["curves"].setdefault(metric, []).append({"run": i, **curve})
+    points = {metric: [len(c["y"]) for c in curves] for metric, curves in data["curves"].items()}
+    data["plots"] = [asdict(plot) for plot in plot_order(points, monitored(runs) + metrics)]
     for metric in metrics:
         values = [row[f"best {metric}"] if row[f"best {metric}"] is not None else row[f"final {metric}"] for _, row in rows]
         data["monitor"].append({"metric": metric, "values": values})
@@ -178,6 +186,8 @@ def render_html(
             f'<details id="run-{i}"><summary>{e(run.label)} &mdash; <span class="{status_class(run)}">{e(status_text(run))}</span></summary>'
         )
         out.append(f"<p>directory: {file_link(run.source, True)}</p>")
+        if run.tags:
+            out.append(f"<p>tags: {e(', '.join(run.tags))}</p>")
         if run.summary.get("reproduces"):
             out.append(f"<p>reproduces: {e(str(run.summary['reproduces']))}</p>")
         out.append("<p>overrides:</p><pre>" + (e("\n".join(run.overrides)) or "(none)") + "</pre>")

@@ -25,7 +25,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 import yaml
@@ -40,6 +40,8 @@ CORRUPT_SUMMARY = "unknown (corrupt summary.json)"
 # are downloaded; the rest of a run there (checkpoints, logs, samples, wandb: up to gigabytes) is
 # only listed, to say what exists.
 RUN_MARKERS = ("summary.json", ".hydra/config.yaml")
+# The root config key of a run's tags (lightning-hydra-template's `tags`): its own column and filter.
+TAGS_KEY = "tags"
 RECORD_FILES = ("summary.json", "metrics.csv", ".hydra/config.yaml", ".hydra/overrides.yaml", ".hydra/hydra.yaml")
 
 
@@ -70,6 +72,8 @@ class Run:
     listing: Optional[frozenset] = None
     # Hydra's config group choices ({"model": "vit", "logger": "[csv, wandb]"}), from .hydra/hydra.yaml.
     choices: dict = field(default_factory=dict)
+    # The config's top-level `tags`, as summary.json records them (the config's, for older runs).
+    tags: List[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.source = self.source or str(self.dir)
@@ -356,7 +360,19 @@ def load_run(run_dir: str, notes: List[str], source: Optional[str] = None, listi
     if overrides is None:
         overrides = run.summary.get("overrides") if isinstance(run.summary.get("overrides"), list) else []
     run.overrides = [str(o) for o in overrides]
+    run.tags = read_tags(run)
     return run
+
+
+def read_tags(run: Run) -> List[str]:
+    """summary.json's `tags`, else the recorded config's (runs from before summary.json had them):
+    a list of strings, a single string as one tag, anything else as none."""
+    for recorded in (run.summary.get("tags"), (run.config or {}).get(TAGS_KEY)):
+        if isinstance(recorded, str):
+            return [recorded]
+        if isinstance(recorded, list):
+            return list(dict.fromkeys(str(tag) for tag in recorded if tag is not None))
+    return []
 
 
 def config_text(value: Any) -> str:
@@ -427,9 +443,53 @@ def matches(run: Run, filters: List[Tuple[str, str]]) -> bool:
     return True
 
 
-def collect(paths: List[str], filters: List[str], notes: List[str]) -> List[Run]:
-    """Discover, load and filter the runs `paths` name; label each relative to what they share."""
+@dataclass(frozen=True)
+class TagFilter:
+    """--tag and --exclude-tag. A run is kept when it has, for each entry of `required`, at least one
+    of that entry's tags (repeated --tag: all of them; --tag a,b: either), and none of `excluded`."""
+
+    required: Tuple[Tuple[str, ...], ...] = ()
+    excluded: Tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.required or self.excluded)
+
+    def matches(self, run: Run) -> bool:
+        tags = set(run.tags)
+        return all(tags.intersection(anyof) for anyof in self.required) and not tags.intersection(self.excluded)
+
+    def describe(self) -> List[str]:
+        """The conditions in words, as the note naming them reads: `tag a or b`, `no tag wip`."""
+        return [f"tag {' or '.join(anyof)}" for anyof in self.required] + [f"no tag {tag}" for tag in self.excluded]
+
+
+def parse_tag_filters(tags: Sequence[str] = (), exclude: Sequence[str] = ()) -> TagFilter:
+    """--tag TAG[,TAG] (repeatable) and --exclude-tag TAG[,TAG] (repeatable) as a TagFilter."""
+
+    def split(option: str, item: str) -> Tuple[str, ...]:
+        parts = tuple(dict.fromkeys(part.strip() for part in item.split(",")))
+        if not all(parts):
+            raise ValueError(f"{option} {item!r} holds an empty tag; write it like {option} baseline or {option} baseline,ablation.")
+        return parts
+
+    required = tuple(dict.fromkeys(split("--tag", item) for item in tags))
+    excluded = tuple(dict.fromkeys(tag for item in exclude for tag in split("--exclude-tag", item)))
+    return TagFilter(required, excluded)
+
+
+def tag_list(runs: List[Run]) -> str:
+    """Every tag the runs have, for a note: what to filter by instead."""
+    tags = sorted({tag for run in runs for tag in run.tags})
+    return "their tags are " + ", ".join(tags) if tags else "none of them has tags (the config's top-level `tags`, e.g. tags=[baseline])"
+
+
+def collect(
+    paths: List[str], filters: List[str], notes: List[str], tags: Sequence[str] = (), exclude_tags: Sequence[str] = ()
+) -> List[Run]:
+    """Discover, load and filter the runs `paths` name (config --filter KEY=VALUE, --tag and
+    --exclude-tag); label each relative to what they share. Raises ValueError for a malformed filter."""
     wanted = parse_filters(filters)
+    tagged = parse_tag_filters(tags, exclude_tags)
     listings: Dict[str, List[str]] = {}
     dirs = find_run_dirs(paths, notes, listings)
     remote = load_remote_runs({d: listings[d] for d in dirs if d in listings}, notes) if listings else {}
@@ -437,9 +497,15 @@ def collect(paths: List[str], filters: List[str], notes: List[str]) -> List[Run]
     for key, _ in wanted:
         if key != "status" and runs and not any(key in r.flat or key in r.choices for r in runs):
             notes.append(f"no run has config key {key!r}, so --filter {key}=... matches nothing; check its spelling.")
-    shown = [r for r in runs if matches(r, wanted)]
-    if runs and not shown and wanted:
-        notes.append(f"none of the {len(runs)} runs matches " + " and ".join(f"{k}={v}" for k, v in wanted) + ".")
+    shown = [r for r in runs if matches(r, wanted) and tagged.matches(r)]
+    if runs and not shown and (wanted or tagged):
+        conditions = " and ".join(tagged.describe() + [f"{k}={v}" for k, v in wanted])
+        notes.append(f"none of the {len(runs)} runs matches {conditions}" + (f"; {tag_list(runs)}." if tagged else "."))
+    elif shown:
+        # A misspelt alternative (--tag baselin,ablation) still shows runs: say that it found none.
+        missing = [tag for anyof in tagged.required for tag in anyof if not any(tag in r.tags for r in runs)]
+        for tag in dict.fromkeys(missing):
+            notes.append(f"no run is tagged {tag!r}, so --tag {tag} matches nothing; {tag_list(runs)}.")
     set_labels(shown)
     return shown
 

@@ -12,6 +12,8 @@ def show_text(run: Run, notes: List[str]) -> str:
     for label, key in (("name", "name"), ("run id", "run_id"), ("started", "started_at"), ("finished", "finished_at")):
         if s.get(key):
             lines.append(f"{label:<10}{s[key]}")
+    if run.tags:
+        lines.append(f"tags      {', '.join(run.tags)}")
     if number(s.get("wall_time_s")) is not None:
         lines.append(f"wall time {s['wall_time_s']:.1f} s")
     if number(dig(s, "throughput", "samples_per_s")) is not None:

@@ -6,9 +6,10 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from raydra.compare.runs import ABSENT, Run, config_text, dig, number, read_curves, status_text
+from raydra.compare.runs import ABSENT, TAGS_KEY, Run, config_text, dig, number, read_curves, status_text
 
 FIXED_COLUMNS = ("status", "wall_s", "samples/s")
+TAGS_COLUMN = "tags"
 MAX_CELL = 48
 
 
@@ -68,7 +69,8 @@ def differing_keys(runs: List[Run]) -> List[str]:
     """The columns that tell the runs apart: config group choices that differ (`model`, `logger`),
     then config keys whose value is not the same in every run that has a config (a key some lack
     differs). A key under a differing group is left out when the choice explains it: runs with the
-    same choice agree on it. A group is a column only when every run with a hydra.yaml records it."""
+    same choice agree on it. A group is a column only when every run with a hydra.yaml records it.
+    The root `tags` are not a key here: they have their own column, and never split seed groups."""
     flats = [r for r in runs if r.config is not None]
     if len(flats) < 2:
         return []
@@ -79,7 +81,7 @@ def differing_keys(runs: List[Run]) -> List[str]:
     if len(chosen) >= 2:
         names = dict.fromkeys(g for r in chosen for g in r.choices)
         groups = [g for g in names if all(g in r.choices for r in chosen) and len({canon(r.choices[g]) for r in chosen}) > 1]
-    keys = dict.fromkeys(k for r in flats for k in r.flat)
+    keys = dict.fromkeys(k for r in flats for k in r.flat if k != TAGS_KEY)
     differing = [k for k in keys if len({canon(r.flat.get(k, ABSENT)) for r in flats}) > 1]
 
     def explained(key: str) -> bool:
@@ -95,9 +97,15 @@ def differing_keys(runs: List[Run]) -> List[str]:
     return groups + [k for k in differing if not explained(k)]
 
 
-def table_columns(keys: List[str], metrics: List[str]) -> List[str]:
-    """Metrics first, what a reader looks for; then what set the runs apart; then how they ran."""
-    return ["run", *(f"{part} {m}" for m in metrics for part in ("final", "best")), *keys, *FIXED_COLUMNS]
+def has_tags(runs: List[Run]) -> bool:
+    return any(run.tags for run in runs)
+
+
+def table_columns(keys: List[str], metrics: List[str], tags: bool = False) -> List[str]:
+    """The run and its tags (when any run has tags: what the researcher called it); the metrics, what
+    a reader looks for; then what set the runs apart; then how they ran."""
+    named = ["run", TAGS_COLUMN] if tags else ["run"]
+    return [*named, *(f"{part} {m}" for m in metrics for part in ("final", "best")), *keys, *FIXED_COLUMNS]
 
 
 def build_table(
@@ -107,7 +115,7 @@ def build_table(
     rows = []
     modes = {m: metric_mode(m, runs) for m in metrics}
     for run in runs:
-        row: Dict[str, Any] = {"run": run.label}
+        row: Dict[str, Any] = {"run": run.label, TAGS_COLUMN: run.tags}
         row.update((k, run.value(k)) for k in keys)
         for metric in metrics:
             row[f"final {metric}"], row[f"best {metric}"] = metric_values(run, metric, modes[metric], notes)
@@ -134,15 +142,20 @@ def cell_text(column: str, value: Any, keys: List[str]) -> str:
         return ""
     if column in keys:
         return config_text(value)
+    if column == TAGS_COLUMN:
+        return ", ".join(value)
     if isinstance(value, float):
         return f"{value:.1f}" if column in ("wall_s", "samples/s") else f"{value:.4g}"
     return str(value)
 
 
 def export_text(column: str, value: Any, keys: List[str]) -> str:
-    """Exports keep every digit, so they parse back to the same numbers; an absent key is an empty cell."""
+    """Exports keep every digit, so they parse back to the same numbers; an absent key is an empty
+    cell; tags are a JSON list, as a tag may hold a comma."""
     if value is None or value is ABSENT:
         return ""
+    if column == TAGS_COLUMN:
+        return json.dumps(value)
     return config_text(value) if column in keys else repr(value) if isinstance(value, float) else str(value)
 
 
