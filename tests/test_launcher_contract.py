@@ -13,7 +13,16 @@ from conftest import REPO, base_env
 def test_hydras_launcher_conformance_suites_pass_against_the_raydra_launcher(ray_cluster, tmp_path):
     env = {**base_env(), "RAY_ADDRESS": ray_cluster}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", str(REPO / "tests" / "hydra_launcher_suites.py"), "-q", "-p", "no:cacheprovider"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(REPO / "tests" / "hydra_launcher_suites.py"),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--basetemp={tmp_path / 'suites'}",
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
