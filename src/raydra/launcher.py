@@ -686,7 +686,8 @@ def continue_command(multirun: Multirun) -> str:
     """This multirun's command line as typed, pointed at its sweep directory, with resume on."""
     script = sys.argv[0]
     shown = script if " " in script else f"python {os.path.relpath(script)}"
-    kept = [o for o in multirun.typed if not o.lstrip("+~").startswith(("hydra.sweep.dir=", "hydra.launcher.resume="))]
+    # hydra.mode=MULTIRUN is Hydra's own record of -m.
+    kept = [o for o in multirun.typed if not o.lstrip("+~").startswith(("hydra.sweep.dir=", "hydra.launcher.resume=", "hydra.mode="))]
     return " ".join(
         [shown, "-m", *(shlex.quote(o) for o in kept), shlex.quote(f"hydra.sweep.dir={multirun.sweep_dir}"), "hydra.launcher.resume=true"]
     )

@@ -18,6 +18,7 @@ environment, so that its config and overrides stay exactly as the user typed the
 
 import json
 import os
+import sys
 import traceback
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Optional
@@ -103,12 +104,25 @@ def execute(payload: bytes, main: Optional[Dict[str, str]] = None) -> bytes:
     Singleton.set_state(job.singleton_state)
     result = run_job(
         hydra_context=job.hydra_context,
-        task_function=job.task_function,
+        task_function=_as_defined(job.task_function),
         config=job.config,
         job_dir_key="hydra.sweep.dir",
         job_subdir_key="hydra.sweep.subdir",
     )
     return dumps_job_return(result)
+
+
+def _as_defined(task_function: Any) -> Any:
+    """A task function defined in the user's script came by value (cloudpickle's copy, its
+    globals a copy too, its traceback lines '<dynamic-code>'); with the script imported in this
+    process, the function it defines is the one to run: what `@hydra.main` wraps."""
+    if getattr(task_function, "__module__", None) != "__main__":
+        return task_function
+    defined = getattr(sys.modules["__main__"], getattr(task_function, "__name__", ""), None)
+    defined = getattr(defined, "__wrapped__", defined)
+    if callable(defined) and getattr(defined, "__qualname__", None) == getattr(task_function, "__qualname__", None):
+        return defined
+    return task_function
 
 
 def dumps_job_return(result: JobReturn) -> bytes:
