@@ -1,16 +1,24 @@
 """Wall time of a 4-job `python train.py -m` multirun: Hydra's basic launcher (one job after another,
 in one process) versus raydra's launcher (jobs side by side, as many as the cluster holds).
 
-    python benchmarks/multirun.py [--epochs 10] [--cpus 2] [--rounds 3]
+    python benchmarks/multirun.py [--mode both|warm|cold] [--epochs 10] [--cold-epochs 3] [--cpus 2] [--rounds 3]
 
-Each round starts a `ray start --head` cluster (stopped by process id after it), warms it with one
-1-epoch run (Ray Data's AutoscalingCoordinator, a detached actor the first Ray Train run on a
-cluster makes, and the page cache: a researcher's cluster is up before their multirun), then times
-both multiruns on it. Neither pays Ray's start. The jobs are four 1-worker digits ViT runs
-differing in learning rate. A shared machine's speed drifts by more than a round lasts, so the two
-launchers alternate within each round (which goes first alternates too) and the table gives the
-median wall time of each and the median and range of the per-round ratio. Prints a markdown table
-and the load average, which decides how far apart the two are.
+Two cases, each its own table:
+
+- warm: a `ray start --head` cluster per round (stopped by process id after it), warmed with one
+  1-epoch run (Ray Data's AutoscalingCoordinator, a detached actor the first Ray Train run on a
+  cluster makes, and the page cache: a researcher's cluster is up before their multirun); both
+  multiruns join it (`ray.address=`), so neither pays Ray's start. Four 1-worker jobs of the digits
+  ViT smoke preset (`experiment=vit_digits_smoke`), lr 1e-4, 3e-4, 1e-3, 3e-3, `--epochs` epochs.
+- cold: a researcher's laptop, no cluster running: each multirun starts its own local Ray (raydra's
+  launcher for its jobs, the basic launcher's first job for all four) and pays for it. The command
+  as a new user types it: `python train.py -m model.optimizer.lr=1e-3,2e-3,3e-3,4e-3
+  scale.num_workers=1 trainer.max_epochs=3 logger=csv` (the default run's model and data).
+
+A shared machine's speed drifts by more than a round lasts, so the two launchers alternate within
+each round (which goes first alternates too); each table gives the median wall time of each and the
+median and range of the per-round ratio, with the load average, which decides how far apart the
+two are.
 """
 
 import argparse
@@ -23,26 +31,30 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 from sweep import env
 
 from raydra.testing import start_ray_head, stop_process_tree
 
 REPO = Path(__file__).resolve().parents[1]
-LRS = "1e-4,3e-4,1e-3,3e-3"
+WARM_LRS = "1e-4,3e-4,1e-3,3e-3"
+COLD_LRS = "1e-3,2e-3,3e-3,4e-3"
 
 
-def train(outputs: Path, address: str, launcher: str, overrides: list) -> tuple:
-    """`python train.py -m` with `launcher` (or a single run: launcher None) on the cluster at
-    `address`; returns its wall time and its jobs' summaries."""
-    multirun = ["-m", f"hydra/launcher={launcher}", f"model.optimizer.lr={LRS}"] if launcher else []
+def train(outputs: Path, address: Optional[str], launcher: Optional[str], lrs: str, overrides: list) -> tuple:
+    """`python train.py -m` with `launcher` (or a single run: launcher None), on the cluster at
+    `address` or (None) a local Ray of its own; returns its wall time, its jobs' summaries and how
+    many ran at once."""
+    multirun = ["-m", f"hydra/launcher={launcher}", f"model.optimizer.lr={lrs}"] if launcher else []
+    joined = [f"ray.address={address}"] if address else []
     started = time.time()
     done = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *multirun, f"paths.outputs={outputs}", f"ray.address={address}", *overrides],
+        [sys.executable, str(REPO / "train.py"), *multirun, f"paths.outputs={outputs}", *joined, *overrides],
         cwd=REPO,
         capture_output=True,
         text=True,
-        env=env(),
+        env=env() if address else _own_local_ray_env(),
     )
     wall = time.time() - started
     if done.returncode:
@@ -52,41 +64,50 @@ def train(outputs: Path, address: str, launcher: str, overrides: list) -> tuple:
     return wall, jobs, int(at_once.group(1)) if at_once else 1
 
 
+def _own_local_ray_env() -> dict:
+    """A process that starts its own local Ray: no token or address of another cluster."""
+    return {k: v for k, v in env().items() if not k.startswith("RAY_AUTH") and k != "RAY_API_SERVER_ADDRESS"}
+
+
 def _each(walls: list) -> str:
     return " / ".join(f"{w:.1f}" for w in walls)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--cpus", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-
-    out = Path(tempfile.mkdtemp(prefix="raydra-multirun-bench-"))
+def measure(out: Path, cold: bool, args: argparse.Namespace) -> None:
     load_before = os.getloadavg()
-    common = ["experiment=vit_digits_smoke", "scale.num_workers=1", f"trainer.max_epochs={args.epochs}"]
+    if cold:
+        lrs, common = COLD_LRS, ["scale.num_workers=1", f"trainer.max_epochs={args.cold_epochs}", "logger=csv", f"ray.num_cpus={args.cpus}"]
+    else:
+        lrs, common = WARM_LRS, ["experiment=vit_digits_smoke", "scale.num_workers=1", f"trainer.max_epochs={args.epochs}"]
     walls = {"basic": [], "raydra": []}
     last = {}
     for r in range(args.rounds):
-        round_dir = out / f"round{r}"
+        round_dir = out / f"{'cold' if cold else 'warm'}{r}"
         round_dir.mkdir()
-        proc, address = start_ray_head(round_dir / "ray_start.log", env(), num_cpus=args.cpus)
+        proc, address = (None, None) if cold else start_ray_head(round_dir / "ray_start.log", env(), num_cpus=args.cpus)
         try:
-            train(round_dir / "warm-up", address, None, [*common[:-1], "trainer.max_epochs=1"])
+            if not cold:
+                train(round_dir / "warm-up", address, None, lrs, [*common[:-1], "trainer.max_epochs=1"])
             for launcher in ("basic", "raydra") if r % 2 == 0 else ("raydra", "basic"):
-                wall, jobs, at_once = train(round_dir / launcher, address, launcher, common)
+                wall, jobs, at_once = train(round_dir / launcher, address, launcher, lrs, common)
                 walls[launcher].append(wall)
                 last[launcher] = (jobs, at_once)
         finally:
-            stop_process_tree(proc)
+            if proc is not None:
+                stop_process_tree(proc)
     ratios = [b / r for b, r in zip(walls["basic"], walls["raydra"], strict=True)]
 
-    print(
-        f"4 jobs (model.optimizer.lr={LRS}) of the digits ViT, {args.epochs} epochs, 1 worker each, on a "
-        f"{args.cpus}-CPU `ray start` cluster per round, warmed; {args.rounds} rounds; load average before: "
-        f"{load_before[0]:.2f}, after: {os.getloadavg()[0]:.2f}\n"
-    )
+    if cold:
+        print(
+            f"\ncold: `python train.py -m model.optimizer.lr={lrs} {' '.join(common[:-1])}` with no cluster running (each multirun "
+            f"starts a local Ray of {args.cpus} CPUs); {args.rounds} rounds; load average before: {load_before[0]:.2f}, after: {os.getloadavg()[0]:.2f}\n"
+        )
+    else:
+        print(
+            f"\nwarm: 4 jobs (model.optimizer.lr={lrs}) of the digits ViT, {args.epochs} epochs, 1 worker each, on a "
+            f"{args.cpus}-CPU `ray start` cluster per round, warmed; {args.rounds} rounds; load average before: "
+            f"{load_before[0]:.2f}, after: {os.getloadavg()[0]:.2f}\n"
+        )
     print("| launcher | wall s (median) | rounds | jobs at once | vs basic (median, range) |")
     print("|---|---:|---|---:|---:|")
     print(
@@ -102,6 +123,22 @@ def main() -> None:
             f"  {Path(a['run_dir']).name}  {a['status']} {a['wall_time_s']:.1f} / {b['status']} {b['wall_time_s']:.1f}"
             f"  best val/acc {a['metrics']['best'].get('val/acc', float('nan')):.4f} / {b['metrics']['best'].get('val/acc', float('nan')):.4f}"
         )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=("both", "warm", "cold"), default="both")
+    parser.add_argument("--epochs", type=int, default=10, help="epochs of each warm-case job")
+    parser.add_argument("--cold-epochs", type=int, default=3, help="epochs of each cold-case job")
+    parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    out = Path(tempfile.mkdtemp(prefix="raydra-multirun-bench-"))
+    if args.mode in ("both", "warm"):
+        measure(out, cold=False, args=args)
+    if args.mode in ("both", "cold"):
+        measure(out, cold=True, args=args)
 
 
 if __name__ == "__main__":
