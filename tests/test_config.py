@@ -270,7 +270,7 @@ with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
     cfg = compose(config_name="train", overrides=sys.argv[1:])
 config = fit.resolve(cfg, Path("/tmp/unused"), "run")
 function = ray.cloudpickle.dumps(worker.train_loop)
-print(fit.data_to_describe(cfg), b"raydra.worker" in function, "pytorch_lightning" in sys.modules, "torchmetrics" in sys.modules)
+print(fit.data_to_describe(cfg), b"raydra.worker" in function, "lightning.pytorch" in sys.modules, "torchmetrics" in sys.modules)
 """
 
 
