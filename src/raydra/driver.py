@@ -28,6 +28,7 @@ from omegaconf import DictConfig
 
 from raydra import fit, project, resume, run_record, startup
 from raydra import summary as run_summary
+from raydra.callbacks import resolve as resolve_callbacks
 from raydra.cluster import check_fits, check_room_for_data, connect
 from raydra.console import worker_output
 from raydra.errors import RaydraError
@@ -52,6 +53,8 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str], process_ends_with_
     try:
         if (run_dir / run_summary.SUMMARY).exists():
             raise RaydraError(f"{run_dir} already holds a run; give this one its own hydra.run.dir.")
+        # A ModelCheckpoint among the callbacks sets checkpoint.*, which validate then checks.
+        resolve_callbacks(cfg, overrides)
         validate(cfg)
         if cfg.resume:
             run_dir, run_id = _continue(cfg, summary, run_dir)
