@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from raydra import run_record, startup, storage
 from raydra import summary as run_summary
 from raydra.cluster import is_local_ray, worker_resources
-from raydra.errors import RaydraError
+from raydra.errors import WORKER_RANK, RaydraError
 from raydra.private_apis import (
     elastic_reacts_quickly,
     poll_workers_often,
@@ -482,6 +482,10 @@ def number(value: Any) -> Any:
 def one_line(error: BaseException) -> str:
     """The error as one line; for a failed worker group, the lowest failed rank's own exception
     (Ray's first line only says that workers failed)."""
+    if getattr(error, WORKER_RANK, None) is not None:
+        # Raised by the training function in this process (local mode): the worker's own exception.
+        rank = getattr(error, WORKER_RANK)
+        return f"worker {rank}: {_first_line(error)[:400]} (the whole trace is in logs/worker_{rank}.log)"
     failures = getattr(error, "worker_failures", None) or {}
     if failures:
         rank = min(failures)

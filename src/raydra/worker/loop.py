@@ -28,7 +28,7 @@ import raydra.worker
 from raydra import storage
 from raydra.checkpoints import checkpoint_meta
 from raydra.console import PROGRESS_MARK
-from raydra.errors import RaydraError
+from raydra.errors import WORKER_RANK, RaydraError
 from raydra.lightning import pl
 from raydra.run_record import WorkerMirror, checkpoints_location
 from raydra.schema import is_elastic, lightning_trainer_arguments
@@ -78,6 +78,8 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
         with open(log_file, "a") as file:
             file.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}][raydra][ERROR] worker {rank} failed:\n")
             file.write("".join(traceback.format_exception(type(error), error, error.__traceback__)))
+        with contextlib.suppress(AttributeError):  # an exception type that takes no attributes
+            setattr(error, WORKER_RANK, rank)
         raise
     finally:
         mirror.close()
