@@ -435,3 +435,25 @@ def test_the_readme_and_the_migration_page_describe_the_example(project):
     for name in ("src/models/mnist_module.py", "configs/model/mnist.yaml", "configs/data/mnist.yaml", "configs/callbacks/default.yaml"):
         assert (EXAMPLE / name).is_file() and name in page
     assert re.search(r"from-lightning-hydra-template\.md", (REPO / "README.md").read_text())
+
+
+def test_secrets_in_logger_settings_are_masked_in_the_record_and_what_the_loggers_log(project, on_path, tmp_path):
+    secret = "s3cretpassw0rd"
+    uri = f"https://researcher:{secret}@mlflow.example.com"
+    config = fit.resolve(composed(project, *QUICK, "logger=mlflow", f"logger.mlflow.tracking_uri={uri}"), tmp_path / "run", "r1")
+    # The logger is built with the real URI; what is logged or recorded has it masked, as W&B's settings.
+    assert config["logger"]["mlflow"]["tracking_uri"] == uri
+    assert config["run"]["logged_config"]["logger"]["mlflow"]["tracking_uri"] == "https://***@mlflow.example.com"
+
+    from raydra.worker.loggers import build_loggers
+
+    other = ("+logger.other._target_=lightning.pytorch.loggers.CSVLogger", "+logger.other.save_dir=${paths.output_dir}/other")
+    config = fit.resolve(
+        composed(project, *QUICK, "logger=none", *other, f"+ray.runtime_env.env_vars.MLFLOW_TRACKING_PASSWORD={secret}"),
+        tmp_path / "run2",
+        "r2",
+    )
+    (logger,) = build_loggers(config, rank=0)
+    logger.save()
+    (hparams,) = (tmp_path / "run2" / "other").glob("**/hparams.yaml")
+    assert "MLFLOW_TRACKING_PASSWORD: '***'" in hparams.read_text() and secret not in hparams.read_text()
