@@ -240,6 +240,24 @@ def test_a_worker_error_points_at_the_log_that_holds_its_traceback(project, ray_
     assert "worker 0 failed:\nTraceback (most recent call last):" in log and "in training_step" in log
 
 
+@pytest.mark.e2e
+def test_with_storage_what_a_worker_writes_under_the_output_dir_reaches_storage_and_the_run_directory(project, ray_cluster, tmp_path):
+    """paths.storage as an NFS path every node mounts: a worker writes its part of the record into a
+    scratch directory of its own and pushes it there, and ${paths.output_dir} follows it."""
+    storage = tmp_path / "shared"
+    done = raydra_train(
+        "--config-dir", "configs", *QUICK, "scale.num_workers=1", "trainer.max_epochs=1", "logger=[csv,tensorboard]",
+        "+callbacks.seen._target_=src.callbacks.seen.Seen", "+callbacks.seen.path=${paths.output_dir}/seen", f"paths.storage={storage}",
+        cwd=project, outputs=tmp_path / "outputs", address=ray_cluster,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run_dir,) = run_dirs(tmp_path / "outputs")
+    shared = storage / run_dir.relative_to(tmp_path / "outputs")
+    for record in (run_dir, shared):
+        assert list(record.glob("tensorboard/version_0/events.out.tfevents.*")), record
+        assert json.loads((record / "seen" / "rank_0.json").read_text()) == [0]
+
+
 # ---------------------------------------------------------------------------------------------
 # What the driver says before anything starts
 

@@ -13,6 +13,7 @@ Hydra multirun job, a script or a test can call `run` directly.
 """
 
 import contextlib
+import copy
 import importlib
 import logging
 import signal
@@ -54,10 +55,12 @@ def run(cfg: DictConfig, run_dir: Path, overrides: List[str], process_ends_with_
         if (run_dir / run_summary.SUMMARY).exists():
             raise RaydraError(f"{run_dir} already holds a run; give this one its own hydra.run.dir.")
         # A ModelCheckpoint among the callbacks sets checkpoint.*, which validate then checks.
+        # A resumed run is compared with its record as composed, before the callbacks set checkpoint.*.
+        composed = copy.deepcopy(cfg)
         resolve_callbacks(cfg, overrides)
         validate(cfg)
         if cfg.resume:
-            run_dir, run_id = _continue(cfg, summary, run_dir)
+            run_dir, run_id = _continue(composed, summary, run_dir)
         if cfg.paths.storage:
             # Before Ray starts: a bad URI, endpoint or credentials fail in a second, not after it.
             run_record.check_writable(cfg.paths.storage)

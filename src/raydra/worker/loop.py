@@ -56,10 +56,11 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
     # W&B files) is written on its own node and pushed to storage at every report and at the end,
     # whatever happens: a failed run's worker logs are what explains it.
     mirror = WorkerMirror(config["run"], rank)
-    if str(mirror.dir) != config["run"]["dir"]:
+    record = config["paths"].get("output_dir") or config["run"]["dir"]
+    if str(mirror.dir) != record:
         # ${paths.output_dir} (a logger's save_dir, a callback's path) means the run's record as this
         # worker writes it: the scratch directory that is pushed to storage.
-        config = {**_moved(config, config["run"]["dir"], str(mirror.dir)), "run": config["run"]}
+        config = {**_moved(config, record, str(mirror.dir)), "run": config["run"]}
     config["run"]["dir"] = str(mirror.dir)
     if rank == 0:
         mirror.restore(["metrics.csv"])
@@ -256,6 +257,12 @@ def _start_from(model: torch.nn.Module, config: Dict[str, Any]) -> None:
     """ckpt_path: the weights of another run's checkpoint (found by the driver), before training starts."""
     from raydra.checkpoints import fetch, load_weights
 
+    if type(model).configure_model is not pl.LightningModule.configure_model:
+        raise RaydraError(
+            f"ckpt_path={config['ckpt_path']}: {type(model).__name__} builds its layers in configure_model, once training has "
+            "started, so there is nothing to load weights into before; start it from the weights its own keys name "
+            "(model.pretrained), or continue its run with resume=."
+        )
     found = config["run"]["init_weights"]
     with tempfile.TemporaryDirectory(prefix="raydra-ckpt-path-") as scratch:
         load_weights(
