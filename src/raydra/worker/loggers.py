@@ -56,6 +56,10 @@ def _logger_from_config(config: Dict[str, Any], name: str, node: Dict[str, Any])
     check_importable(node, f"logger.{name}")
     extra: Dict[str, Any] = {}
     if issubclass(get_class(node["_target_"]), pl.loggers.MLFlowLogger):
+        if not config["verbose"]:
+            # MLflow sets up its own console handler as it is imported; its notices (creating the
+            # store's tables) are not the run's news.
+            os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
         # The run's tags as MLflow tags (a word each), and its id, which names its raydra record.
         extra["tags"] = {
             **(node.get("tags") or {}),
