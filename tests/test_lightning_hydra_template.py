@@ -380,6 +380,13 @@ def test_callbacks_none_and_null_mean_none_of_the_users(project, on_path):
         validate(cfg)
         resolve_callbacks(cfg, [])
         assert not cfg.get("callbacks")
+    with open_dict(unset):
+        unset.callbacks = ["lightning.pytorch.callbacks.EarlyStopping"]  # a list, as Lightning's Trainer takes them
+    with pytest.raises(
+        RaydraError,
+        match=r"^callbacks is a list, not a dict of named entries; give each one a name, e.g. callbacks.early_stopping._target_=",
+    ):
+        validate(unset)
     from raydra.worker.callbacks import build_callbacks
 
     assert build_callbacks(None, 0) == [] and build_callbacks({}, 0) == [] and build_callbacks({"x": None}, 1) == []

@@ -38,7 +38,7 @@ def resolve(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
     """Turn the callbacks raydra stands in for into its own settings, in place. `overrides`: the
     command line's, so that an explicitly given checkpoint.* value that a ModelCheckpoint would
     change is refused rather than silently replaced. Idempotent: what it handles leaves `callbacks`."""
-    for name, node in entries(cfg.get("callbacks")):
+    for name, node in entries(cfg, "callbacks"):
         if not OmegaConf.is_dict(node) or not node.get("_target_"):
             continue  # project.check_classes names it
         # Here, with a callback to look at: the driver of a run without any never imports Lightning.

@@ -44,13 +44,13 @@ def check_classes(cfg: Any) -> None:
     _check_class(cfg.model, "model", "LightningModule", ("training_step", "configure_optimizers"), MODEL_KEYS_FOR_RAYDRA)
     if cfg.data.get("loader") != "ray_data":  # under ray_data the workers get raydra's own module
         _check_class(cfg.data, "data", "LightningDataModule", ("train_dataloader",), HYDRA_KEYS)
-    for name, node in entries(cfg.get("callbacks")):
+    for name, node in entries(cfg, "callbacks"):
         cls = target_class(node, f"callbacks.{name}", "callbacks")
-        if not entries(cfg.get("logger")) and _writes_to_loggers(cls):
+        if not entries(cfg, "logger") and _writes_to_loggers(cls):
             raise RaydraError(
                 f"callbacks.{name} ({cls.__name__}) writes to the run's loggers, and logger=none leaves none; add one, e.g. logger=csv."
             )
-    for name, node in entries(cfg.get("logger")):
+    for name, node in entries(cfg, "logger"):
         if name not in RAYDRA_LOGGERS:
             target_class(node, f"logger.{name}", "loggers")
 
@@ -61,9 +61,15 @@ def _writes_to_loggers(cls: type) -> bool:
     return issubclass(cls, (pl.callbacks.LearningRateMonitor, pl.callbacks.DeviceStatsMonitor))
 
 
-def entries(node: Any) -> List[Any]:
-    """(name, node) of a dict of named `_target_` entries (callbacks, logger); a null entry is left out,
-    as is a null or empty dict: none."""
+def entries(cfg: Any, key: str) -> List[Any]:
+    """(name, node) of the root key `key`, a dict of named `_target_` entries (callbacks, logger); a
+    null entry is left out, as is a null or empty dict: none."""
+    node = cfg.get(key)
+    if node is not None and not (OmegaConf.is_dict(node) or isinstance(node, dict)):
+        raise RaydraError(
+            f"{key} is a {'list' if OmegaConf.is_list(node) or isinstance(node, list) else type(node).__name__}, not a dict of named "
+            f"entries; give each one a name, e.g. {key}.early_stopping._target_=... (or pick options: {key}=[a,b])."
+        )
     return [(name, value) for name, value in (node or {}).items() if value is not None]
 
 
