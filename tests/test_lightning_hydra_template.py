@@ -482,3 +482,12 @@ def test_secrets_in_logger_settings_are_masked_in_the_record_and_what_the_logger
     logger.save()
     (hparams,) = (tmp_path / "run2" / "other").glob("**/hparams.yaml")
     assert "MLFLOW_TRACKING_PASSWORD: '***'" in hparams.read_text() and secret not in hparams.read_text()
+
+
+def test_the_templates_experiment_file_composes_and_validates_as_it_is(project, on_path):
+    cfg = composed(project, "experiment=example")
+    validate(cfg)
+    assert (cfg.name, list(cfg.tags), cfg.seed, cfg.trainer.min_epochs, cfg.model.net.lin1_size) == (
+        "mnist_example", ["mnist", "simple_dense_net"], 12345, 10, 128,
+    )  # fmt: skip
+    assert set(cfg.callbacks) == {"model_checkpoint", "early_stopping", "model_summary", "rich_progress_bar"}
