@@ -112,12 +112,15 @@ def test_the_trainer_group_reaches_lightnings_trainer_as_it_is(tmp_path):
     import inspect
 
     from raydra.lightning import pl
-    from raydra.schema import RAYDRA_TRAINER_KEYS, TrainerConfig, lightning_trainer_arguments
+    from raydra.schema import RAYDRA_TRAINER_KEYS, TEMPLATE_TRAINER_KEYS, TrainerConfig, lightning_trainer_arguments
 
     parameters = set(inspect.signature(pl.Trainer.__init__).parameters)
     fields = set(TrainerConfig.__dataclass_fields__)
     assert RAYDRA_TRAINER_KEYS <= fields and not RAYDRA_TRAINER_KEYS & parameters
-    assert fields - RAYDRA_TRAINER_KEYS <= parameters, f"not pl.Trainer arguments: {fields - RAYDRA_TRAINER_KEYS - parameters}"
+    # The template's placeholders are Trainer arguments raydra sets itself (but its _target_, the Trainer's class).
+    assert set(TEMPLATE_TRAINER_KEYS) <= fields and set(TEMPLATE_TRAINER_KEYS) - {"_target_"} <= parameters
+    lightnings = fields - RAYDRA_TRAINER_KEYS - set(TEMPLATE_TRAINER_KEYS)
+    assert lightnings <= parameters, f"not pl.Trainer arguments: {lightnings - parameters}"
     cfg = composed(
         "trainer.max_epochs=5",
         "trainer.gradient_clip_val=1.0",
@@ -126,7 +129,7 @@ def test_the_trainer_group_reaches_lightnings_trainer_as_it_is(tmp_path):
         "trainer.compile=true",
     )
     arguments = lightning_trainer_arguments(OmegaConf.to_container(cfg.trainer))
-    assert not RAYDRA_TRAINER_KEYS & set(arguments)
+    assert not (RAYDRA_TRAINER_KEYS | set(TEMPLATE_TRAINER_KEYS)) & set(arguments)
     trainer = bare_trainer(default_root_dir=str(tmp_path), **arguments)
     assert (trainer.max_epochs, trainer.gradient_clip_val, trainer.accumulate_grad_batches, trainer.precision) == (5, 1.0, 2, "bf16-mixed")
 
@@ -270,7 +273,7 @@ with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
     cfg = compose(config_name="train", overrides=sys.argv[1:])
 config = fit.resolve(cfg, Path("/tmp/unused"), "run")
 function = ray.cloudpickle.dumps(worker.train_loop)
-print(fit.data_to_describe(cfg), b"raydra.worker" in function, "pytorch_lightning" in sys.modules, "torchmetrics" in sys.modules)
+print(fit.data_to_describe(cfg), b"raydra.worker" in function, "lightning.pytorch" in sys.modules, "torchmetrics" in sys.modules)
 """
 
 

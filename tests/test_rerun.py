@@ -71,3 +71,83 @@ def test_rerun_trains_into_a_new_run_dir_that_names_the_run_it_reproduces(ray_cl
     # Same config and seed: the two runs agree on the monitored metric.
     assert records[0]["best val/acc"] == pytest.approx(records[1]["best val/acc"], abs=0.05)
     assert Path(records[1]["run_dir"]).resolve() == new.resolve()
+
+
+def _recorded_before_issue_30(tmp_path: Path) -> Path:
+    """A run directory as raydra wrote it before models were built as Hydra builds them: its config
+    without the keys added since (callbacks, ckpt_path, the template's paths, model._convert_, the
+    new trainer fields), and a checkpoint of a ViT that was handed plain-dict hyperparameters
+    (instantiate(..., _recursive_=False, _convert_="all")), with no record of how it was built."""
+    import torch
+    from conftest import bare_trainer
+    from hydra.utils import instantiate
+
+    from raydra.schema import TrainerConfig
+    from raydra.worker.resumable import Resumable
+
+    composed = subprocess.run(
+        [sys.executable, "train.py", "--cfg", "job", "logger=csv", "trainer.max_epochs=1", "model.num_layers=1", "model.conv_stem=[8]"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, env=base_env(), check=True,
+    ).stdout  # fmt: skip
+    config = yaml.safe_load(composed)
+    for key in ("callbacks", "ckpt_path"):
+        config.pop(key)
+    for key in ("root_dir", "work_dir", "data_dir", "output_dir", "log_dir"):
+        config["paths"].pop(key)
+    config["model"].pop("_convert_")
+    for key in set(TrainerConfig.__dataclass_fields__) - {
+        "max_epochs", "max_steps", "precision", "check_val_every_n_epoch", "val_check_interval", "gradient_clip_val",
+        "accumulate_grad_batches", "log_every_n_steps", "num_sanity_val_steps", "fast_dev_run", "deterministic", "test", "compile", "tf32",
+    }:  # fmt: skip
+        config["trainer"].pop(key)
+    old = tmp_path / "runs" / "2026-11-20" / "10-00-00_vit_digits"
+    (old / ".hydra").mkdir(parents=True)
+    (old / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+    model_config = {k: v for k, v in config["model"].items() if k != "shard_blocks"}
+    model_config.update(image_size=8, num_channels=1, num_classes=10)
+    model_config["optimizer"]["fused"] = False
+    module = instantiate(model_config, _recursive_=False, _convert_="all")
+    assert isinstance(module.hparams.optimizer, dict)  # what the old worker handed over
+    data = torch.utils.data.TensorDataset(torch.randn(8, 1, 8, 8), torch.randint(0, 10, (8,)))
+    trainer = bare_trainer(max_steps=2, callbacks=[Resumable()])
+    trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=4))
+    checkpoint = old / "checkpoints" / "r" / "checkpoint_000000" / "checkpoint.ckpt"
+    checkpoint.parent.mkdir(parents=True)
+    trainer.save_checkpoint(checkpoint)
+    assert "raydra" not in torch.load(checkpoint, weights_only=True)
+    summary = {
+        "name": "vit_digits",
+        "run_dir": str(old),
+        "status": "completed",
+        "checkpoints": {"best": str(checkpoint), "last": str(checkpoint)},
+    }
+    (old / "summary.json").write_text(json.dumps(summary))
+    return old, module
+
+
+def test_a_run_recorded_before_models_were_built_as_hydra_builds_them_loads_and_composes_again(tmp_path):
+    import torch
+
+    from raydra import load
+
+    old, trained = _recorded_before_issue_30(tmp_path)
+    loaded = load(old)  # Class(**hyperparameters), as then: the optimizer a plain _partial_ config
+    assert loaded.hparams.optimizer["_target_"] == "torch.optim.AdamW"
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in trained.state_dict().items())
+    done = raydra("rerun", old, "--cfg", "job")
+    assert done.returncode == 0, done.stderr[-2000:]
+    again = yaml.safe_load(done.stdout)
+    # Today's keys take their defaults; the model is built as Hydra builds it now (no _convert_ recorded).
+    assert again["callbacks"] == {} and again["ckpt_path"] is None and "_convert_" not in again["model"]
+    assert again["model"]["optimizer"]["_partial_"] is True and again["paths"]["data_dir"] == "${paths.root_dir}/data"
+
+
+@pytest.mark.e2e
+def test_a_run_recorded_before_models_were_built_as_hydra_builds_them_reruns(tmp_path):
+    old, _ = _recorded_before_issue_30(tmp_path)
+    again = raydra("rerun", old, "scale.num_workers=0", f"paths.outputs={tmp_path}")
+    assert again.returncode == 0, again.stdout + again.stderr
+    new = next(d for d in run_dirs(tmp_path) if d != old)
+    summary = summary_of(new)
+    assert summary["status"] == "completed" and summary["reproduces"] == str(old.resolve()) and "test/acc" in summary["metrics"]["final"]

@@ -33,6 +33,7 @@ def tiny_model_config():
     merged.channels_last = False
     kwargs = OmegaConf.to_container(merged)
     kwargs.pop("_target_")
+    kwargs.pop("_convert_")  # how Hydra builds the module, not an argument of it
     kwargs.pop("shard_blocks")  # the strategy's, not the module's: the worker pops it the same way
     return kwargs
 

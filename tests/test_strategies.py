@@ -59,7 +59,7 @@ def test_a_typo_in_a_strategy_key_fails_at_compose_time():
 
 def test_ddp_wraps_the_module_only_when_there_are_replicas_to_average(monkeypatch):
     """One worker trains its module directly: DDP would only add per-step hooks and gradient copies."""
-    from lightning_fabric.plugins.environments import LightningEnvironment
+    from lightning.fabric.plugins.environments import LightningEnvironment
 
     from raydra.worker.strategies import RayDDP
 

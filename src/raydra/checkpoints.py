@@ -14,7 +14,7 @@ import posixpath
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Union
+from typing import Any, Dict, Optional, Union
 from urllib.parse import urlsplit
 
 import torch
@@ -49,28 +49,79 @@ def load(run_or_checkpoint: PathLike, which: str = "best") -> Any:
 
     `which`: "best" (by checkpoint.monitor) or "last"; or pass a checkpoint.ckpt path instead of a run.
     Either may be a storage URI (`s3://bucket/prefix/runs/<date>/<time>_<name>?endpoint_override=...`).
+
+    The module is built again from the checkpoint's hyperparameters, as the run built it: through
+    hydra.utils.instantiate with the flags the run recorded, so a nested `net: {_target_: ...}`
+    becomes the network again and a `_partial_` optimizer a partial (a checkpoint written before
+    raydra recorded them holds plain-data hyperparameters: `cls(**hyperparameters)`, as then). Then
+    its weights are loaded. Nothing but tensors and plain data is unpickled.
     """
     # The module is built in memory before the scratch copy of a checkpoint in storage is removed.
     with tempfile.TemporaryDirectory(prefix="raydra-load-") as scratch:
-        path = _checkpoint_path(str(run_or_checkpoint), which, scratch)
-        meta = checkpoint_meta(path)
-        if "module_class" not in meta:
-            raise RaydraError(f"{path} does not name its module class; it was written before raydra recorded it.")
-        module_path, _, class_name = meta["module_class"].rpartition(".")
-        module = getattr(importlib.import_module(module_path), class_name)(**meta.get("hyper_parameters", {}))
-        module.load_state_dict(_state_dict(path, module))
+        path = fetch(locate(str(run_or_checkpoint), which), scratch)
+        module = _rebuild(path, checkpoint_meta(path))
+        load_weights(module, path, str(run_or_checkpoint), "the checkpoint was written by another version of the class")
     return module.eval()
 
 
-def _checkpoint_path(location: str, which: str, scratch: str) -> Path:
-    """The checkpoint to load, on this disk: as named, or downloaded into `scratch` from storage."""
+def _rebuild(path: Path, meta: Dict[str, Any]) -> Any:
+    if "module_class" not in meta:
+        raise RaydraError(f"{path} does not name its module class; it was written before raydra recorded it.")
+    hyperparameters = meta.get("hyper_parameters", {})
+    recorded = (meta.get("raydra") or {}).get("instantiate")
+    if recorded is None:
+        module_path, _, class_name = meta["module_class"].rpartition(".")
+        return getattr(importlib.import_module(module_path), class_name)(**hyperparameters)
+    from hydra.utils import instantiate
+
+    return instantiate({"_target_": meta["module_class"], **hyperparameters}, **recorded)
+
+
+def load_weights(module: torch.nn.Module, path: PathLike, source: str, remedy: str) -> None:
+    """Load the weights of the checkpoint at `path` (any of the three layouts) into `module`;
+    weights that do not fit it are refused in one sentence naming the first key that differs,
+    `source` (what the user named) and `remedy`."""
+    path = Path(path)
+    expected = {key: tuple(tensor.shape) for key, tensor in module.state_dict().items()}
+    sharded = (path / "meta.pt").is_file()
+    # A sharded checkpoint is read into the module's own tensors: its shapes are compared first.
+    state = None if sharded else _state_dict(path, module)
+    found = _sharded_shapes(path) if sharded else {key: tuple(tensor.shape) for key, tensor in state.items()}
+    misfit = _first_misfit(expected, found)
+    if misfit:
+        raise RaydraError(f"{source}: its weights do not fit {type(module).__name__} ({misfit}); {remedy}.")
+    module.load_state_dict(_state_dict(path, module) if sharded else state)
+
+
+def _first_misfit(expected: Dict[str, tuple], found: Dict[str, tuple]) -> Optional[str]:
+    for key, shape in expected.items():
+        if key not in found:
+            return f"the checkpoint has no {key}"
+        if found[key] != shape:
+            return f"{key} is {list(found[key])} in the checkpoint and {list(shape)} here"
+    extra = [key for key in found if key not in expected]
+    return f"the checkpoint has {extra[0]}, which the module has not" if extra else None
+
+
+def _sharded_shapes(path: Path) -> Dict[str, tuple]:
+    """The full shape of every weight in a sharded (torch.distributed.checkpoint) checkpoint, from its metadata."""
+    import torch.distributed.checkpoint as dcp
+
+    prefix = "state_dict."
+    metadata = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    return {key[len(prefix) :]: tuple(item.size) for key, item in metadata.items() if key.startswith(prefix) and hasattr(item, "size")}
+
+
+def locate(location: str, which: str = "best") -> str:
+    """The checkpoint.ckpt `location` names (a path or a storage URI, checked to be there): itself,
+    or a run directory's best or last checkpoint as its summary.json lists it."""
     if is_uri(location):
-        return _checkpoint_in_storage(location, which, scratch)
+        return _locate_in_storage(location, which)
     path = Path(location)
     summary_file = path / "summary.json"
     if not summary_file.is_file():
         if path.name == CHECKPOINT_FILE and path.exists():
-            return path
+            return str(path)
         raise RaydraError(f"{path} is neither a raydra run directory (no summary.json) nor a checkpoint.ckpt.")
     checkpoints = json.loads(summary_file.read_text()).get("checkpoints") or {}
     if which not in ("best", "last"):
@@ -79,19 +130,17 @@ def _checkpoint_path(location: str, which: str, scratch: str) -> Path:
     if isinstance(found, str) and is_uri(found):
         # A run with paths.storage: its record is on this disk, its checkpoints in storage.
         missing = f"{path} has no {which} checkpoint (summary.json lists {found}, which is not there); were its checkpoints deleted?"
-        return _checkpoint_in_storage(found, which, scratch, missing)
+        return _locate_in_storage(found, which, missing)
     if not found or not Path(found).exists():
         raise RaydraError(
             f"{path} has no {which} checkpoint (summary.json lists {found}); was the run stopped before its first epoch ended?"
         )
-    return Path(found)
+    return str(found)
 
 
-def _checkpoint_in_storage(location: str, which: str, scratch: str, missing: str = "") -> Path:
-    """Download the checkpoint that `location` (a run's URI, or a checkpoint.ckpt's) names.
+def _locate_in_storage(location: str, which: str, missing: str = "") -> str:
+    """The checkpoint that `location` (a run's URI, or a checkpoint.ckpt's) names.
     `missing`: the error when a checkpoint.ckpt URI is not there (it came from a run's summary.json)."""
-    import pyarrow.fs as pafs
-
     from raydra import storage
 
     try:
@@ -108,31 +157,46 @@ def _checkpoint_in_storage(location: str, which: str, scratch: str, missing: str
                     f"{location} has no {which} checkpoint (summary.json lists {recorded}, which is not there); "
                     "was the run stopped before its first epoch ended, or its checkpoints deleted?"
                 )
-            if not is_uri(found):
-                return Path(found)
-        elif posixpath.basename(urlsplit(location).path.rstrip("/")) == CHECKPOINT_FILE and storage.exists(location):
-            found = location
-        elif posixpath.basename(urlsplit(location).path.rstrip("/")) == CHECKPOINT_FILE:
+            return found
+        if posixpath.basename(urlsplit(location).path.rstrip("/")) == CHECKPOINT_FILE:
+            if storage.exists(location):
+                return location
             raise RaydraError(missing or f"{location} does not exist; pass the URI of a checkpoint.ckpt that is there, or of its run.")
-        else:
-            raise RaydraError(
-                f"{location} is neither a raydra run directory (no summary.json) nor a checkpoint.ckpt; "
-                "pass the storage URI of one (check the bucket, prefix and endpoint_override)."
-            )
-        # Keep the name: a sharded or DeepSpeed checkpoint is a folder whose files are read by name.
-        target = Path(scratch, CHECKPOINT_FILE)
-        if storage.is_dir(found):
-            storage.copy_tree(found, str(target))
-        else:
-            fs, path = storage.filesystem(found)
-            pafs.copy_files(path, str(target), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
-        return target
-    except (OSError, ValueError) as error:  # pyarrow: OSError from the store, ArrowInvalid (a ValueError) for the URI
-        text = " ".join(str(error).split())[:300]
         raise RaydraError(
-            f"{location} cannot be read from storage ({text}); check the URI, its endpoint and the credentials "
-            "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for s3://)."
-        ) from None
+            f"{location} is neither a raydra run directory (no summary.json) nor a checkpoint.ckpt; "
+            "pass the storage URI of one (check the bucket, prefix and endpoint_override)."
+        )
+    except (OSError, ValueError) as error:  # pyarrow: OSError from the store, ArrowInvalid (a ValueError) for the URI
+        raise _unreadable(location, error) from None
+
+
+def fetch(checkpoint: str, scratch: str) -> Path:
+    """A located checkpoint on this disk: itself, or downloaded from storage into `scratch`."""
+    if not is_uri(checkpoint):
+        return Path(checkpoint)
+    import pyarrow.fs as pafs
+
+    from raydra import storage
+
+    # Keep the name: a sharded or DeepSpeed checkpoint is a folder whose files are read by name.
+    target = Path(scratch, CHECKPOINT_FILE)
+    try:
+        if storage.is_dir(checkpoint):
+            storage.copy_tree(checkpoint, str(target))
+        else:
+            fs, path = storage.filesystem(checkpoint)
+            pafs.copy_files(path, str(target), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+    except (OSError, ValueError) as error:
+        raise _unreadable(checkpoint, error) from None
+    return target
+
+
+def _unreadable(location: str, error: BaseException) -> RaydraError:
+    text = " ".join(str(error).split())[:300]
+    return RaydraError(
+        f"{location} cannot be read from storage ({text}); check the URI, its endpoint and the credentials "
+        "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for s3://)."
+    )
 
 
 def _state_dict(path: Path, module: torch.nn.Module) -> Dict[str, Any]:
@@ -147,7 +211,9 @@ def _state_dict(path: Path, module: torch.nn.Module) -> Dict[str, Any]:
         with warnings.catch_warnings():
             # Loading without a process group is the point here, not a mistake to warn about.
             warnings.filterwarnings("ignore", message=".*single process.*")
-            dcp.load({"state_dict": state}, checkpoint_id=path)
+            # no_dist: every process reads the whole model for itself (a worker starting from ckpt_path
+            # has a process group, whose collectives a load by every rank would otherwise wait on).
+            dcp.load({"state_dict": state}, checkpoint_id=path, no_dist=True)
         return state
     from raydra.lightning import pl
 

@@ -16,12 +16,14 @@ from omegaconf import DictConfig, open_dict
 
 from raydra.errors import RaydraError
 from raydra.multirun_job import JobFailed, JobSettings
+from raydra.project import shadowed_configs
 
 log = logging.getLogger("raydra")
 
-# raydra's own config groups (model, data, strategy, scale, trainer, logger, tune, hydra, experiment),
-# inside the package so that an installed raydra has them: a user's `--config-dir` adds groups
-# beside them (Hydra searches it before this primary config's directory).
+# raydra's own config groups (model, data, strategy, scale, trainer, logger, callbacks, tune, hydra,
+# experiment), inside the package so that an installed raydra has them: a user's `--config-dir` adds
+# groups and options beside them (Hydra searches it after this primary config's directory, so a file
+# of the same group and name as raydra's is never read: project.shadowed_configs says so).
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
@@ -52,6 +54,9 @@ def main(cfg: DictConfig) -> Optional[float]:
         # The recorded config (.hydra/config.yaml, written before this) keeps the null the user gave.
         with open_dict(cfg):
             cfg.ray.address = job.ray_address
+    hidden = shadowed_configs([s["path"] for s in hydra.runtime.config_sources if s["schema"] == "file"], CONF_DIR)
+    if hidden:
+        log.warning(hidden)
     try:
         if cfg.get("tune") is not None:
             from raydra.sweep import run_sweep

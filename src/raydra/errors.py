@@ -9,6 +9,10 @@ class RaydraError(Exception):
     """A user-facing error: its message is one sentence naming the key or path and the fix."""
 
 
+# Set on an exception that a training function raised in the driver's own process (local mode):
+# the rank whose logs/worker_<rank>.log holds its traceback (raydra.fit.one_line names that file).
+WORKER_RANK = "raydra_worker_rank"
+
 # What the OS says when a disk, or a quota on it, is full.
 OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT)
 

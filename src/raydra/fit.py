@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from raydra import run_record, startup, storage
 from raydra import summary as run_summary
 from raydra.cluster import is_local_ray, worker_resources
-from raydra.errors import RaydraError
+from raydra.errors import WORKER_RANK, RaydraError
 from raydra.private_apis import (
     elastic_reacts_quickly,
     poll_workers_often,
@@ -57,6 +57,9 @@ def new_summary(cfg: Any, run_dir: Path, run_id: str, overrides: List[str]) -> D
         "started_at": run_summary.now(),
         "overrides": overrides,
         "monitor": {"metric": cfg["checkpoint"]["monitor"], "mode": cfg["checkpoint"]["mode"]},
+        # The user's words for the run (root key tags), and the seed every worker started from.
+        "tags": [str(tag) for tag in (cfg["tags"] or [])],
+        "seed": cfg["seed"],
         # The strategy's settings, not only its name: sharding and layout decide memory and checkpoints.
         "strategy": OmegaConf.to_container(cfg["strategy"], resolve=True) if OmegaConf.is_config(cfg) else dict(cfg["strategy"]),
         # An elastic group's ([min, max]) starts as its max; the outcome replaces it with the last size.
@@ -124,11 +127,16 @@ def _data_record(config: Dict[str, Any]) -> Dict[str, Any]:
 def record_start(config: Dict[str, Any], summary: Dict[str, Any]) -> None:
     """summary.json as the run starts: what it will train with, written before any worker starts."""
     summary["config_hash"] = run_summary.config_hash(config)
+    # As resolved: a ModelCheckpoint among the callbacks may have set it (raydra.callbacks).
+    summary["monitor"] = {"metric": config["checkpoint"]["monitor"], "mode": config["checkpoint"]["mode"]}
     summary["precision"] = config["trainer"]["precision"]
     summary["storage"] = config["run"]["storage"]
     if "wandb" in config["logger"]:
         # Where to find the run in W&B: a multirun's or sweep's jobs share a group there.
         summary["wandb"] = {key: config["logger"]["wandb"].get(key) for key in ("project", "entity", "group", "mode")}
+    if config["run"].get("init_weights"):
+        # The checkpoint whose weights the run started from (ckpt_path=, found).
+        summary["ckpt_path"] = config["run"]["init_weights"]
     write_summary(config["run"], summary)
 
 
@@ -160,7 +168,10 @@ def last_checkpoint(run_dir: Path, run_id: str, storage_location: Optional[str] 
 
 def resolve(cfg: DictConfig, run_dir: Path, run_id: str, wandb_group: Optional[str] = None) -> Dict[str, Any]:
     """Plain data for the workers: they have no Hydra, so every interpolation is resolved here.
+    `cfg` gets its run directory as paths.output_dir (and what describe_data finds) first.
     `wandb_group`: the W&B group of a run whose logger.wandb.group is null (a multirun's)."""
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(run_dir)
     describe_data(cfg)
     config = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     # What loggers may record: masked here, where the secrets are known. A worker's environment
@@ -171,6 +182,8 @@ def resolve(cfg: DictConfig, run_dir: Path, run_id: str, wandb_group: Optional[s
         "logged_config": redact(dict(config)),
         "storage": run_record.location(config["paths"]["storage"], config["paths"]["outputs"], run_dir),
     }
+    if config["ckpt_path"]:
+        config["run"]["init_weights"] = _initial_weights(config["ckpt_path"])
     if config["checkpoint"]["upload"] == "auto":
         config["checkpoint"]["upload"] = "background" if config["run"]["storage"] else "wait"
     if config["trainer"]["precision"] == "auto":
@@ -180,6 +193,18 @@ def resolve(cfg: DictConfig, run_dir: Path, run_id: str, wandb_group: Optional[s
         if config["logger"]["wandb"].get("group") is None:
             config["logger"]["wandb"]["group"] = wandb_group
     return config
+
+
+def _initial_weights(ckpt_path: str) -> str:
+    """The checkpoint ckpt_path names (itself, or a run's best), checked to be there; local paths made
+    absolute, since the workers run elsewhere."""
+    from raydra import checkpoints
+
+    try:
+        found = checkpoints.locate(ckpt_path, "best")
+    except RaydraError as error:
+        raise RaydraError(f"ckpt_path={ckpt_path}: {error}") from None
+    return found if storage.is_uri(found) else str(Path(found).resolve())
 
 
 def describe_data(cfg: DictConfig) -> None:
@@ -333,14 +358,29 @@ def _worker_runtime_env(config: Dict[str, Any]) -> Dict[str, Any]:
 
 def _user_error(error: BaseException) -> Optional[RaydraError]:
     """A RaydraError raised on a worker (a missing data path, say), unwrapped from Ray's failure
-    report so the user reads its one sentence instead of a worker's stack trace."""
+    report so the user reads its one sentence instead of a worker's stack trace; or a known
+    mistake of the user's code, said as one sentence (OLD_CONVENTION)."""
     failures = list(getattr(error, "worker_failures", {}).values()) + [error]
     for failure in failures:
         while failure is not None:
             if isinstance(failure, RaydraError):
                 return RaydraError(str(failure).strip().splitlines()[-1])
+            built = OLD_CONVENTION.search(str(failure))
+            if built:
+                kind = "partial" if built["kind"] in ("partial", "_DeferredTarget") else built["kind"]
+                return RaydraError(
+                    f"the model calls hydra.utils.instantiate on a {kind} that raydra has already built, as Hydra builds a "
+                    "model (a _partial_ optimizer or scheduler arrives as a partial, a nested _target_ as its object): call it "
+                    "instead (self.hparams.optimizer(params=self.parameters())), or add `_recursive_: false` to the model's "
+                    "YAML to get plain config (docs/own-project.md)."
+                )
             failure = failure.__cause__ or getattr(failure, "cause", None)
     return None
+
+
+# Hydra's words for instantiate() called on something already built (a module written for raydra's
+# earlier convention, `instantiate(self.hparams.optimizer)`, now handed a functools.partial).
+OLD_CONVENTION = re.compile(r"Cannot instantiate config of type (?P<kind>\w+)")
 
 
 # What pyarrow says when a store refuses or misses a write (S3's words; GCS's are alike).
@@ -378,7 +418,9 @@ def _outcome(result: Any, config: Dict[str, Any]) -> Dict[str, Any]:
         history = result.metrics_dataframe
         kept = [(c.path, m) for c, m in result.best_checkpoints or []]
         last_path, run_path = (result.checkpoint.path if result.checkpoint else None), result.path
-    final = {k: number(v) for k, v in (result.metrics or {}).items()}
+    # The last report's metrics (local mode keeps its reports itself), then the test's.
+    last_report = local["history"][-1] if local and local["history"] else result.metrics or {}
+    final = {k: number(v) for k, v in last_report.items()}
     final.update(worker.get("test_metrics", {}))
     best: Dict[str, Any] = {}
     if history is not None and monitor in history:
@@ -402,6 +444,8 @@ def _outcome(result: Any, config: Dict[str, Any]) -> Dict[str, Any]:
         # Why final metrics hold no test/* (the data has no test split, trainer.test=false); null when tested.
         "test_skipped": worker.get("test_skipped"),
         "global_step": worker.get("global_step"),
+        # Why training ended before trainer.max_epochs, when a callback (EarlyStopping) stopped it.
+        "stopped_early": worker.get("stopped_early"),
         **_sizes(worker, config),
         "checkpoints": {
             "best": _ckpt_file(checkpoints, best_checkpoint),
@@ -444,6 +488,10 @@ def number(value: Any) -> Any:
 def one_line(error: BaseException) -> str:
     """The error as one line; for a failed worker group, the lowest failed rank's own exception
     (Ray's first line only says that workers failed)."""
+    if getattr(error, WORKER_RANK, None) is not None:
+        # Raised by the training function in this process (local mode): the worker's own exception.
+        rank = getattr(error, WORKER_RANK)
+        return f"worker {rank}: {_first_line(error)[:400]} (the whole trace is in logs/worker_{rank}.log)"
     failures = getattr(error, "worker_failures", None) or {}
     if failures:
         rank = min(failures)

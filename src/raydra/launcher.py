@@ -222,7 +222,6 @@ def _prepare_runs(multirun: Multirun, jobs: List[Job]) -> None:
     """raydra runs: each checked as a single run is, the cluster joined once, shares sized."""
     from raydra import project
     from raydra.cluster import check_fits, connect, is_local_ray
-    from raydra.schema import validate
 
     if not jobs:
         return
@@ -230,7 +229,7 @@ def _prepare_runs(multirun: Multirun, jobs: List[Job]) -> None:
     # fixed first and then run, as Hydra already does for values of the wrong type.
     for job in jobs:
         with _as_current_job(job):
-            _refuse_for(job, validate, job.cfg)
+            _refuse_for(job, _check_run, job)
     first = jobs[0].cfg
     # The jobs' server imports for ~2 s, alongside what follows when it can. Ray reads its auth
     # mode from the environment at import, and ray.init sets it there when it starts a cluster or
@@ -316,6 +315,19 @@ def _as_current_job(job: Job) -> Iterator[None]:
         yield
     finally:
         HydraConfig.instance().cfg = outer
+
+
+def _check_run(job: Job) -> None:
+    """The checks the job's driver makes before it starts Ray (raydra.driver.run), on a copy: a
+    ModelCheckpoint among its callbacks sets checkpoint.* first, then the schema's checks."""
+    import copy
+
+    from raydra.callbacks import resolve as resolve_callbacks
+    from raydra.schema import validate
+
+    cfg = copy.deepcopy(job.cfg)
+    resolve_callbacks(cfg, job.overrides)
+    validate(cfg)
 
 
 def _refuse_for(job: Job, check: Any, arg: Any) -> None:

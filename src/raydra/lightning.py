@@ -1,13 +1,12 @@
 """Lightning, imported the way Ray's Lightning integration imports it.
 
-Ray's RayDDPStrategy/RayLightningEnvironment subclass `lightning.pytorch` when that package is
-installed and `pytorch_lightning` otherwise, and a Trainer or module from the other package is
-rejected. Every raydra module takes `pl` from here so the two always agree.
+Ray's RayDDPStrategy/RayLightningEnvironment subclass `lightning.pytorch` when the `lightning`
+package is installed (raydra depends on it) and `pytorch_lightning` otherwise, and a Trainer or
+module from the other package is rejected. Every raydra module takes `pl` from here so the two
+always agree, and so do lightning-hydra-template's `_target_`s (`lightning.pytorch.callbacks...`)
+and modules (`from lightning import LightningModule`).
 """
 
-try:
-    import lightning.pytorch as pl
-except ModuleNotFoundError:
-    import pytorch_lightning as pl
+import lightning.pytorch as pl
 
 __all__ = ["pl"]

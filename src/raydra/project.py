@@ -3,9 +3,13 @@ the workers. What raydra needs of their classes is written down in docs/own-proj
 
     check_classes(cfg)   model._target_ and data._target_ import, are a LightningModule and a
                          LightningDataModule, define what training calls, and take the config's
-                         keys; one sentence naming what is missing, before Ray starts
+                         keys; each callbacks.<name> is a Callback and each logger.<name> (but
+                         raydra's csv and wandb) a Logger, taking its keys; one sentence naming
+                         what is missing, before Ray starts
     runtime_env(cfg)     what ray.init gets so that every worker imports the project's code as the
                          driver does: the current directory as Ray's working_dir (ray.working_dir)
+    shadowed_configs()   the project's config files that raydra's own groups hide (Hydra searches
+                         raydra's before a --config-dir), said in one sentence
 
 raydra's own classes (`raydra.*`) are tested with raydra and installed wherever raydra is: they
 are neither checked here (importing them would cost the driver seconds) nor shipped.
@@ -22,8 +26,13 @@ from omegaconf import OmegaConf
 
 from raydra.errors import RaydraError
 
-# Keys of the model group that raydra reads itself and does not pass to the module's constructor.
-MODEL_KEYS_FOR_RAYDRA = ("_target_", "shard_blocks")
+# Keys of the model group that raydra reads itself and does not pass to the module's constructor:
+# the class, fsdp's blocks, and how Hydra's instantiate builds the nested nodes.
+MODEL_KEYS_FOR_RAYDRA = ("_target_", "shard_blocks", "_recursive_", "_convert_")
+# Keys of a `_target_` node that are Hydra's, not the constructor's.
+HYDRA_KEYS = ("_target_", "_recursive_", "_convert_", "_partial_", "_args_")
+# The loggers raydra builds itself (raydra.worker.loggers): metrics.csv and W&B; any other is a `_target_`.
+RAYDRA_LOGGERS = ("csv", "wandb")
 # What Ray's working_dir never needs from a project directory (gitignore patterns, as Ray takes
 # them; Ray also honours the project's own .gitignore): version control, virtual environments,
 # caches, checkpoints and W&B's files. paths.outputs is added when it lies inside.
@@ -34,7 +43,59 @@ def check_classes(cfg: Any) -> None:
     """Raise RaydraError, naming the key, if the model or data class cannot serve as one."""
     _check_class(cfg.model, "model", "LightningModule", ("training_step", "configure_optimizers"), MODEL_KEYS_FOR_RAYDRA)
     if cfg.data.get("loader") != "ray_data":  # under ray_data the workers get raydra's own module
-        _check_class(cfg.data, "data", "LightningDataModule", ("train_dataloader",), ("_target_",))
+        _check_class(cfg.data, "data", "LightningDataModule", ("train_dataloader",), HYDRA_KEYS)
+    for name, node in entries(cfg, "callbacks"):
+        cls = target_class(node, f"callbacks.{name}", "callbacks")
+        if not entries(cfg, "logger") and _writes_to_loggers(cls):
+            raise RaydraError(
+                f"callbacks.{name} ({cls.__name__}) writes to the run's loggers, and logger=none leaves none; add one, e.g. logger=csv."
+            )
+    for name, node in entries(cfg, "logger"):
+        if name not in RAYDRA_LOGGERS:
+            target_class(node, f"logger.{name}", "loggers")
+
+
+def _writes_to_loggers(cls: type) -> bool:
+    from raydra.lightning import pl
+
+    return issubclass(cls, (pl.callbacks.LearningRateMonitor, pl.callbacks.DeviceStatsMonitor))
+
+
+def entries(cfg: Any, key: str) -> List[Any]:
+    """(name, node) of the root key `key`, a dict of named `_target_` entries (callbacks, logger); a
+    null entry is left out, as is a null or empty dict: none."""
+    node = cfg.get(key)
+    if node is not None and not (OmegaConf.is_dict(node) or isinstance(node, dict)):
+        raise RaydraError(
+            f"{key} is a {'list' if OmegaConf.is_list(node) or isinstance(node, list) else type(node).__name__}, not a dict of named "
+            f"entries; give each one a name, e.g. {key}.early_stopping._target_=... (or pick options: {key}=[a,b])."
+        )
+    return [(name, value) for name, value in (node or {}).items() if value is not None]
+
+
+def target_class(node: Any, key: str, kind: str) -> type:
+    """The Lightning Callback (kind "callbacks") or Logger ("loggers") class of the entry `key`,
+    imported and checked to take the entry's keys."""
+    from raydra.lightning import pl
+
+    base = pl.Callback if kind == "callbacks" else pl.loggers.Logger
+    example = "lightning.pytorch.callbacks.EarlyStopping" if kind == "callbacks" else "lightning.pytorch.loggers.TensorBoardLogger"
+    if not OmegaConf.is_dict(node) and not isinstance(node, dict) or not node.get("_target_"):
+        raise RaydraError(
+            f"{key} has no _target_; name the {base.__name__} class, e.g. {key}._target_={example} (or set {key}=null to leave it out)."
+        )
+    target = str(node["_target_"])
+    cls = _import(target, key)
+    if not (inspect.isclass(cls) and issubclass(cls, base)):
+        other = _other_lightning_base(cls, base)
+        if other:
+            raise RaydraError(
+                f"{key}._target_={target} subclasses {other}, but raydra and Ray's Lightning integration run "
+                f"lightning.pytorch; use the class from lightning.pytorch (e.g. {example})."
+            )
+        raise RaydraError(f"{key}._target_={target} is not a Lightning {base.__name__}; point it at one (e.g. {example}).")
+    _check_arguments(cls, target, key, {k: v for k, v in node.items() if k not in HYDRA_KEYS})
+    return cls
 
 
 def _check_class(node: Any, group: str, base_name: str, needed: tuple, raydra_keys: tuple) -> None:
@@ -202,3 +263,26 @@ def _targets(node: Any) -> Iterator[str]:
     elif isinstance(node, list):
         for value in node:
             yield from _targets(value)
+
+
+def shadowed_configs(config_dirs: List[str], raydra_conf: Path) -> Optional[str]:
+    """One sentence naming the files of the user's config directories that are never read because
+    raydra ships a file of the same group and name, which Hydra finds first (its primary config's
+    directory comes before any --config-dir); None when there are none. A project copied from
+    lightning-hydra-template may hold trainer/default.yaml or callbacks/early_stopping.yaml."""
+    hidden = []
+    for directory in config_dirs:
+        root = Path(directory)
+        if root.resolve() == raydra_conf.resolve():
+            continue
+        for path in sorted(root.glob("*/**/*.yaml")):
+            relative = path.relative_to(root)
+            if (raydra_conf / relative).is_file():
+                hidden.append(str(path))
+    if not hidden:
+        return None
+    return (
+        f"{', '.join(hidden)} {'is' if len(hidden) == 1 else 'are'} not read: raydra's own file of the same group and name comes "
+        "first in Hydra's search path; rename yours (e.g. callbacks/my_early_stopping.yaml) and select that name, "
+        "or set what differs in an experiment/ file (docs/from-lightning-hydra-template.md)."
+    )

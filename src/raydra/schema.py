@@ -13,6 +13,7 @@ YAML option under raydra/conf/ selects its schema and sets only what that option
 
 import importlib.util
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -122,6 +123,26 @@ class TrainerConfig:
     # no real training, and Lightning logs no metrics. Quickest with scale.num_workers=0.
     fast_dev_run: Any = False
     deterministic: bool = False
+    # Lightning's own meaning, as lightning-hydra-template's trainer/ and debug/ configs use them.
+    # At least this many epochs (steps) even if a callback asks to stop earlier (EarlyStopping).
+    min_epochs: Optional[int] = None
+    min_steps: Optional[int] = None
+    # Stop after this long of training, "DD:HH:MM:SS" or {hours: 1}; the end still gets its checkpoint.
+    max_time: Any = None
+    # Batches per epoch of each split: an int counts batches, a float is a fraction (null: all).
+    limit_train_batches: Any = None
+    limit_val_batches: Any = None
+    limit_test_batches: Any = None
+    # Train (and validate) on this many batches again and again: an int counts, a float is a fraction.
+    overfit_batches: Any = 0.0
+    # BatchNorm statistics over every worker's batch instead of each worker's own.
+    sync_batchnorm: bool = False
+    detect_anomaly: bool = False
+    benchmark: Optional[bool] = None
+    gradient_clip_algorithm: Optional[str] = None
+    reload_dataloaders_every_n_epochs: int = 0
+    # simple or advanced: Lightning's profiler report in each worker's log.
+    profiler: Optional[str] = None
     # raydra's own keys from here on.
     # Run the test split after fit with the final weights.
     test: bool = True
@@ -129,15 +150,47 @@ class TrainerConfig:
     compile: bool = False
     # TensorFloat-32 matmuls on GPU for fp32 work: ~8x the fp32 peak on Ampere and newer.
     tf32: bool = True
+    # lightning-hydra-template's trainer/ files set these, which raydra sets from other groups (the
+    # accelerator from scale, the strategy from strategy=, the loggers from logger=, ...). Fields only
+    # so that a copied file reaches validate(), which names raydra's key for each one, instead of
+    # Hydra's "Key not in TrainerConfig"; any value but null is refused (TEMPLATE_TRAINER_KEYS).
+    _target_: Optional[str] = None
+    accelerator: Any = None
+    devices: Any = None
+    num_nodes: Any = None
+    strategy: Any = None
+    default_root_dir: Any = None
+    callbacks: Any = None
+    logger: Any = None
+    plugins: Any = None
+    enable_checkpointing: Any = None
+    enable_progress_bar: Any = None
+    enable_model_summary: Any = None
 
 
 # The keys under trainer. that raydra reads itself; every other one is a pl.Trainer argument.
 RAYDRA_TRAINER_KEYS = frozenset({"test", "compile", "tf32"})
+# lightning-hydra-template's trainer keys that raydra sets itself, and what to use instead.
+TEMPLATE_TRAINER_KEYS = {
+    "_target_": "drop it: raydra builds Lightning's Trainer itself, on every worker",
+    "accelerator": "set scale.use_gpu=true for GPU workers (false: CPU)",
+    "devices": "set scale.num_workers (one device per worker; scale.gpus_per_worker is each one's share of a GPU)",
+    "num_nodes": "set scale.num_workers, the workers over all nodes (Ray places them)",
+    "strategy": "pick strategy=ddp, strategy=fsdp or strategy=deepspeed",
+    "default_root_dir": "choose where runs go with paths.outputs (the run's own directory is ${paths.output_dir})",
+    "callbacks": "name them under the root key callbacks (the callbacks group: callbacks=early_stopping)",
+    "logger": "pick loggers with the logger group (logger=[csv,tensorboard])",
+    "plugins": "drop it: raydra sets Ray's cluster environment as the Trainer's plugin",
+    "enable_checkpointing": "drop it: raydra always checkpoints, as checkpoint.* says (a ModelCheckpoint in callbacks sets those)",
+    "enable_progress_bar": "drop it: raydra prints its own progress lines",
+    "enable_model_summary": "add callbacks=model_summary (or set verbose=true)",
+}
 
 
 def lightning_trainer_arguments(trainer: Mapping[str, Any]) -> Dict[str, Any]:
-    """The trainer group's `pl.Trainer` keyword arguments: every key but raydra's own."""
-    return {key: value for key, value in trainer.items() if key not in RAYDRA_TRAINER_KEYS}
+    """The trainer group's `pl.Trainer` keyword arguments: every key but raydra's own and the
+    template's placeholders (refused by validate unless null)."""
+    return {key: value for key, value in trainer.items() if key not in RAYDRA_TRAINER_KEYS and key not in TEMPLATE_TRAINER_KEYS}
 
 
 @dataclass
@@ -235,6 +288,19 @@ class PathsConfig:
     # (quote it on the command line: 'paths.storage="s3://b/p?endpoint_override=host:9000&scheme=http"').
     # null: the run directory itself, which every worker must reach (one machine, or a shared disk).
     storage: Optional[str] = None
+    # lightning-hydra-template's paths, for configs written against them (data_dir: ${paths.data_dir}).
+    # The directory the command runs from (resolved on the driver: workers run elsewhere).
+    root_dir: str = "${raydra.cwd:}"
+    work_dir: str = "${paths.root_dir}"
+    # Where data modules keep their files.
+    data_dir: str = "${paths.root_dir}/data"
+    # The run's own directory, filled in by raydra as the run starts (a Tune trial's, a resumed run's
+    # first one): interpolate ${paths.output_dir} to write into the run's record; never set it. With
+    # paths.storage, a worker's files under it reach storage and the run directory as metrics.csv does.
+    output_dir: Optional[str] = None
+    # The run's logs/ directory, beside its worker logs: the template's TensorBoard/MLflow files
+    # land in the run's record (the template's log_dir holds every run: that is paths.outputs here).
+    log_dir: str = "${paths.output_dir}/logs"
 
 
 @dataclass
@@ -243,6 +309,7 @@ class RaydraConfig:
 
     name: str = "run"
     seed: int = 42
+    # Words to find the run by, recorded in summary.json (and sent to W&B and MLflow).
     tags: List[str] = field(default_factory=list)
     # true: Ray's, Lightning's and W&B's own notices reach the console too (they always go to the log files).
     verbose: bool = False
@@ -253,7 +320,13 @@ class RaydraConfig:
     strategy: Any = MISSING
     scale: ScaleConfig = field(default_factory=ScaleConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    # Lightning loggers on rank 0 by name: csv and wandb are raydra's own; any other is a `_target_`
+    # (logger=tensorboard, logger=mlflow, or yours).
     logger: Any = field(default_factory=dict)
+    # Lightning callbacks by name, each a `_target_` with its arguments, built on every worker after
+    # raydra's own (the callbacks group: callbacks=early_stopping, callbacks=[early_stopping,lr_monitor]).
+    # null or {}: none of yours. A ModelCheckpoint here sets checkpoint.* instead of running.
+    callbacks: Any = field(default_factory=dict)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     failure: FailureConfig = field(default_factory=FailureConfig)
@@ -262,6 +335,10 @@ class RaydraConfig:
     resume: Optional[str] = None
     # A resumed run refuses a config that differs from the one it started with, unless this is true.
     resume_force: bool = False
+    # A new run (its own record) that starts from another run's trained weights: a checkpoint.ckpt
+    # (any of raydra's layouts), a run directory (its best checkpoint) or a storage URI of either.
+    # Optimizer, schedule and epochs start afresh; to continue a run where it stopped, use resume=.
+    ckpt_path: Optional[str] = None
     # A Ray Tune sweep over this run (tune=asha, tune=random, tune=optuna); null: one run. Each
     # tune option extends tune_schema from its YAML file.
     tune: Any = None
@@ -280,6 +357,8 @@ def register_schemas() -> None:
     OmegaConf.register_new_resolver("raydra.runs_or_sweeps", lambda tune: "runs" if tune is None else "sweeps", replace=True)
     # Cached so the run directory resolves once per invocation, as Hydra's own ${now:} does.
     OmegaConf.register_new_resolver("raydra.unclaimed", claim_directory, use_cache=True, replace=True)
+    # paths.root_dir: the directory the command runs from, where the driver resolves the config.
+    OmegaConf.register_new_resolver("raydra.cwd", os.getcwd, replace=True)
 
 
 def claim_directory(path: str) -> str:
@@ -359,6 +438,7 @@ def _shown(value: Any) -> str:
 def validate(cfg: Any) -> None:
     """Checks that need more than one key or a value range; raises RaydraError on the first problem."""
     scale, trainer, ckpt = cfg.scale, cfg.trainer, cfg.checkpoint
+    _check_template_keys(cfg)
     _check_num_workers(cfg)
     if scale.num_workers == 0:
         _validate_local_mode(cfg)
@@ -425,6 +505,25 @@ def validate(cfg: Any) -> None:
         _check_batch_splits(batch_size, scale.num_workers)
     # Last: it imports the user's classes, which is worth doing only for an otherwise valid config.
     check_classes(cfg)
+
+
+def _check_template_keys(cfg: Any) -> None:
+    """lightning-hydra-template's trainer keys whose job raydra does through its own keys: one
+    sentence naming raydra's key for each. Read unresolved: `default_root_dir: ${paths.output_dir}`
+    resolves to null until the run starts."""
+    trainer = OmegaConf.to_container(cfg.trainer, resolve=False)
+    found = [(key, trainer[key]) for key in TEMPLATE_TRAINER_KEYS if trainer.get(key) is not None]
+    if found:
+        named = ", ".join(f"trainer.{key}={_shown(value)}" for key, value in found)
+        instead = "; ".join(f"for trainer.{key}, {TEMPLATE_TRAINER_KEYS[key]}" for key, _ in found)
+        raise RaydraError(
+            f"{named}: raydra sets {'these' if len(found) > 1 else 'this'} itself; {instead} (docs/from-lightning-hydra-template.md)."
+        )
+    if cfg.paths.output_dir is not None:
+        raise RaydraError(
+            f"paths.output_dir={cfg.paths.output_dir} is the run's own directory, which raydra fills in; choose where runs go "
+            "with paths.outputs (or hydra.run.dir) and leave paths.output_dir unset."
+        )
 
 
 def _check_batch_splits(batch_size: int, num_workers: Any) -> None:

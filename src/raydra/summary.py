@@ -20,7 +20,7 @@ SUMMARY = "summary.json"
 # The Lightning checkpoint inside each of the run's Ray checkpoint directories (checkpoints/<run id>/checkpoint_*/);
 # the name Ray's own RayTrainReportCallback uses, so either's checkpoints load alike.
 CHECKPOINT_FILE = "checkpoint.ckpt"
-PACKAGES = ("raydra", "ray", "torch", "pytorch-lightning", "lightning", "transformers", "hydra-core", "wandb", "diffusers")
+PACKAGES = ("raydra", "ray", "torch", "lightning", "pytorch-lightning", "transformers", "hydra-core", "wandb", "diffusers")
 
 
 def write(run_dir: Path, summary: Dict[str, Any], name: str = SUMMARY) -> None:

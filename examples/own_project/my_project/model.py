@@ -1,16 +1,19 @@
 """A small MLP classifier: a plain LightningModule that raydra builds from conf/model/mlp.yaml."""
 
+from typing import Callable
+
+import torch
 import torch.nn.functional as F
-from hydra.utils import instantiate
 from torch import nn
 
 from raydra.lightning import pl  # the Lightning that Ray's integration runs
 
 
 class MLPClassifier(pl.LightningModule):
-    def __init__(self, num_features: int, num_classes: int, hidden_size: int, optimizer: dict):
+    def __init__(self, num_features: int, num_classes: int, hidden_size: int, optimizer: Callable[..., torch.optim.Optimizer]):
         super().__init__()
-        self.save_hyperparameters()
+        # Kept in every checkpoint (raydra.load rebuilds the module from them); raydra logs the run's config itself.
+        self.save_hyperparameters(logger=False)
         self.net = nn.Sequential(nn.Linear(num_features, hidden_size), nn.ReLU(), nn.Linear(hidden_size, num_classes))
 
     def forward(self, x):
@@ -37,5 +40,5 @@ class MLPClassifier(pl.LightningModule):
         self.log(f"{split}/acc", (logits.argmax(-1) == y).float().mean(), sync_dist=True)
 
     def configure_optimizers(self):
-        # model.optimizer arrives as plain data (a `_partial_` config): build it for these parameters.
-        return instantiate(self.hparams.optimizer)(params=self.parameters())
+        # model.optimizer arrives as a partial (Hydra builds its `_partial_` node): complete it with the parameters.
+        return self.hparams.optimizer(params=self.parameters())

@@ -20,22 +20,24 @@ import torch.nn.functional as F
 from diffusers import DDIMScheduler, StableDiffusionPipeline
 from diffusers.models.autoencoders.vae import DiagonalGaussianDistribution
 from diffusers.training_utils import compute_snr
-from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from raydra.errors import RaydraError
 from raydra.lightning import pl
+from raydra.models import partial_of
 from raydra.models.stable_diffusion_parts import build_parts, clip_tokenizer, fit_vae, load_parts, train_caption_bpe
 
 
 class StableDiffusion(pl.LightningModule):
-    """optimizer/scheduler are `_partial_` configs kept as plain data, as are `parts`, so checkpoints
-    hold only tensors and primitives and load with weights_only=True."""
+    """optimizer/scheduler arrive as partials (Hydra builds the `_partial_` nodes of
+    model/stable_diffusion.yaml), or as those configs themselves (a checkpoint written before);
+    `parts` as plain data (the YAML's `_convert_: all`)."""
 
     def __init__(
         self,
         resolution: int,
-        optimizer: Dict[str, Any],
-        scheduler: Optional[Dict[str, Any]] = None,
+        optimizer: Any,
+        scheduler: Optional[Any] = None,
         pretrained: Optional[str] = None,
         from_scratch: bool = False,
         parts: Optional[Dict[str, Any]] = None,
@@ -53,7 +55,9 @@ class StableDiffusion(pl.LightningModule):
         export_pipeline: bool = True,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        # Into every checkpoint (raydra.load builds the module again from them), not to the loggers:
+        # they get the run's whole config from raydra, and a partial is no value to log.
+        self.save_hyperparameters(logger=False)
         if bool(pretrained) == bool(parts):
             raise RaydraError(
                 "set exactly one of model.pretrained (a diffusers folder or cached hub id) and model.parts "
@@ -101,7 +105,9 @@ class StableDiffusion(pl.LightningModule):
         hp = self.hparams
         if hp.parts:
             tokenizer = clip_tokenizer(bpe["vocab"], bpe["merges"], hp.parts["tokenizer"]["max_length"])
-            parts = build_parts(hp.parts, tokenizer)
+            # Plain lists and dicts: diffusers writes the parts' configs to JSON (export_pipeline), which
+            # an OmegaConf node (a run recorded without the YAML's `_convert_: all`) is not.
+            parts = build_parts(OmegaConf.to_container(hp.parts) if OmegaConf.is_config(hp.parts) else hp.parts, tokenizer)
             self.bpe = bpe
         else:
             parts = load_parts(hp.pretrained, hp.from_scratch)
@@ -212,10 +218,10 @@ class StableDiffusion(pl.LightningModule):
                 ema.lerp_(param.detach(), 1 - decay)
 
     def configure_optimizers(self) -> Any:
-        optimizer = instantiate(self.hparams.optimizer)(params=[p for p in self.unet.parameters() if p.requires_grad])
+        optimizer = partial_of(self.hparams.optimizer)(params=[p for p in self.unet.parameters() if p.requires_grad])
         if not self.hparams.scheduler:
             return optimizer
-        build = instantiate(self.hparams.scheduler)
+        build = partial_of(self.hparams.scheduler)
         # Constant-after-warm-up schedules take no run length; decaying ones need it.
         accepts_length = "num_training_steps" in inspect.signature(build.func).parameters
         kwargs = {"num_training_steps": self.trainer.estimated_stepping_batches} if accepts_length else {}

@@ -1,21 +1,22 @@
 """A Vision Transformer image classifier: Hugging Face's ViTForImageClassification in Lightning."""
 
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 import torchmetrics
-from hydra.utils import instantiate
 from transformers import ViTConfig, ViTForImageClassification
 
 from raydra.errors import RaydraError
 from raydra.lightning import pl
+from raydra.models import partial_of
 
 
 class ViTClassifier(pl.LightningModule):
     """Built from a ViTConfig, or fine-tuned from `pretrained` (a hub id or a local folder).
 
-    optimizer/scheduler are `_partial_` configs kept as plain data: the module builds them in
-    configure_optimizers, so checkpoints hold only tensors and primitives.
+    optimizer/scheduler arrive as partials (Hydra builds the `_partial_` nodes of model/vit.yaml),
+    completed with the parameters and the run's length in configure_optimizers; the `_partial_`
+    configs themselves, as a checkpoint written before keeps them, are taken too.
     """
 
     def __init__(
@@ -23,8 +24,8 @@ class ViTClassifier(pl.LightningModule):
         image_size: int,
         num_channels: int,
         num_classes: int,
-        optimizer: Dict[str, Any],
-        scheduler: Optional[Dict[str, Any]] = None,
+        optimizer: Any,
+        scheduler: Optional[Any] = None,
         pretrained: Optional[str] = None,
         patch_size: int = 16,
         hidden_size: int = 768,
@@ -36,7 +37,9 @@ class ViTClassifier(pl.LightningModule):
         conv_stem: Sequence[int] = (),
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        # Into every checkpoint (raydra.load builds the module again from them), not to the loggers:
+        # they get the run's whole config from raydra, and a partial is no value to log.
+        self.save_hyperparameters(logger=False)
         conv_stem = list(conv_stem or [])
         if pretrained and conv_stem:
             raise RaydraError(
@@ -97,8 +100,8 @@ class ViTClassifier(pl.LightningModule):
         self.log(f"{stage}/acc", accuracy)
 
     def configure_optimizers(self) -> Any:
-        optimizer = instantiate(self.hparams.optimizer)(params=self.parameters())
+        optimizer = partial_of(self.hparams.optimizer)(params=self.parameters())
         if not self.hparams.scheduler:
             return optimizer
-        scheduler = instantiate(self.hparams.scheduler)(optimizer=optimizer, num_training_steps=self.trainer.estimated_stepping_batches)
+        scheduler = partial_of(self.hparams.scheduler)(optimizer=optimizer, num_training_steps=self.trainer.estimated_stepping_batches)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

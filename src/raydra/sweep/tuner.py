@@ -18,6 +18,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from raydra import fit, private_apis, project, run_record, storage
 from raydra import summary as run_summary
+from raydra.callbacks import resolve as resolve_callbacks
 from raydra.cluster import TRIAL_CPU, check_fits, connect, trials_that_fit
 from raydra.console import worker_output
 from raydra.errors import RaydraError
@@ -72,9 +73,15 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
     try:
         if (fresh_dir / SWEEP).exists():
             raise RaydraError(f"{fresh_dir} already holds a sweep; give this one its own hydra.run.dir.")
+        # A ModelCheckpoint among the callbacks sets checkpoint.*, and with it what the sweep optimises.
+        # A resumed run is compared with its record as composed, before the callbacks set checkpoint.*.
+        composed = copy.deepcopy(cfg)
+        resolve_callbacks(cfg, overrides)
         validate(cfg)
+        metric = record["metric"] = progress.metric = tune_cfg.metric or cfg.checkpoint.monitor
+        mode = record["mode"] = tune_cfg.mode or cfg.checkpoint.mode
         if tune_cfg.resume:
-            sweep_dir, record = _continue(cfg, fresh_dir)
+            sweep_dir, record = _continue(composed, fresh_dir)
         else:
             space = parse_space(cfg)
             check_samples(cfg, space)

@@ -92,6 +92,17 @@ class TimedReport(pl.Callback):
                 self.local.history.append(metrics)
             self.after_report()
 
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        # A restored checkpoint's step is saved already: an attempt that trains no further saves nothing.
+        self.last_saved_step = max(self.last_saved_step, trainer.global_step)
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        # A stop this callback's epoch end could not see coming: Lightning runs EarlyStopping's epoch
+        # end (and a Timer's) after every other callback's, so that epoch may have gone without the
+        # checkpoint the end of training always gets.
+        if trainer.global_step != self.last_saved_step:
+            self.checkpoint(trainer, mid_epoch=False)
+
     def _metrics(self, trainer: Any, mid_epoch: bool) -> Dict[str, Any]:
         metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
         metrics.update(epoch=trainer.current_epoch, step=trainer.global_step, mid_epoch=int(mid_epoch))

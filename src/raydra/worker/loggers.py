@@ -1,6 +1,9 @@
-"""Lightning loggers for rank 0, built from the `logger` group (metrics.csv, W&B).
+"""Lightning loggers for rank 0, built from the `logger` group: raydra's own (metrics.csv, W&B)
+and any other Lightning logger by `_target_` (logger=tensorboard, logger=mlflow, the user's own).
 
-W&B is imported only when a run asks for it, so `logger=csv` runs need no wandb install.
+W&B is imported only when a run asks for it, so `logger=csv` runs need no wandb install; the same
+goes for any `_target_` logger's package. Every logger gets the run's config (secrets masked) as
+its hyperparameters, and W&B and MLflow the run's tags.
 """
 
 import csv
@@ -10,6 +13,7 @@ from typing import Any, Dict, List, Optional
 
 from raydra.errors import out_of_space
 from raydra.private_apis import replace_csv_whole, set_csv_columns
+from raydra.project import RAYDRA_LOGGERS
 from raydra.redact import redact
 
 
@@ -24,7 +28,7 @@ def build_loggers(config: Dict[str, Any], rank: int, resumed_from: Optional[Dict
     from raydra.lightning import pl
 
     run_dir = Path(config["run"]["dir"])
-    settings = config["logger"]
+    settings = {name: value for name, value in (config["logger"] or {}).items() if value is not None}
     loggers = []
     if "csv" in settings:
         # name="" and version="" put metrics.csv straight into the run directory.
@@ -35,7 +39,38 @@ def build_loggers(config: Dict[str, Any], rank: int, resumed_from: Optional[Dict
         loggers.append(csv_logger)
     if "wandb" in settings:
         loggers.append(_wandb_logger(config, settings["wandb"], run_dir))
+    for name, node in settings.items():
+        if name not in RAYDRA_LOGGERS:
+            loggers.append(_logger_from_config(config, name, node))
     return loggers
+
+
+def _logger_from_config(config: Dict[str, Any], name: str, node: Dict[str, Any]) -> Any:
+    """logger.<name>: hydra.utils.instantiate of its `_target_`, writing where its settings say (the
+    presets: inside the run's record, through ${paths.output_dir} and ${paths.log_dir})."""
+    from hydra.utils import get_class, instantiate
+
+    from raydra.lightning import pl
+    from raydra.worker.contract import check_importable
+
+    check_importable(node, f"logger.{name}")
+    extra: Dict[str, Any] = {}
+    if issubclass(get_class(node["_target_"]), pl.loggers.MLFlowLogger):
+        if not config["verbose"]:
+            # MLflow sets up its own console handler as it is imported; its notices (creating the
+            # store's tables) are not the run's news.
+            os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+        # The run's tags as MLflow tags (a word each), and its id, which names its raydra record.
+        extra["tags"] = {
+            **(node.get("tags") or {}),
+            **{str(tag): "" for tag in config.get("tags") or []},
+            "raydra.run_id": config["run"]["id"],
+        }
+        if not node.get("run_name"):
+            extra["run_name"] = config["run"]["id"]
+    logger = instantiate(node, **extra)
+    logger.log_hyperparams(_logged(config))
+    return logger
 
 
 def _keep_rows_up_to(csv_logger: Any, position: Optional[Dict[str, Any]]) -> None:

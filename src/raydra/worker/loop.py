@@ -8,9 +8,12 @@ metrics, throughput and memory figures get into summary.json.
 import contextlib
 import logging
 import os
+import re
 import signal
+import tempfile
 import threading
 import time
+import traceback
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -25,14 +28,16 @@ import raydra.worker
 from raydra import storage
 from raydra.checkpoints import checkpoint_meta
 from raydra.console import PROGRESS_MARK
-from raydra.errors import RaydraError
+from raydra.errors import WORKER_RANK, RaydraError
 from raydra.lightning import pl
 from raydra.run_record import WorkerMirror, checkpoints_location
 from raydra.schema import is_elastic, lightning_trainer_arguments
 from raydra.summary import CHECKPOINT_FILE
+from raydra.worker.callbacks import build_callbacks, stop_record
 from raydra.worker.checkpoint_report import LocalCheckpoints, TimedReport
 from raydra.worker.console_progress import ConsoleProgress
 from raydra.worker.contract import Contract, check_importable
+from raydra.worker.hyperparameters import PlainHyperparameters
 from raydra.worker.loggers import build_loggers
 from raydra.worker.preemption import PreemptionNotice
 from raydra.worker.resumable import Resumable
@@ -51,11 +56,17 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
     # W&B files) is written on its own node and pushed to storage at every report and at the end,
     # whatever happens: a failed run's worker logs are what explains it.
     mirror = WorkerMirror(config["run"], rank)
+    record = config["paths"].get("output_dir") or config["run"]["dir"]
+    if str(mirror.dir) != record:
+        # ${paths.output_dir} (a logger's save_dir, a callback's path) means the run's record as this
+        # worker writes it: the scratch directory that is pushed to storage.
+        config = {**_moved(config, record, str(mirror.dir)), "run": config["run"]}
     config["run"]["dir"] = str(mirror.dir)
     if rank == 0:
         mirror.restore(["metrics.csv"])
     local = config["scale"]["num_workers"] == 0
-    unroute = _route_logs(mirror.dir / "logs" / f"worker_{rank}.log", verbose=config["verbose"], local=local)
+    log_file = mirror.dir / "logs" / f"worker_{rank}.log"
+    unroute = _route_logs(log_file, verbose=config["verbose"], local=local)
     try:
         with contextlib.ExitStack() as stack:
             # Local mode: Ray Train hands no checkpoint back; the driver names the run's last one.
@@ -63,9 +74,28 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
             outcome = _train(config, mirror, restored)
             outcome["startup_marks"]["train_entered"] = entered
             return outcome
+    except Exception as error:
+        # The driver gets the exception's last line (fit.one_line), which points here for the rest.
+        with open(log_file, "a") as file:
+            file.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}][raydra][ERROR] worker {rank} failed:\n")
+            file.write("".join(traceback.format_exception(type(error), error, error.__traceback__)))
+        with contextlib.suppress(AttributeError):  # an exception type that takes no attributes
+            setattr(error, WORKER_RANK, rank)
+        raise
     finally:
         mirror.close()
         unroute()
+
+
+def _moved(node: Any, old: str, new: str) -> Any:
+    """`node` with every path below the directory `old` (in a string, such as sqlite:////<old>/x.db) below `new` instead."""
+    if isinstance(node, dict):
+        return {key: _moved(value, old, new) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_moved(value, old, new) for value in node]
+    if isinstance(node, str):
+        return re.sub(re.escape(old) + r"(?=/|$)", lambda _: new, node)
+    return node
 
 
 def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]) -> Dict[str, Any]:
@@ -90,11 +120,14 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
     model_config = dict(config["model"])
     # Read by strategy=fsdp; the module's constructor does not take it.
     shard_blocks = model_config.pop("shard_blocks", None)
-    # The module keeps its optimizer/scheduler configs as plain data and builds them itself, so its
-    # hyperparameters (and checkpoints) hold no Python objects.
-    # _convert_="all": plain dicts, not DictConfigs, so checkpoints load with weights_only=True.
+    # As Hydra builds it (lightning-hydra-template's convention): nested `_target_` nodes arrive built
+    # (a `net` as its nn.Module), `_partial_` ones as partials, unless the model's own node says
+    # otherwise (`_recursive_: false` for plain config, `_convert_`). PlainHyperparameters keeps the
+    # checkpoints plain data all the same.
     check_importable(model_config, "model")
-    model = instantiate(model_config, _recursive_=False, _convert_="all")
+    model = instantiate(model_config)
+    if config["run"].get("init_weights") and restored is None:
+        _start_from(model, config)
     if trainer_cfg["compile"]:
         compile_networks(model)
 
@@ -122,7 +155,7 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
     # The world size is Ray's, at run time: an elastic group ([min, max]) restarts on another size.
     resumable = Resumable(world_size=world_size, elastic=is_elastic(scale["num_workers"]))
     # The contract first: its sentence must come before a callback that trips over the same thing.
-    callbacks = [Contract(monitor=ckpt["monitor"]), throughput, resumable, report]
+    callbacks = [Contract(monitor=ckpt["monitor"]), throughput, resumable, report, PlainHyperparameters(model_config, config["data"])]
     if rank == 0:
         callbacks.append(
             ConsoleProgress(
@@ -133,8 +166,11 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
             )
         )
     if not local and config["failure"]["preemption_notice"]:
-        # Last: it checkpoints through `report` after Resumable has counted the batch.
+        # Last of raydra's: it checkpoints through `report` after Resumable has counted the batch.
         callbacks.append(PreemptionNotice(report, rank))
+    # The user's, after raydra's own (whose checks and records come first).
+    user_callbacks = build_callbacks(config.get("callbacks"), rank)
+    callbacks += [callback for _, callback in user_callbacks]
     trainer = pl.Trainer(
         accelerator="gpu" if scale["use_gpu"] else "cpu",
         # Local mode: one device in this process, Lightning's own single-device strategy.
@@ -160,6 +196,7 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
     # checkpoint is plain tensors and containers, so loading it runs no pickled code.
     with _interrupts_reach_the_driver(trainer):
         trainer.fit(model, datamodule=datamodule, ckpt_path=restored, weights_only=True)
+    stopped_early = stop_record(trainer, user_callbacks)
     if resumable.resumed_at:
         at = resumable.resumed_at
         logging.getLogger("raydra").info(
@@ -187,6 +224,7 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
         "checkpoint_upload_s": report.upload_seconds,
         "global_step": trainer.global_step,
         "epochs_completed": trainer.current_epoch,
+        "stopped_early": stopped_early,
         "world_size": world_size,
         "resizes": resumable.resizes,
         "local_record": kept.record() if kept else None,
@@ -213,6 +251,27 @@ def _interrupts_reach_the_driver(trainer: Any) -> Any:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, signal.default_int_handler)
         raise KeyboardInterrupt from None
+
+
+def _start_from(model: torch.nn.Module, config: Dict[str, Any]) -> None:
+    """ckpt_path: the weights of another run's checkpoint (found by the driver), before training starts."""
+    from raydra.checkpoints import fetch, load_weights
+
+    if type(model).configure_model is not pl.LightningModule.configure_model:
+        raise RaydraError(
+            f"ckpt_path={config['ckpt_path']}: {type(model).__name__} builds its layers in configure_model, once training has "
+            "started, so there is nothing to load weights into before; start it from the weights its own keys name "
+            "(model.pretrained), or continue its run with resume=."
+        )
+    found = config["run"]["init_weights"]
+    with tempfile.TemporaryDirectory(prefix="raydra-ckpt-path-") as scratch:
+        load_weights(
+            model,
+            fetch(found, scratch),
+            f"ckpt_path={config['ckpt_path']}",
+            "point ckpt_path at a run (or checkpoint) of a model with these model.* settings",
+        )
+    logging.getLogger("raydra").info(f"started from the weights of {found}")
 
 
 def compile_networks(model: torch.nn.Module) -> List[str]:
