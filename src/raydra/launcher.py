@@ -38,6 +38,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
 from raydra import job_process
 from raydra import summary as run_summary
 from raydra.errors import RaydraError
@@ -61,22 +62,9 @@ _app_cluster_joined = False
 
 
 @dataclass
-class Settings:
-    """hydra.launcher.* (hydra_plugins/raydra_launcher: RaydraLauncherConf, where each is explained)."""
-
-    max_concurrent: Any = None
-    resume: bool = False
-    address: Optional[str] = None
-    cpus_per_job: float = 1.0
-    gpus_per_job: float = 0.0
-    resources_per_job: Dict[str, float] = field(default_factory=dict)
-    runtime_env: Dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
 class Multirun:
     sweep_dir: Path
-    settings: Settings
+    settings: RaydraLauncherConf  # hydra.launcher.*, each explained there
     # The jobs are runs of raydra's own command (train.py, `raydra train`), not another app's.
     raydra_runs: bool
     # The first batch of this multirun (a sweeper launches several); a record already in the sweep
@@ -277,7 +265,7 @@ def _prepare_app_jobs(multirun: Multirun, jobs: List[Job]) -> None:
         job.share = 1.0 / fits
 
 
-def _app_jobs_that_fit(settings: Settings) -> int:
+def _app_jobs_that_fit(settings: RaydraLauncherConf) -> int:
     """How many jobs of hydra.launcher's size the cluster's live nodes hold side by side."""
     import ray
 
@@ -393,7 +381,7 @@ def _start(multirun: Multirun, job: Job, running_after: int, waiting: int) -> No
     log.info(f"[{job.num}] started  {' '.join(job.shown)}{resumed}  ({running_after} running, {waiting} queued)")
 
 
-def _app_job_task(settings: Settings) -> Any:
+def _app_job_task(settings: RaydraLauncherConf) -> Any:
     import ray
 
     from raydra.multirun_job import execute

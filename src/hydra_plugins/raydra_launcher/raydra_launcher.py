@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 @dataclass
 class RaydraLauncherConf:
+    """hydra.launcher.* for raydra's launcher: the one home of these settings and their defaults
+    (raydra.launcher reads them as this class)."""
+
     _target_: str = "hydra_plugins.raydra_launcher.raydra_launcher.RaydraLauncher"
     # Most jobs running at once; null: as many as the Ray cluster can place side by side.
     max_concurrent: Optional[int] = None
@@ -72,7 +75,7 @@ class RaydraLauncher(Launcher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         multirun = launcher.Multirun(
             sweep_dir=Path(str(self.config.hydra.sweep.dir)).resolve(),
-            settings=launcher.Settings(**OmegaConf.to_container(OmegaConf.create(self.settings), resolve=True)),
+            settings=OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RaydraLauncherConf), self.settings)),
             raydra_runs=is_raydra_command(self.task_function),
             first_batch=self.launches == 0,
             # Unresolved: a job's own interpolations (hydra.sweep.subdir=job_${hydra.job.num}) mean nothing here.
