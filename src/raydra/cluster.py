@@ -20,14 +20,26 @@ log = logging.getLogger(__name__)
 
 # The GCS address of the Ray that connect() started inside this process (ray.address unset), if any.
 _started_here: Optional[str] = None
+# The GCS address of a multirun launcher's local Ray that this process joined as one of its jobs.
+_launchers_local_ray: Optional[str] = None
 
 
-def connect(address: Any, num_cpus: Any, verbose: bool, runtime_env: Optional[Dict[str, Any]] = None, dashboard: bool = True) -> None:
+def connect(
+    address: Any,
+    num_cpus: Any,
+    verbose: bool,
+    runtime_env: Optional[Dict[str, Any]] = None,
+    dashboard: bool = True,
+    launchers_local: bool = False,
+) -> None:
     """Join `address`, or start a local Ray inside this process when it is null. `runtime_env`:
     Ray's, for every process of the run (raydra.project.runtime_env: the user's code).
     `dashboard=False`: a local Ray starts without its dashboard, which serves Ray's State API. Only
     Ray Train's placement-group cleaner asks that API here, and a run whose process ends with it
     starts none (fit.fit_and_record); the dashboard's processes took ~1 s of the start (measured).
+
+    `launchers_local`: `address` is the local Ray a multirun's launcher started for its jobs (one
+    machine, no autoscaler), which this process joins as one of them.
 
     Jobs of a multirun on Hydra's basic launcher share one process, so a Ray already up is reused.
     """
@@ -78,9 +90,11 @@ def connect(address: Any, num_cpus: Any, verbose: bool, runtime_env: Optional[Di
             # Ray sends its auth token to an explicitly named address only when told to.
             hint += "; if the cluster uses token authentication (Ray's default), set RAY_AUTH_MODE=token"
         raise RaydraError(f"could not reach the Ray cluster at ray.address={address} ({error}); {hint}.") from None
+    global _started_here, _launchers_local_ray
     if not address:
-        global _started_here
         _started_here = ray.get_runtime_context().gcs_address
+    elif launchers_local:
+        _launchers_local_ray = ray.get_runtime_context().gcs_address
     if not str(address).startswith("ray://") and _only_node_is_this_one():  # a Ray Client driver has no node
         leave_out_preemption_watcher()
     take_over_worker_output(verbose)
@@ -94,6 +108,15 @@ def is_local_ray() -> bool:
     """Whether this process is connected to a Ray it started itself (ray.address unset): one
     machine, no autoscaler, gone when the process ends."""
     return _started_here is not None and ray.is_initialized() and ray.get_runtime_context().gcs_address == _started_here
+
+
+def has_no_autoscaler() -> bool:
+    """Whether the cluster is known to have no autoscaler: a local Ray raydra started, this
+    process's own or its multirun launcher's. Ray Train's requests to an autoscaler would go to a
+    coordinating actor of Ray Data's that the first run on a cluster starts (~1.3 s of CPU, measured)."""
+    if is_local_ray():
+        return True
+    return _launchers_local_ray is not None and ray.is_initialized() and ray.get_runtime_context().gcs_address == _launchers_local_ray
 
 
 def _only_node_is_this_one() -> bool:

@@ -80,7 +80,14 @@ def run(
             # Ray starts (~3 s here) while another thread imports what resolving the config and starting
             # the fit need next: torch with Ray Train (~3 s more), and a data module that describes its data.
             _import_in_background(fit.data_to_describe(cfg))
-            connect(cfg.ray.address, cfg.ray.num_cpus, cfg.verbose, project.runtime_env(cfg), dashboard=not process_ends_with_run)
+            connect(
+                cfg.ray.address,
+                cfg.ray.num_cpus,
+                cfg.verbose,
+                project.runtime_env(cfg),
+                dashboard=not process_ends_with_run,
+                launchers_local=bool(job and job.local_ray),
+            )
         # After connecting: ray.init installs its own SIGTERM handler, which would end the process
         # without a summary.
         restore_sigterm = _sigterm_interrupts()

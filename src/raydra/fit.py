@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from raydra import run_record, startup, storage
 from raydra import summary as run_summary
-from raydra.cluster import is_local_ray, worker_resources
+from raydra.cluster import has_no_autoscaler, worker_resources
 from raydra.errors import WORKER_RANK, RaydraError
 from raydra.private_apis import (
     elastic_reacts_quickly,
@@ -300,7 +300,7 @@ def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any], marks: 
         # Built here, once, so preprocessing runs as Ray Data tasks beside the workers; each
         # worker only learns the row counts, which size its batches.
         datasets, config["run"]["data_rows"] = build(config)
-    trainer = torch_trainer_class(placement_group_cleaner=not process_ends_with_run, autoscaling_requests=not is_local_ray())(
+    trainer = torch_trainer_class(placement_group_cleaner=not process_ends_with_run, autoscaling_requests=not has_no_autoscaler())(
         train_loop,
         train_loop_config=config,
         datasets=datasets,

@@ -19,7 +19,7 @@ import multiprocessing
 import os
 import signal
 import sys
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from raydra.private_apis import leave_forkserver, run_exit_handlers
 
@@ -50,12 +50,22 @@ def _forkserver() -> Any:
     return _context
 
 
-def start_server() -> None:
-    """Start the server now (it imports for a few seconds) rather than at the first job."""
+def start_server(env: Optional[Dict[str, str]] = None) -> None:
+    """Start the server now (it imports for a few seconds) rather than at the first job. `env`:
+    variables the server imports with beyond this process's environment (which is left as it was)."""
     from multiprocessing import forkserver
 
     _forkserver()
-    forkserver.ensure_running()
+    before = {key: os.environ.get(key) for key in env or {}}
+    os.environ.update(env or {})
+    try:
+        forkserver.ensure_running()
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def start(payload: bytes, console: str, env: Dict[str, str]) -> Tuple[Any, Any]:

@@ -219,15 +219,20 @@ def _prepare_runs(multirun: Multirun, jobs: List[Job]) -> None:
         with _as_current_job(job):
             _refuse_for(job, _check_run, job)
     first = jobs[0].cfg
-    # The jobs' server imports for ~2 s, alongside what follows when it can. Ray reads its auth
-    # mode from the environment at import, and ray.init sets it there when it starts a cluster or
-    # finds one (`auto`): then the server starts after connect, to import as a job started now
-    # would. Joining a named address changes nothing Ray reads at import.
-    joins_named_address = first.ray.address not in (None, "auto")
-    if joins_named_address:
-        job_process.start_server()
-    connect(first.ray.address, first.ray.num_cpus, first.verbose, project.runtime_env(first))
-    if not joins_named_address:
+    # The jobs' server imports for ~2 s, alongside Ray's start or join. Ray reads its auth mode from
+    # the environment at import, and ray.init sets it there (RAY_AUTH_MODE=token) as it starts a
+    # local Ray whose mode nobody set: the server starts with that mode already, so that it imports
+    # as a job started after ray.init would (this process's own Ray, imported already, learns it
+    # from ray.init). `auto` finds a cluster whose mode only ray.init learns: the server waits.
+    alongside = first.ray.address != "auto"
+    if alongside:
+        local_mode = {"RAY_AUTH_MODE": "token"} if first.ray.address is None and "RAY_AUTH_MODE" not in os.environ else {}
+        job_process.start_server(env=local_mode)
+    # No dashboard for a local Ray of the multirun's: its State API serves Ray Train's placement-group
+    # cleaner, which runs whose process ends with them do not start (a tune= job's trials do).
+    dashboard = any(job.cfg.get("tune") is not None for job in jobs)
+    connect(first.ray.address, first.ray.num_cpus, first.verbose, project.runtime_env(first), dashboard=dashboard)
+    if not alongside:
         job_process.start_server()
     import ray
 
@@ -238,7 +243,8 @@ def _prepare_runs(multirun: Multirun, jobs: List[Job]) -> None:
         job.share = 1.0 / _runs_that_fit(job.cfg)
         # The multirun's cluster for a job whose ray.address is null (its own address otherwise),
         # and one W&B group named as a tune= sweep's (<date>_<time>_<name>).
-        job.settings = JobSettings(ray_address=address, wandb_group=group, resume=job.settings.resume)
+        local_ray = is_local_ray() and job.cfg.ray.address is None
+        job.settings = JobSettings(ray_address=address, wandb_group=group, resume=job.settings.resume, local_ray=local_ray)
     if not is_local_ray():
         # The jobs join the cluster themselves: this process, which only watches them, leaves it now
         # rather than after the last job (Ray's disconnect took ~0.6 s of the multirun's end).

@@ -49,6 +49,8 @@ class JobSettings:
     wandb_group: Optional[str] = None
     # The job's directory, when a resumed multirun continues the run it holds.
     resume: Optional[str] = None
+    # ray_address is a local Ray the launcher started (one machine, no autoscaler).
+    local_ray: bool = False
 
     def env(self) -> Dict[str, str]:
         return {SETTINGS_ENV: json.dumps(asdict(self))}
