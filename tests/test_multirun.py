@@ -214,7 +214,7 @@ def test_a_multirun_whose_launcher_is_lost_resumes_keeping_completed_jobs_and_co
     # Its jobs stop as the launcher's job server goes, each recording itself interrupted.
     deadline = time.time() + 180
     while any(summary_of(j)["status"] == "running" for j in jobs if (j / "summary.json").is_file()):
-        assert time.time() < deadline, [summary_of(j)["status"] for j in jobs]
+        assert time.time() < deadline, [(summary_of(j)["status"], (j / "console.log").read_text()[-2000:]) for j in jobs]
         time.sleep(1)
     assert summary_of(jobs[1])["status"] == "interrupted"
     completed_before = {j.name: (j / "summary.json").read_bytes() for j in jobs if summary_of(j)["status"] == "completed"}
@@ -311,9 +311,7 @@ def test_each_job_is_the_job_hydra_promises_and_a_finished_job_reruns_from_its_r
         "hydra.sweep.subdir=job_${hydra.job.num}",
         "+hydra.callbacks.marker._target_=my_callbacks.JobMarker",
     ]
-    done = subprocess.run(
-        args, cwd=project, capture_output=True, text=True, timeout=600, env={**own_local_ray_env(), "PYTHONPATH": str(project)}
-    )
+    done = subprocess.run(args, cwd=project, capture_output=True, text=True, timeout=600, env=own_local_ray_env())
     assert done.returncode == 0, done.stdout + done.stderr
     jobs = sorted(p for p in (outputs / "sweep").glob("job_*") if p.is_dir())
     assert [p.name for p in jobs] == ["job_0", "job_1"]
