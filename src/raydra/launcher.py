@@ -123,6 +123,7 @@ def run(multirun: Multirun, jobs: List[Job]) -> List[Job]:
         try:
             with _sigterm_interrupts():
                 _schedule(multirun, jobs)
+                _join_processes(jobs)
         finally:
             _record(multirun, jobs)
             if not multirun.raydra_runs:
@@ -375,6 +376,14 @@ def _schedule(multirun: Multirun, jobs: List[Job]) -> None:
         raise
 
 
+def _join_processes(jobs: List[Job]) -> None:
+    """Wait for the jobs' processes to end: their server ends with this process, and a job still in
+    its exit handlers (Ray's disconnect, logging's flush) would be stopped by it."""
+    for job in jobs:
+        if job.process is not None:
+            job.process.join()
+
+
 def _start(multirun: Multirun, job: Job, running_after: int, waiting: int) -> None:
     job.dir.mkdir(parents=True, exist_ok=True)
     if multirun.raydra_runs:
@@ -420,7 +429,9 @@ def _ended(job: Job) -> bool:
         return bool(ray.wait([job.task], timeout=0)[0])
     if job.returned is None and job.result.poll():
         _take_result(job)
-    return job.process.exitcode is not None
+    # Its JobReturn is its outcome; its process is still leaving Ray and running its exit handlers,
+    # which the multirun waits for only at its end (_join_processes).
+    return job.returned is not None or job.process.exitcode is not None
 
 
 def _take_result(job: Job) -> None:
