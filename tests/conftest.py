@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,17 @@ def run_dirs(outputs: Path, kind: str = "runs") -> list:
 
 def summary_of(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
+
+
+# A multirun job small enough to run two side by side on the 2-CPU session cluster.
+SMALL_JOB = ("experiment=vit_digits_smoke", "trainer.max_epochs=1", "trainer.test=false", "scale.num_workers=1")
+
+
+def ran_side_by_side(a: dict, b: dict) -> bool:
+    """Whether two runs' summary.json spans (started_at to finished_at) overlap."""
+    start_a, end_a = datetime.fromisoformat(a["started_at"]), datetime.fromisoformat(a["finished_at"])
+    start_b, end_b = datetime.fromisoformat(b["started_at"]), datetime.fromisoformat(b["finished_at"])
+    return start_a < end_b and start_b < end_a
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,6 +1,6 @@
 """`python train.py -m ...`: jobs side by side on the Ray cluster through raydra's Hydra launcher
-(src/hydra_plugins/raydra_launcher), Hydra's basic launcher one after another, the Optuna sweeper
-on top, and a run submitted as a Ray job. Real runs of train.py, checked through what they leave."""
+(src/hydra_plugins/raydra_launcher), Hydra's basic launcher one after another, what Hydra promises
+each job, resuming a multirun, and a run submitted as a Ray job (sweeper plugins: test_sweepers.py). Real runs of train.py, checked through what they leave."""
 
 import json
 import signal
@@ -12,10 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, base_env, own_local_ray_env, run_dirs, run_train, summary_of
-
-# One worker each: two jobs fit the session cluster's 2 CPUs side by side.
-SMALL = ("experiment=vit_digits_smoke", "trainer.max_epochs=1", "trainer.test=false", "scale.num_workers=1")
+from conftest import REPO, SMALL_JOB, base_env, own_local_ray_env, ran_side_by_side, run_dirs, run_train, summary_of
 
 
 def _when(summary: dict, key: str) -> datetime:
@@ -24,10 +21,6 @@ def _when(summary: dict, key: str) -> datetime:
 
 def _job_dirs(outputs: Path) -> list:
     return sorted(p for p in outputs.glob("sweeps/*/*/*") if p.is_dir())
-
-
-def _overlap(a: dict, b: dict) -> bool:
-    return _when(a, "started_at") < _when(b, "finished_at") and _when(b, "started_at") < _when(a, "finished_at")
 
 
 def _placement_group_cleaners(address: str) -> int:
@@ -46,7 +39,7 @@ def test_jobs_run_side_by_side_as_the_cluster_allows_and_a_failed_job_stops_no_o
     # lr=-1 fails on the worker (the optimizer refuses it), after the job has started.
     one_fails = ("model.optimizer.lr=1e-3,-1,3e-3", "logger=[csv,wandb]", "logger.wandb.mode=disabled")
     cleaners = _placement_group_cleaners(ray_cluster)
-    done = run_train("-m", *SMALL, *one_fails, outputs=tmp_path, address=ray_cluster)
+    done = run_train("-m", *SMALL_JOB, *one_fails, outputs=tmp_path, address=ray_cluster)
     out = done.stdout + done.stderr
     assert done.returncode == 1, out
     jobs = run_dirs(tmp_path, kind="sweeps")
@@ -56,7 +49,7 @@ def test_jobs_run_side_by_side_as_the_cluster_allows_and_a_failed_job_stops_no_o
     assert [first["status"], failed["status"], third["status"]] == ["completed", "failed", "completed"]
 
     # The cluster holds two 1-worker runs: jobs 0 and 1 ran side by side, job 2 waited for a free slot.
-    assert _overlap(first, failed)
+    assert ran_side_by_side(first, failed)
     assert _when(third, "started_at") >= min(_when(first, "finished_at"), _when(failed, "finished_at"))
     assert "up to 2 at a time" in done.stdout
     assert "[1] started  model.optimizer.lr=-1  (2 running, 1 queued)" in done.stdout
@@ -114,7 +107,7 @@ def test_the_basic_launcher_still_runs_jobs_one_after_another_in_one_process(tmp
 @pytest.mark.e2e
 def test_a_job_that_cannot_run_refuses_the_multirun_before_any_job_starts(ray_cluster, tmp_path):
     started = time.time()
-    done = run_train("-m", *SMALL[:-1], "scale.num_workers=1,4", outputs=tmp_path, address=ray_cluster, timeout=120)
+    done = run_train("-m", *SMALL_JOB[:-1], "scale.num_workers=1,4", outputs=tmp_path, address=ray_cluster, timeout=120)
     assert time.time() - started < 60
     assert done.returncode == 1, done.stdout + done.stderr
     # The single run's sentence, naming the job it is about.
@@ -124,11 +117,11 @@ def test_a_job_that_cannot_run_refuses_the_multirun_before_any_job_starts(ray_cl
     assert not _job_dirs(tmp_path)  # no job directory: no job started
 
     # A config that a single run would refuse refuses the multirun too, before Ray starts.
-    done = run_train("-m", *SMALL, "trainer.precision=32,16-mixed", outputs=tmp_path, timeout=60)
+    done = run_train("-m", *SMALL_JOB, "trainer.precision=32,16-mixed", outputs=tmp_path, timeout=60)
     assert done.returncode == 1
     assert "multirun job #1 (trainer.precision=16-mixed) cannot run" in done.stdout
     assert "trainer.precision=16-mixed needs GPU workers" in done.stdout
-    done = run_train("-m", *SMALL, "hydra.launcher.max_concurrent=0", outputs=tmp_path, timeout=60)
+    done = run_train("-m", *SMALL_JOB, "hydra.launcher.max_concurrent=0", outputs=tmp_path, timeout=60)
     assert done.returncode == 1 and "hydra.launcher.max_concurrent=0 must be a whole number" in done.stdout
     assert not _job_dirs(tmp_path)
 
@@ -193,7 +186,7 @@ def test_a_multirun_whose_launcher_is_lost_resumes_keeping_completed_jobs_and_co
     # killed (a lost driver: kill -9, no chance to stop its jobs) once job 0 has completed and job 1
     # has checkpointed an epoch or two.
     sweep = ("trainer.max_epochs=1,20,2",)
-    args = [sys.executable, str(REPO / "train.py"), "-m", f"paths.outputs={tmp_path}", *SMALL, *sweep, f"ray.address={ray_cluster}"]
+    args = [sys.executable, str(REPO / "train.py"), "-m", f"paths.outputs={tmp_path}", *SMALL_JOB, *sweep, f"ray.address={ray_cluster}"]
     launcher = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=base_env())
     try:
         deadline = time.time() + 240
@@ -222,7 +215,7 @@ def test_a_multirun_whose_launcher_is_lost_resumes_keeping_completed_jobs_and_co
 
     # The same command again, resuming in the multirun's directory.
     done = run_train(
-        "-m", *SMALL, *sweep, f"hydra.sweep.dir={sweep_dir}", "hydra.launcher.resume=true", outputs=tmp_path, address=ray_cluster
+        "-m", *SMALL_JOB, *sweep, f"hydra.sweep.dir={sweep_dir}", "hydra.launcher.resume=true", outputs=tmp_path, address=ray_cluster
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert [p.name for p in _job_dirs(tmp_path)] == ["0", "1", "2"]  # the same job numbers and directories
@@ -241,7 +234,7 @@ def test_a_multirun_whose_launcher_is_lost_resumes_keeping_completed_jobs_and_co
     assert {n: record[n]["status"] for n in record} == {"0": "completed", "1": "completed", "2": "completed"}
 
     # Without resume, the directory's runs are never overwritten.
-    again = run_train("-m", *SMALL, *sweep, f"hydra.sweep.dir={sweep_dir}", outputs=tmp_path, address=ray_cluster, timeout=120)
+    again = run_train("-m", *SMALL_JOB, *sweep, f"hydra.sweep.dir={sweep_dir}", outputs=tmp_path, address=ray_cluster, timeout=120)
     assert again.returncode == 1
     assert f"hydra.sweep.dir={sweep_dir} already holds this multirun's runs" in again.stdout
     assert "hydra.launcher.resume=true" in again.stdout
@@ -301,7 +294,7 @@ def test_each_job_is_the_job_hydra_promises_and_a_finished_job_reruns_from_its_r
         "my_train.py",
         "-m",
         f"paths.outputs={outputs}",
-        *SMALL,
+        *SMALL_JOB,
         "model.optimizer.lr=1e-3,2e-3",
         # The sweep directory named here: the default one reads `name`, which the multirun itself
         # resolves (Hydra's sweepers do, outside any job), where no job number exists.
@@ -355,32 +348,6 @@ def test_each_job_is_the_job_hydra_promises_and_a_finished_job_reruns_from_its_r
     assert summary_of(again)["status"] == "completed" and summary_of(again)["reproduces"] == str(jobs[0])
 
 
-@pytest.mark.e2e
-def test_the_optuna_sweeper_drives_jobs_side_by_side_with_each_jobs_metric_as_its_objective(ray_cluster, tmp_path):
-    sweeper = (
-        "hydra/sweeper=optuna",
-        "hydra.sweeper.n_trials=2",
-        "hydra.sweeper.n_jobs=2",
-        "hydra.sweeper.direction=maximize",
-        "hydra.sweeper.sampler.seed=0",
-        "model.optimizer.lr=tag(log,interval(1e-4,1e-2))",
-    )
-    done = run_train("-m", *SMALL, *sweeper, outputs=tmp_path, address=ray_cluster)
-    assert done.returncode == 0, done.stdout + done.stderr
-    jobs = run_dirs(tmp_path, kind="sweeps")
-    assert [p.name for p in jobs] == ["0", "1"]
-    summaries = [summary_of(p) for p in jobs]
-    assert all(s["status"] == "completed" for s in summaries)
-    assert _overlap(*summaries)  # the sweeper's batch of n_jobs=2 ran side by side
-
-    # Optuna received each job's best val/acc (checkpoint.monitor) and picked the better job.
-    results = yaml.safe_load((jobs[0].parent / "optimization_results.yaml").read_text())
-    best = max(summaries, key=lambda s: s["metrics"]["best"]["val/acc"])
-    assert results["best_value"] == pytest.approx(best["metrics"]["best"]["val/acc"])
-    config = yaml.safe_load((Path(best["run_dir"]) / ".hydra" / "config.yaml").read_text())
-    assert results["best_params"]["model.optimizer.lr"] == pytest.approx(config["model"]["optimizer"]["lr"])
-
-
 @pytest.fixture(scope="module")
 def ray_dashboard(ray_cluster):
     """The session cluster's dashboard: Ray's job server, the address `ray job submit` takes."""
@@ -412,7 +379,7 @@ def test_a_run_submitted_as_a_ray_job_trains_on_the_cluster_and_leaves_its_recor
                 sys.executable,
                 "train.py",
                 "ray.address=auto",
-                *SMALL,
+                *SMALL_JOB,
                 f"paths.outputs={tmp_path}",
             ],
             cwd=REPO,
