@@ -85,15 +85,13 @@ def target_class(node: Any, key: str, kind: str) -> type:
             f"{key} has no _target_; name the {base.__name__} class, e.g. {key}._target_={example} (or set {key}=null to leave it out)."
         )
     target = str(node["_target_"])
-    cls = _import(target, key)
-    if not (inspect.isclass(cls) and issubclass(cls, base)):
-        other = _other_lightning_base(cls, base)
-        if other:
-            raise RaydraError(
-                f"{key}._target_={target} subclasses {other}, but raydra and Ray's Lightning integration run "
-                f"lightning.pytorch; use the class from lightning.pytorch (e.g. {example})."
-            )
-        raise RaydraError(f"{key}._target_={target} is not a Lightning {base.__name__}; point it at one (e.g. {example}).")
+    cls = _lightning_subclass(
+        target,
+        key,
+        base,
+        use_instead=f"use the class from lightning.pytorch (e.g. {example})",
+        not_one=f"is not a Lightning {base.__name__}; point it at one (e.g. {example})",
+    )
     _check_arguments(cls, target, key, {k: v for k, v in node.items() if k not in HYDRA_KEYS})
     return cls
 
@@ -109,19 +107,14 @@ def _check_class(node: Any, group: str, base_name: str, needed: tuple, raydra_ke
     from raydra.lightning import pl
 
     base = getattr(pl, base_name)
-    cls = _import(target, group)
-    if not (inspect.isclass(cls) and issubclass(cls, base)):
-        other = _other_lightning_base(cls, base)
-        if other:
-            raise RaydraError(
-                f"{group}._target_={target} subclasses {other}, but raydra and Ray's Lightning integration run "
-                f"{base.__module__.split('.')[0]}{'.pytorch' if base.__module__.startswith('lightning.') else ''} here; "
-                "import Lightning in your module as `from raydra.lightning import pl`."
-            )
-        raise RaydraError(
-            f"{group}._target_={target} is not a {base.__name__} subclass; point it at your {base.__name__} class "
-            f"(raydra builds it and hands it to Lightning's Trainer)."
-        )
+    cls = _lightning_subclass(
+        target,
+        group,
+        base,
+        use_instead="import Lightning in your module as `from raydra.lightning import pl`",
+        not_one=f"is not a {base.__name__} subclass; point it at your {base.__name__} class "
+        "(raydra builds it and hands it to Lightning's Trainer)",
+    )
     missing = [name for name in needed if getattr(cls, name) is getattr(base, name)]
     if missing:
         raise RaydraError(
@@ -129,6 +122,21 @@ def _check_class(node: Any, group: str, base_name: str, needed: tuple, raydra_ke
             "(docs/own-project.md shows a complete one)."
         )
     _check_arguments(cls, target, group, {k: v for k, v in node.items() if k not in raydra_keys})
+
+
+def _lightning_subclass(target: str, key: str, base: type, use_instead: str, not_one: str) -> type:
+    """The class `target` names, imported and checked to subclass `base`; one sentence if it
+    subclasses the other Lightning package's `base` (`use_instead` says what to do) or not at all."""
+    cls = _import(target, key)
+    if inspect.isclass(cls) and issubclass(cls, base):
+        return cls
+    other = _other_lightning_base(cls, base)
+    if other:
+        package = base.__module__.split(".")[0] + (".pytorch" if base.__module__.startswith("lightning.") else "")
+        raise RaydraError(
+            f"{key}._target_={target} subclasses {other}, but raydra and Ray's Lightning integration run {package}; {use_instead}."
+        )
+    raise RaydraError(f"{key}._target_={target} {not_one}.")
 
 
 def _import(target: str, group: str) -> Any:
