@@ -625,6 +625,46 @@ def test_a_forkserver_whose_children_let_go_of_its_pipe_ends_with_the_process_th
                 pass
 
 
+FORKED_IDS = """
+import sys
+from multiprocessing import get_context
+from raydra import job_process
+
+def draw(sender):
+    import ray._raylet
+    sender.send(ray._raylet.ObjectRef.from_random().hex())
+
+if __name__ == "__main__":
+    context = get_context("forkserver")
+    as_jobs = sys.argv[1] == "as_jobs"
+    context.set_forkserver_preload([m for m in job_process.PRELOAD if as_jobs or m != "raydra.job_server"])
+    ids = []
+    for _ in range(2):
+        receiver, sender = context.Pipe(duplex=False)
+        child = context.Process(target=draw, args=(sender,))
+        child.start()
+        ids.append(receiver.recv())
+        child.join()
+    print("same" if ids[0] == ids[1] else "different")
+"""
+
+
+@pytest.mark.parametrize("preload", ["as_jobs", "without_raydra_job_server"])
+def test_processes_forked_from_the_jobs_server_draw_different_ray_ids(preload, tmp_path):
+    """Two multirun jobs joining Ray at once each put a warm-up object with a random id in the
+    object store; with the same id, one crashed (raydra.private_apis.draw_actor_class_ids_from_os).
+    Without raydra.job_server, importing Ray Train in the server seeds Ray's generator for every
+    child (the control: if it draws different ids, Ray has become fork-safe and the patch can go)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "forked_ids.py"
+    script.write_text(FORKED_IDS)
+    done = subprocess.run([sys.executable, str(script), preload], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == ("different" if preload == "as_jobs" else "same")
+
+
 def test_main_module_import_names_the_main_module_and_imports_it_as_multiprocessing_does(tmp_path):
     import subprocess
     import sys

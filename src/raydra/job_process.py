@@ -24,7 +24,9 @@ from typing import Any, Dict, Optional, Tuple
 from raydra.private_apis import leave_forkserver, run_exit_handlers
 
 # What a job imports before it runs anything; a module missing here is imported by the job as usual.
+# raydra.job_server comes before Ray's modules: what it changes must hold while they import.
 PRELOAD = [
+    "raydra.job_server",
     "hydra",
     "hydra.core.utils",
     "omegaconf",

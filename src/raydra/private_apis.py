@@ -133,6 +133,28 @@ def leave_forkserver() -> None:
     server._forkserver_address = None
 
 
+def draw_actor_class_ids_from_os() -> None:
+    """Have `@ray.remote` classes draw their ids from the OS (ray.actor's `ActorClassID`, a module
+    name, replaced) rather than from Ray's C++ generator (ray/util/random.h: "not fork-safe"),
+    whose one shared seed source the first draw fills. Ray defines actor classes as it imports
+    (ray.data's, imported by ray.train), so the jobs' forkserver, which imports Ray Train for them,
+    filled that source before forking: every job then drew the same "random" ids, and two jobs
+    joining Ray at once put the same warm-up object in the object store, where the second
+    crashed (`Check failed: WarmupStore() ... Seal() called on an object without a reference`).
+    Called before Ray's modules are imported, the server never draws, and each job fills its own
+    source from the OS at its first draw. Random either way; nothing else reads these ids."""
+    import ray.actor
+
+    actor_class_id = ray.actor.ActorClassID
+
+    class ActorClassIDsFromOS:
+        @staticmethod
+        def from_random() -> Any:
+            return actor_class_id(os.urandom(actor_class_id.size()))
+
+    ray.actor.ActorClassID = ActorClassIDsFromOS
+
+
 def lean_local_ray() -> dict:
     """What raydra's own local Ray (ray.address unset: one machine, started for this run) is
     spared, as ray.init keyword arguments.
