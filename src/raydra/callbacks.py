@@ -1,16 +1,19 @@
 """The user's Lightning callbacks (root key `callbacks`) and loggers, as the driver prepares them
 before the run's record is written and Ray starts.
 
-    resolve(cfg, overrides)   what raydra does itself takes the place of an entry that would do it
-                              a second time: a ModelCheckpoint sets checkpoint.* (monitor, mode,
-                              top-k, frequency), so one checkpointing system runs, raydra's, which
-                              resume and Ray's fault tolerance rely on; a progress bar gives way
-                              to raydra's progress lines
+    resolve_and_validate(cfg, overrides)
+        what a run checks before Ray starts: resolve, then the schema's checks
+    resolve(cfg, overrides)
+        what raydra does itself takes the place of an entry that would do it a second time: a
+        ModelCheckpoint sets checkpoint.* (monitor, mode, top-k, frequency), so one checkpointing
+        system runs, raydra's, which resume and Ray's fault tolerance rely on; a progress bar gives
+        way to raydra's progress lines
 
 Whether each entry is a Callback (or Logger) taking its keys is project.check_classes' job; the
 workers build what is left after raydra's own callbacks (raydra.worker.loop).
 """
 
+import copy
 import logging
 from typing import Any, Dict, List, Sequence
 
@@ -32,6 +35,19 @@ DRIVES = {
 # What raydra's run record decides itself: where checkpoints go and what they are called, and that
 # the last one is always kept, whole (optimizer and loops too, for resume).
 LEFT_TO_THE_RECORD = ("dirpath", "filename", "save_last", "save_weights_only", "auto_insert_metric_name", "save_on_train_epoch_end")
+
+
+def resolve_and_validate(cfg: DictConfig, overrides: Sequence[str] = ()) -> DictConfig:
+    """What a run (a single run, a sweep, each multirun job as its launcher checks it first) checks
+    before Ray starts, on `cfg` in place: resolve, then the schema's checks (raydra.schema.validate).
+    Returns the config as composed, before resolve changed it: what a resumed run is compared with
+    its record by."""
+    from raydra.schema import validate
+
+    composed = copy.deepcopy(cfg)
+    resolve(cfg, overrides)
+    validate(cfg)
+    return composed
 
 
 def resolve(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:

@@ -13,7 +13,6 @@ Hydra multirun job, a script or a test can call `run` directly.
 """
 
 import contextlib
-import copy
 import importlib
 import logging
 import signal
@@ -29,13 +28,12 @@ from omegaconf import DictConfig, open_dict
 
 from raydra import fit, project, resume, run_record, startup
 from raydra import summary as run_summary
-from raydra.callbacks import resolve as resolve_callbacks
+from raydra.callbacks import resolve_and_validate
 from raydra.cluster import check_fits, check_room_for_data, connect
 from raydra.console import worker_output
 from raydra.errors import RaydraError
 from raydra.multirun_job import JobSettings
 from raydra.redact import redact, redact_hydra_records
-from raydra.schema import validate
 
 log = logging.getLogger("raydra")
 
@@ -63,11 +61,7 @@ def run(
     try:
         if (run_dir / run_summary.SUMMARY).exists() and not (job and job.resume):
             raise RaydraError(f"{run_dir} already holds a run; give this one its own hydra.run.dir.")
-        # A ModelCheckpoint among the callbacks sets checkpoint.*, which validate then checks.
-        # A resumed run is compared with its record as composed, before the callbacks set checkpoint.*.
-        composed = copy.deepcopy(cfg)
-        resolve_callbacks(cfg, overrides)
-        validate(cfg)
+        composed = resolve_and_validate(cfg, overrides)
         if cfg.resume:
             run_dir, run_id = _continue(composed, summary, run_dir)
         if cfg.paths.storage:

@@ -313,16 +313,12 @@ def _as_current_job(job: Job) -> Iterator[None]:
 
 
 def _check_run(job: Job) -> None:
-    """The checks the job's driver makes before it starts Ray (raydra.driver.run), on a copy: a
-    ModelCheckpoint among its callbacks sets checkpoint.* first, then the schema's checks."""
+    """The checks the job's driver makes before it starts Ray (raydra.driver.run), on a copy."""
     import copy
 
-    from raydra.callbacks import resolve as resolve_callbacks
-    from raydra.schema import validate
+    from raydra.callbacks import resolve_and_validate
 
-    cfg = copy.deepcopy(job.cfg)
-    resolve_callbacks(cfg, job.overrides)
-    validate(cfg)
+    resolve_and_validate(copy.deepcopy(job.cfg), job.overrides)
 
 
 def _refuse_for(job: Job, check: Any, arg: Any) -> None:

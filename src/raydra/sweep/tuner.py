@@ -18,13 +18,12 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from raydra import fit, private_apis, project, run_record, storage
 from raydra import summary as run_summary
-from raydra.callbacks import resolve as resolve_callbacks
+from raydra.callbacks import resolve_and_validate
 from raydra.cluster import TRIAL_CPU, check_fits, connect, trials_that_fit
 from raydra.console import worker_output
 from raydra.errors import RaydraError
 from raydra.redact import redact_hydra_records
 from raydra.resume import changed_keys
-from raydra.schema import validate
 from raydra.sweep import report
 from raydra.sweep.report import SWEEP, Progress
 from raydra.sweep.space import check_samples, domain, parse_space
@@ -74,10 +73,7 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
         if (fresh_dir / SWEEP).exists():
             raise RaydraError(f"{fresh_dir} already holds a sweep; give this one its own hydra.run.dir.")
         # A ModelCheckpoint among the callbacks sets checkpoint.*, and with it what the sweep optimises.
-        # A resumed run is compared with its record as composed, before the callbacks set checkpoint.*.
-        composed = copy.deepcopy(cfg)
-        resolve_callbacks(cfg, overrides)
-        validate(cfg)
+        composed = resolve_and_validate(cfg, overrides)
         metric = record["metric"] = progress.metric = tune_cfg.metric or cfg.checkpoint.monitor
         mode = record["mode"] = tune_cfg.mode or cfg.checkpoint.mode
         if tune_cfg.resume:
