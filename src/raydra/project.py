@@ -46,7 +46,7 @@ def check_classes(cfg: Any) -> None:
         _check_class(cfg.data, "data", "LightningDataModule", ("train_dataloader",), HYDRA_KEYS)
     for name, node in entries(cfg, "callbacks"):
         cls = target_class(node, f"callbacks.{name}", "callbacks")
-        if not entries(cfg, "logger") and _writes_to_loggers(cls):
+        if not entries(cfg, "logger") and writes_to_loggers(cls):
             raise RaydraError(
                 f"callbacks.{name} ({cls.__name__}) writes to the run's loggers, and logger=none leaves none; add one, e.g. logger=csv."
             )
@@ -55,7 +55,9 @@ def check_classes(cfg: Any) -> None:
             target_class(node, f"logger.{name}", "loggers")
 
 
-def _writes_to_loggers(cls: type) -> bool:
+def writes_to_loggers(cls: type) -> bool:
+    """Whether a callback class only writes to the run's loggers (Lightning refuses it on a Trainer
+    without any): refused with logger=none here, built on rank 0 alone on the workers."""
     from raydra.lightning import pl
 
     return issubclass(cls, (pl.callbacks.LearningRateMonitor, pl.callbacks.DeviceStatsMonitor))

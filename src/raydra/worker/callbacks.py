@@ -12,12 +12,10 @@ from typing import Any, Dict, List, Optional, Tuple
 from hydra.utils import get_class, instantiate
 
 from raydra.lightning import pl
+from raydra.project import writes_to_loggers
 from raydra.worker.contract import check_importable
 
 log = logging.getLogger("raydra")
-
-# Callbacks that only write to the loggers (Lightning refuses them on a Trainer without any).
-LOGGERS_ONLY = (pl.callbacks.LearningRateMonitor, pl.callbacks.DeviceStatsMonitor)
 
 
 def build_callbacks(entries: Optional[Dict[str, Any]], rank: int) -> List[Tuple[str, Any]]:
@@ -27,7 +25,7 @@ def build_callbacks(entries: Optional[Dict[str, Any]], rank: int) -> List[Tuple[
         if node is None:
             continue
         check_importable(node, f"callbacks.{name}")
-        if rank != 0 and issubclass(get_class(node["_target_"]), LOGGERS_ONLY):
+        if rank != 0 and writes_to_loggers(get_class(node["_target_"])):
             continue
         built.append((name, instantiate(node)))
     return built
