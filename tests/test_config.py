@@ -203,7 +203,7 @@ def test_a_crashed_worker_group_is_reported_by_the_workers_own_exception():
     from ray.train.v2._internal.exceptions import UserExceptionWithTraceback
     from ray.train.v2.api.exceptions import WorkerGroupError
 
-    from raydra.fit import one_line
+    from raydra.errors import one_line
 
     def crashed(message):
         try:
@@ -264,16 +264,16 @@ import sys
 from pathlib import Path
 from hydra import compose, initialize_config_dir
 import ray.cloudpickle
-from raydra import fit, worker
+from raydra import resolve, worker
 from raydra.entry import CONF_DIR
 from raydra.schema import register_schemas
 
 register_schemas()
 with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
     cfg = compose(config_name="train", overrides=sys.argv[1:])
-config = fit.resolve(cfg, Path("/tmp/unused"), "run")
+config = resolve.resolve(cfg, Path("/tmp/unused"), "run")
 function = ray.cloudpickle.dumps(worker.train_loop)
-print(fit.data_to_describe(cfg), b"raydra.worker" in function, "lightning.pytorch" in sys.modules, "torchmetrics" in sys.modules)
+print(resolve.data_to_describe(cfg), b"raydra.worker" in function, "lightning.pytorch" in sys.modules, "torchmetrics" in sys.modules)
 """
 
 
@@ -288,7 +288,7 @@ def test_the_driver_of_a_run_whose_data_states_its_classes_never_imports_lightni
 
 
 def test_data_whose_classes_are_left_null_is_asked_to_describe_itself():
-    from raydra.fit import data_to_describe
+    from raydra.resolve import data_to_describe
 
     assert data_to_describe(composed("data=imagefolder", "data.root=/x")) == "raydra.data.imagefolder.ImageFolderDataModule"
     # A stated count is still checked against the data: class_names is left null.

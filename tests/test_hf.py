@@ -191,7 +191,7 @@ def test_shard_lengths_match_what_an_equal_split_gives_each_worker():
 
 
 def test_classes_flow_from_the_data_into_the_model_and_the_beans_experiment_composes(tmp_path):
-    from raydra.fit import describe_data
+    from raydra.resolve import describe_data
     from raydra.schema import validate
 
     cfg = composed("data=hf", f"data.name={save_to_disk(tmp_path / 'disk', n=30)}", "data.label_column=labels")

@@ -23,10 +23,10 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf, open_dict
 from test_own_project import raydra_train
 
-from raydra import fit
+from raydra import resolve
 from raydra.callbacks import resolve as resolve_callbacks
 from raydra.entry import CONF_DIR
-from raydra.errors import RaydraError
+from raydra.errors import RaydraError, user_error
 from raydra.project import shadowed_configs
 from raydra.schema import register_schemas, validate
 
@@ -306,13 +306,13 @@ def test_a_file_of_the_project_that_raydras_own_hides_is_named(project, tmp_path
 def test_the_template_paths_resolve_to_the_run_and_the_command_directory(project, on_path, tmp_path, monkeypatch):
     monkeypatch.chdir(project)
     cfg = composed(project, *QUICK, "logger=csv")
-    config = fit.resolve(cfg, tmp_path / "run", "r1")
+    config = resolve.resolve(cfg, tmp_path / "run", "r1")
     paths = config["paths"]
     assert paths["root_dir"] == paths["work_dir"] == str(project) and paths["data_dir"] == f"{project}/data"
     assert paths["output_dir"] == str(tmp_path / "run") and paths["log_dir"] == f"{tmp_path / 'run'}/logs"
     assert config["data"]["data_dir"] == f"{project}/data"
     assert config["logger"]["csv"] == {"flush_logs_every_n_steps": 50}
-    mlflow = fit.resolve(composed(project, *QUICK, "logger=mlflow"), tmp_path / "run2", "r2")["logger"]["mlflow"]
+    mlflow = resolve.resolve(composed(project, *QUICK, "logger=mlflow"), tmp_path / "run2", "r2")["logger"]["mlflow"]
     assert mlflow["tracking_uri"] == f"sqlite:///{tmp_path / 'run2'}/logs/mlflow/mlflow.db"
 
 
@@ -445,7 +445,7 @@ def test_a_module_written_for_the_old_convention_is_told_what_changed(project, o
     module = OldStyle(net=built.net, optimizer=built.hparams.optimizer, scheduler=built.hparams.scheduler, compile=False)
     with pytest.raises(Exception) as raised:
         bare_trainer(max_epochs=1).fit(module, datamodule=_small_data(project))
-    error = fit._user_error(raised.value)
+    error = user_error(raised.value)
     assert str(error) == (
         "the model calls hydra.utils.instantiate on a partial that raydra has already built, as Hydra builds a model (a _partial_ "
         "optimizer or scheduler arrives as a partial, a nested _target_ as its object): call it instead "
@@ -465,7 +465,7 @@ def test_the_readme_and_the_migration_page_describe_the_example(project):
 def test_secrets_in_logger_settings_are_masked_in_the_record_and_what_the_loggers_log(project, on_path, tmp_path):
     secret = "s3cretpassw0rd"
     uri = f"https://researcher:{secret}@mlflow.example.com"
-    config = fit.resolve(composed(project, *QUICK, "logger=mlflow", f"logger.mlflow.tracking_uri={uri}"), tmp_path / "run", "r1")
+    config = resolve.resolve(composed(project, *QUICK, "logger=mlflow", f"logger.mlflow.tracking_uri={uri}"), tmp_path / "run", "r1")
     # The logger is built with the real URI; what is logged or recorded has it masked, as W&B's settings.
     assert config["logger"]["mlflow"]["tracking_uri"] == uri
     assert config["run"]["logged_config"]["logger"]["mlflow"]["tracking_uri"] == "https://***@mlflow.example.com"
@@ -473,7 +473,7 @@ def test_secrets_in_logger_settings_are_masked_in_the_record_and_what_the_logger
     from raydra.worker.loggers import build_loggers
 
     other = ("+logger.other._target_=lightning.pytorch.loggers.CSVLogger", "+logger.other.save_dir=${paths.output_dir}/other")
-    config = fit.resolve(
+    config = resolve.resolve(
         composed(project, *QUICK, "logger=none", *other, f"+ray.runtime_env.env_vars.MLFLOW_TRACKING_PASSWORD={secret}"),
         tmp_path / "run2",
         "r2",

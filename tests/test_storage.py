@@ -27,7 +27,7 @@ def test_copy_tree_mirrors_files_and_leaves_out_what_it_is_told(tmp_path):
 
 
 def test_the_last_checkpoint_is_the_newest_checkpoint_folder_not_rays_snapshot(tmp_path):
-    from raydra.fit import last_checkpoint
+    from raydra.checkpoints import last_checkpoint
 
     run = tmp_path / "checkpoints" / "run-1"
     storage.write_text(str(run / "checkpoint_manager_snapshot.json"), "{}")

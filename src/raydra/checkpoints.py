@@ -6,28 +6,40 @@ meta.pt (fsdp, sharded), or a DeepSpeed folder. `load` turns any of them into th
 
 A run or checkpoint in storage (s3://..., any URI raydra.storage reaches) loads the same way: its
 summary.json and the one checkpoint asked for are downloaded into a scratch directory first.
+
+`last_checkpoint` finds, for a run still in Ray's hands, the newest checkpoint Ray registered: what
+resume= continues from. torch is imported where a checkpoint is read, not with this module: the
+driver finds checkpoints without it.
 """
+
+from __future__ import annotations
 
 import importlib
 import json
 import posixpath
 import tempfile
+import time
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 from urllib.parse import urlsplit
 
-import torch
-
+from raydra import run_record, storage
 from raydra.compare import is_uri, relocated
 from raydra.errors import RaydraError
+from raydra.private_apis import registered_checkpoint_names
 from raydra.summary import CHECKPOINT_FILE
+
+if TYPE_CHECKING:
+    import torch
 
 PathLike = Union[str, Path]
 
 
 def checkpoint_meta(path: PathLike) -> Dict[str, Any]:
     """Lightning's non-tensor state of a checkpoint: epoch, global_step, hyper_parameters, module_class."""
+    import torch
+
     path = Path(path)
     if path.is_file():
         return torch.load(path, map_location="cpu", weights_only=True)
@@ -200,6 +212,8 @@ def _unreadable(location: str, error: BaseException) -> RaydraError:
 
 
 def _state_dict(path: Path, module: torch.nn.Module) -> Dict[str, Any]:
+    import torch
+
     if path.is_file():
         return torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
     if (path / "meta.pt").is_file():
@@ -221,3 +235,29 @@ def _state_dict(path: Path, module: torch.nn.Module) -> Dict[str, Any]:
         single = Path(tmp) / "model.pt"
         pl.utilities.deepspeed.convert_zero_checkpoint_to_fp32_state_dict(str(path), str(single))
         return torch.load(single, map_location="cpu", weights_only=False)["state_dict"]
+
+
+def last_checkpoint(run_dir: Path, run_id: str, storage_location: Optional[str] = None, settle_s: float = 0.0) -> Optional[str]:
+    """The newest checkpoint Ray wrote for this run (a path or a storage URI): what resume= will
+    continue from. Ray numbers its checkpoint directories in order.
+
+    Under Ray only a checkpoint it registered counts: a copy cut short by a full disk or a kill is a
+    directory too. `settle_s`: the run may still be going (the driver was interrupted, its workers
+    not yet stopped); while a newer directory than the latest registered one exists, wait up to this
+    long for Ray to register it (and drop the one before, under checkpoint.num_to_keep)."""
+    where = storage.join(run_record.checkpoints_location({"dir": str(run_dir), "storage": storage_location}), run_id)
+    deadline = time.time() + settle_s
+    while True:
+        # checkpoint_<time>/checkpoint.ckpt, a file or (sharded) a folder; not Ray's checkpoint_manager_snapshot.json,
+        # nor local mode's .checkpoint_<time>.partial being written.
+        parts = [f.split("/") for f in storage.list_files(where)]
+        found = sorted({p[0] for p in parts if len(p) > 1 and p[1] == CHECKPOINT_FILE and p[0].startswith("checkpoint_")})
+        registered = registered_checkpoint_names(where)
+        if registered is None:
+            break
+        kept = [name for name in registered if name in found]
+        if not (found and (not kept or found[-1] > kept[-1])) or time.time() >= deadline:
+            found = kept
+            break
+        time.sleep(0.2)
+    return storage.join(where, found[-1], CHECKPOINT_FILE) if found else None

@@ -1,6 +1,6 @@
 """The single-run driver: one run's lifecycle around the fit core.
 
-    validate -> resume? -> connect to Ray (the training code imported alongside) -> fit.resolve
+    validate -> resume? -> connect to Ray (the training code imported alongside) -> resolve.resolve
     -> summary.json "running" -> check the cluster can hold it -> fit.fit_and_record ->
     summary.json's outcome -> the closing lines
 
@@ -26,12 +26,12 @@ from typing import Any, Dict, List, Optional
 import ray
 from omegaconf import DictConfig, open_dict
 
-from raydra import fit, project, resume, run_record, startup
-from raydra import summary as run_summary
+from raydra import fit, project, resolve, resume, run_record, startup, summary
 from raydra.callbacks import resolve_and_validate
+from raydra.checkpoints import last_checkpoint
 from raydra.cluster import check_fits, check_room_for_data, connect
 from raydra.console import worker_output
-from raydra.errors import RaydraError
+from raydra.errors import RaydraError, one_line
 from raydra.multirun_job import JobSettings
 from raydra.redact import redact, redact_hydra_records
 
@@ -50,7 +50,7 @@ def run(
     marks = {"process_start": startup.process_started(), "run_entered": started}
     run_dir = Path(run_dir).resolve()
     run_id = f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{cfg.name}_{uuid.uuid4().hex[:6]}"
-    summary = fit.new_summary(cfg, run_dir, run_id, list(overrides))
+    record = summary.new_summary(cfg, run_dir, run_id, list(overrides))
     run: Dict[str, Any] = {"dir": str(run_dir), "id": run_id, "storage": None}
     restore_sigterm = lambda: None  # noqa: E731
     redact_hydra_records(run_dir)
@@ -59,11 +59,11 @@ def run(
         with open_dict(cfg):
             cfg.resume = job.resume
     try:
-        if (run_dir / run_summary.SUMMARY).exists() and not (job and job.resume):
+        if (run_dir / summary.SUMMARY).exists() and not (job and job.resume):
             raise RaydraError(f"{run_dir} already holds a run; give this one its own hydra.run.dir.")
         composed = resolve_and_validate(cfg, overrides)
         if cfg.resume:
-            run_dir, run_id = _continue(composed, summary, run_dir)
+            run_dir, run_id = _continue(composed, record, run_dir)
         if cfg.paths.storage:
             # Before Ray starts: a bad URI, endpoint or credentials fail in a second, not after it.
             run_record.check_writable(cfg.paths.storage)
@@ -73,7 +73,7 @@ def run(
         else:
             # Ray starts (~3 s here) while another thread imports what resolving the config and starting
             # the fit need next: torch with Ray Train (~3 s more), and a data module that describes its data.
-            _import_in_background(fit.data_to_describe(cfg))
+            _import_in_background(resolve.data_to_describe(cfg))
             connect(
                 cfg.ray.address,
                 cfg.ray.num_cpus,
@@ -86,9 +86,9 @@ def run(
         # without a summary.
         restore_sigterm = _sigterm_interrupts()
         marks["ray_ready"] = time.time()
-        config = fit.resolve(cfg, run_dir, run_id, wandb_group=job.wandb_group if job else None)
+        config = resolve.resolve(cfg, run_dir, run_id, wandb_group=job.wandb_group if job else None)
         run = config["run"]
-        fit.record_start(config, summary)
+        summary.record_start(config, record)
         log.info(f"run {run_id}\n  dir  {run_dir}" + (f"\n  storage  {run['storage']}" if run["storage"] else ""))
         if not local:
             check_fits(cfg.scale)
@@ -99,11 +99,11 @@ def run(
             worker_output.start_run(run_dir)
         marks["resolved"] = time.time()
         try:
-            fit.fit_and_record(config, summary, started, marks=marks, process_ends_with_run=process_ends_with_run)
+            fit.fit_and_record(config, record, started, marks=marks, process_ends_with_run=process_ends_with_run)
         finally:
             worker_output.end_run()
     except RaydraError as error:
-        _fail(summary, run, started, str(error))
+        _fail(record, run, started, str(error))
         raise
     except KeyboardInterrupt:
         # Ray Train's controller and workers train on until this process leaves Ray, and a checkpoint
@@ -112,17 +112,17 @@ def run(
         # checkpoint that was being registered as Ray stopped them a moment.
         if ray.is_initialized():
             ray.shutdown()
-        summary["checkpoints"] = {"last": fit.last_checkpoint(run_dir, run_id, run["storage"], settle_s=5.0)}
-        _fail(summary, run, started, "interrupted (Ctrl-C or SIGTERM); continue it with resume=" + str(run_dir), status="interrupted")
+        record["checkpoints"] = {"last": last_checkpoint(run_dir, run_id, run["storage"], settle_s=5.0)}
+        _fail(record, run, started, "interrupted (Ctrl-C or SIGTERM); continue it with resume=" + str(run_dir), status="interrupted")
         raise
     except Exception as error:
-        _fail(summary, run, started, fit.one_line(error))
+        _fail(record, run, started, one_line(error))
         raise
     finally:
         restore_sigterm()
-    _report(summary, config)
+    _report(record, config)
     run_record.push_driver_files(run)  # driver.log with the closing lines
-    return summary
+    return record
 
 
 def _import_in_background(data_target: Optional[str]) -> None:
@@ -143,13 +143,13 @@ def _import_in_background(data_target: Optional[str]) -> None:
     threading.Thread(target=warm, name="raydra-imports").start()
 
 
-def _continue(cfg: DictConfig, summary: Dict[str, Any], fresh_dir: Path) -> Any:
+def _continue(cfg: DictConfig, record: Dict[str, Any], fresh_dir: Path) -> Any:
     """Switch this invocation over to the run it resumes: its directory, run id and start time."""
     run_dir = resume.find(cfg)
     # Checked before this invocation takes the run over: a refusal leaves the run's record as it was.
     _check_same_storage(cfg, run_dir, run_record.location(cfg.paths.storage, cfg.paths.outputs, run_dir))
-    previous = run_summary.read(run_dir)
-    summary.update(
+    previous = summary.read(run_dir)
+    record.update(
         run_id=previous["run_id"],
         run_dir=str(run_dir),
         started_at=previous["started_at"],
@@ -157,7 +157,7 @@ def _continue(cfg: DictConfig, summary: Dict[str, Any], fresh_dir: Path) -> Any:
         # Kept, so that if this attempt fails too, resume=latest still finds the run.
         config_hash=previous.get("config_hash"),
         resumed=previous.get("resumed", [])
-        + [{"at": run_summary.now(), "from_status": previous.get("status"), "log": str(fresh_dir / "driver.log")}],
+        + [{"at": summary.now(), "from_status": previous.get("status"), "log": str(fresh_dir / "driver.log")}],
     )
     log.info(f"resuming {run_dir} (this invocation's driver.log: {fresh_dir})")
     return run_dir, previous["run_id"]
@@ -166,7 +166,7 @@ def _continue(cfg: DictConfig, summary: Dict[str, Any], fresh_dir: Path) -> Any:
 def _check_same_storage(cfg: DictConfig, run_dir: Path, location: Optional[str]) -> None:
     """A resumed run must find its checkpoints where they were written: with another (or no)
     paths.storage, Ray Train would find none there and silently train from the start."""
-    before = run_summary.read(run_dir).get("storage")
+    before = summary.read(run_dir).get("storage")
     # summary.json holds the location masked (a URI may carry credentials): compare it so.
     location = redact(location) if location else None
     if (before or None) != location:
@@ -189,31 +189,31 @@ def _sigterm_interrupts() -> Any:
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
-def _fail(summary: Dict[str, Any], run: Dict[str, Any], started: float, reason: str, status: str = "failed") -> None:
-    summary.update(status=status, error=reason, finished_at=run_summary.now(), wall_time_s=round(time.time() - started, 2))
+def _fail(record: Dict[str, Any], run: Dict[str, Any], started: float, reason: str, status: str = "failed") -> None:
+    record.update(status=status, error=reason, finished_at=summary.now(), wall_time_s=round(time.time() - started, 2))
     log.error(f"error: {reason}")
     if Path(run["dir"]).exists():
-        run_summary.write(Path(run["dir"]), summary)
+        summary.write(Path(run["dir"]), record)
         try:
             run_record.push_driver_files(run)
         except Exception as error:  # bad or unreachable storage: the local record stands all the same
             log.warning(f"could not copy the record to {run['storage']}: {error}")
 
 
-def _report(summary: Dict[str, Any], config: Dict[str, Any]) -> None:
-    final, best = summary["metrics"]["final"], summary["metrics"]["best"]
-    monitor = summary["monitor"]["metric"]
-    lines = [f"done in {summary['wall_time_s']:.1f} s"]
+def _report(record: Dict[str, Any], config: Dict[str, Any]) -> None:
+    final, best = record["metrics"]["final"], record["metrics"]["best"]
+    monitor = record["monitor"]["metric"]
+    lines = [f"done in {record['wall_time_s']:.1f} s"]
     shown = {k: v for k, v in final.items() if k.startswith("test/")}
     if monitor in best:
         shown[f"best {monitor}"] = best[monitor]
     lines[0] += "  " + "  ".join(f"{k} {v:.4f}" for k, v in shown.items())
-    if summary["throughput"].get("samples_per_s"):
-        lines[0] += f"  {summary['throughput']['samples_per_s']:.0f} samples/s"
-    lines.append(f"  dir  {summary['run_dir']}")
-    if summary["checkpoints"]["best"]:
-        lines.append(f"  best checkpoint  {summary['checkpoints']['best']}")
+    if record["throughput"].get("samples_per_s"):
+        lines[0] += f"  {record['throughput']['samples_per_s']:.0f} samples/s"
+    lines.append(f"  dir  {record['run_dir']}")
+    if record["checkpoints"]["best"]:
+        lines.append(f"  best checkpoint  {record['checkpoints']['best']}")
     wandb = config["logger"].get("wandb")
     if wandb and wandb["mode"] == "offline":
-        lines.append(f"  W&B ran offline; upload with: wandb sync {summary['run_dir']}/wandb/offline-run-*")
+        lines.append(f"  W&B ran offline; upload with: wandb sync {record['run_dir']}/wandb/offline-run-*")
     log.info("\n".join(lines))

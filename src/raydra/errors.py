@@ -1,8 +1,12 @@
-"""The one exception type raydra raises for mistakes a user can fix, and the sentences for errors
-the user fixes outside raydra (a full disk)."""
+"""The one exception type raydra raises for mistakes a user can fix, and the translation of other
+errors into one sentence: a failed worker's own exception (one_line), a RaydraError or a known user
+mistake wrapped in Ray's failure report (user_error), a refused storage write (storage_error,
+storage_failure), a full disk (out_of_space)."""
 
 import errno
 import os
+import re
+from typing import Optional
 
 
 class RaydraError(Exception):
@@ -10,7 +14,7 @@ class RaydraError(Exception):
 
 
 # Set on an exception that a training function raised in the driver's own process (local mode):
-# the rank whose logs/worker_<rank>.log holds its traceback (raydra.fit.one_line names that file).
+# the rank whose logs/worker_<rank>.log holds its traceback (one_line names that file).
 WORKER_RANK = "raydra_worker_rank"
 
 # What the OS says when a disk, or a quota on it, is full.
@@ -28,3 +32,99 @@ def out_of_space(error: BaseException, path: object, what: str) -> "RaydraError 
         f"the disk holding {path} is full: writing {what} failed, and nothing half-written was kept; "
         "free space there, then continue the run with resume=latest."
     )
+
+
+def one_line(error: BaseException) -> str:
+    """The error as one line; for a failed worker group, the lowest failed rank's own exception
+    (Ray's first line only says that workers failed)."""
+    if getattr(error, WORKER_RANK, None) is not None:
+        # Raised by the training function in this process (local mode): the worker's own exception.
+        rank = getattr(error, WORKER_RANK)
+        return f"worker {rank}: {_first_line(error)[:400]} (the whole trace is in logs/worker_{rank}.log)"
+    failures = getattr(error, "worker_failures", None) or {}
+    if failures:
+        rank = min(failures)
+        # The worker's exception comes back as itself (Ray 2.60 unwraps it from its traceback
+        # text), or as that text, whose last exception line is the one raised.
+        raised = [line for line in str(failures[rank]).splitlines() if EXCEPTION_LINE.match(line)]
+        return (
+            f"worker {rank}: {(raised[-1] if raised else _first_line(failures[rank]))[:400]} (the whole trace is in logs/worker_{rank}.log)"
+        )
+    return _first_line(error)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".strip()
+
+
+# "ValueError: ...", "torch._dynamo.exc.InternalTorchDynamoError: ...": a traceback's last word.
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
+
+
+def user_error(error: BaseException) -> Optional[RaydraError]:
+    """A RaydraError raised on a worker (a missing data path, say), unwrapped from Ray's failure
+    report so the user reads its one sentence instead of a worker's stack trace; or a known
+    mistake of the user's code, said as one sentence (OLD_CONVENTION)."""
+    failures = list(getattr(error, "worker_failures", {}).values()) + [error]
+    for failure in failures:
+        while failure is not None:
+            if isinstance(failure, RaydraError):
+                return RaydraError(str(failure).strip().splitlines()[-1])
+            built = OLD_CONVENTION.search(str(failure))
+            if built:
+                kind = "partial" if built["kind"] in ("partial", "_DeferredTarget") else built["kind"]
+                return RaydraError(
+                    f"the model calls hydra.utils.instantiate on a {kind} that raydra has already built, as Hydra builds a "
+                    "model (a _partial_ optimizer or scheduler arrives as a partial, a nested _target_ as its object): call it "
+                    "instead (self.hparams.optimizer(params=self.parameters())), or add `_recursive_: false` to the model's "
+                    "YAML to get plain config (docs/own-project.md)."
+                )
+            failure = failure.__cause__ or getattr(failure, "cause", None)
+    return None
+
+
+# Hydra's words for instantiate() called on something already built (a module written for raydra's
+# earlier convention, `instantiate(self.hparams.optimizer)`, now handed a functools.partial).
+OLD_CONVENTION = re.compile(r"Cannot instantiate config of type (?P<kind>\w+)")
+
+
+# What pyarrow says when a store refuses or misses a write (S3's words; GCS's are alike).
+STORAGE_FAILURE = ("AWS Error", "ACCESS_DENIED", "AccessDenied", "NoSuchBucket", "When creating key", "google::cloud::Status")
+
+
+def storage_failure(storage_root: Optional[str], error: BaseException) -> Optional[RaydraError]:
+    """A storage failure on a Ray node (the Train controller or a worker) as one sentence. The
+    driver's own check passed, so the node differs: most often it lacks the credentials, which
+    pyarrow reads from each node's own environment. `storage_root`: paths.storage, when the run has storage."""
+    if not storage_root or not any(word in str(error) for word in STORAGE_FAILURE):
+        return None
+    reason = storage_error(storage_root, error).rstrip(".")
+    return RaydraError(
+        f"{reason}, on a Ray node: give every node the credentials in its own environment (they are not sent from the driver)."
+    )
+
+
+def storage_error(where: str, error: BaseException) -> str:
+    """One sentence for a storage failure: which of the usual causes it is, and what to do."""
+    text = str(error)
+    lower = text.lower()
+    key = f"paths.storage={where}"
+    if "unrecognized filesystem type" in lower or "no filesystem" in lower or "unknown filesystem" in lower:
+        return f"{key}: no installed filesystem serves this URI scheme ({text.splitlines()[0]}); use s3://, gs://, hdfs:// or a local/NFS path."
+    if "nosuchbucket" in lower or ("bucket" in lower and ("not found" in lower or "does not exist" in lower)):
+        return f"{key}: the bucket does not exist; create it first (e.g. `aws s3 mb`) or fix the bucket name."
+    if any(
+        word in lower
+        for word in ("accessdenied", "access denied", "forbidden", "invalidaccesskeyid", "signaturedoesnotmatch", "credentials", "403")
+    ):
+        return (
+            f"{key}: storage refused access ({text.splitlines()[0][:200]}); set credentials that may write there "
+            "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, for s3://; GOOGLE_APPLICATION_CREDENTIALS for gs://)."
+        )
+    if any(word in lower for word in ("connect", "resolve host", "timed out", "timeout", "unreachable", "curl error")):
+        return (
+            f"{key}: the storage endpoint cannot be reached ({text.splitlines()[0][:200]}); check the host and port "
+            "(endpoint_override= in the URI, or AWS_ENDPOINT_URL) and that the server is up."
+        )
+    return f"{key}: storage cannot be written ({text.splitlines()[0][:300] if text else type(error).__name__}); check the URI and its permissions."

@@ -39,8 +39,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
-from raydra import job_process
-from raydra import summary as run_summary
+from raydra import job_process, summary
 from raydra.errors import RaydraError
 from raydra.multirun_job import JobFailed, JobSettings
 from raydra.schema import worker_range
@@ -172,7 +171,7 @@ def _take_over_record(multirun: Multirun, jobs: List[Job]) -> None:
 
     recorded = _read_record(multirun.sweep_dir)
     if multirun.first_batch and not multirun.settings.resume:
-        held = [job for job in jobs if (job.dir / run_summary.SUMMARY).is_file()] if multirun.raydra_runs else []
+        held = [job for job in jobs if (job.dir / summary.SUMMARY).is_file()] if multirun.raydra_runs else []
         if held:
             raise RaydraError(
                 f"hydra.sweep.dir={multirun.sweep_dir} already holds this multirun's runs (job #{held[0].num}'s directory "
@@ -194,15 +193,15 @@ def _take_over_record(multirun: Multirun, jobs: List[Job]) -> None:
                 f"hydra.launcher.resume=true: job #{job.num} of {multirun.sweep_dir} ran with {' '.join(before['overrides']) or 'no overrides'} "
                 f"in {before['dir']}, not {' '.join(job.overrides) or 'no overrides'} in {job.dir}; resume with the command that started it."
             )
-        summary = _summary(job) if multirun.raydra_runs else None
-        status = summary.get("status") if summary else before.get("status")
+        record = _summary(job) if multirun.raydra_runs else None
+        status = record.get("status") if record else before.get("status")
         if status == "completed":
             job.status, job.value = "kept", before.get("return_value")
             job.started, job.ended = time.time(), time.time()
-            if summary:
-                job.monitor = summary["monitor"]["metric"]
-                job.metric = job.value = summary.get("metrics", {}).get("best", {}).get(job.monitor)
-        elif summary:
+            if record:
+                job.monitor = record["monitor"]["metric"]
+                job.metric = job.value = record.get("metrics", {}).get("best", {}).get(job.monitor)
+        elif record:
             # Stopped, failed or lost with its launcher: its run continues from its last checkpoint.
             job.settings = JobSettings(resume=str(job.dir))
 
@@ -467,7 +466,7 @@ def _room_for(job: Job, running: List[Job], max_concurrent: Optional[int]) -> bo
 
 def _summary(job: Job) -> Optional[Dict[str, Any]]:
     try:
-        return run_summary.read(job.dir)
+        return summary.read(job.dir)
     except (OSError, ValueError):
         return None  # not written yet (summary.json is replaced whole, never seen half-written)
 
@@ -475,8 +474,8 @@ def _summary(job: Job) -> Optional[Dict[str, Any]]:
 def _outcome_recorded(job: Job) -> bool:
     """summary.json says how the run ended: the driver writes that once its TorchTrainer has
     returned, its workers and their placement group gone."""
-    summary = _summary(job)
-    return summary is not None and summary.get("status") != "running"
+    record = _summary(job)
+    return record is not None and record.get("status") != "running"
 
 
 def _stop(multirun: Multirun, running: List[Job]) -> None:
@@ -575,18 +574,18 @@ def _take_task_result(job: Job) -> None:
 
 
 def _settle_run(job: Job, stopped: bool) -> None:
-    summary = _summary(job)
-    if summary and summary.get("status") != "running":
-        job.status, job.error = summary["status"], summary.get("error")
+    record = _summary(job)
+    if record and record.get("status") != "running":
+        job.status, job.error = record["status"], record.get("error")
     else:
         job.status = "interrupted" if stopped else "failed"
         job.error = _last_words(job, job.process.exitcode)
-        if summary:
-            summary.update(status=job.status, error=job.error, finished_at=run_summary.now())
-            run_summary.write(job.dir, summary)
-    if summary:
-        job.monitor = summary["monitor"]["metric"]
-        job.metric = summary.get("metrics", {}).get("best", {}).get(job.monitor)
+        if record:
+            record.update(status=job.status, error=job.error, finished_at=summary.now())
+            summary.write(job.dir, record)
+    if record:
+        job.monitor = record["monitor"]["metric"]
+        job.metric = record.get("metrics", {}).get("best", {}).get(job.monitor)
 
 
 def _shown_value(value: Any) -> str:
@@ -634,7 +633,7 @@ def job_return(job: Job) -> Any:
 
 def _read_record(sweep_dir: Path) -> Dict[str, Any]:
     try:
-        return run_summary.read(sweep_dir, JOBS_RECORD)["jobs"]
+        return summary.read(sweep_dir, JOBS_RECORD)["jobs"]
     except (OSError, ValueError, KeyError):
         return {}
 
@@ -653,7 +652,7 @@ def _record(multirun: Multirun, jobs: List[Job]) -> None:
             entry["error"] = job.error
         record[str(job.num)] = entry
     ordered = dict(sorted(record.items(), key=lambda item: int(item[0])))
-    run_summary.write(multirun.sweep_dir, {"jobs": ordered}, name=JOBS_RECORD)
+    summary.write(multirun.sweep_dir, {"jobs": ordered}, name=JOBS_RECORD)
 
 
 def _json_value(value: Any) -> Any:

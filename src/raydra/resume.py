@@ -16,8 +16,7 @@ from typing import Any, Dict, List
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from raydra import storage
-from raydra import summary as run_summary
+from raydra import storage, summary
 from raydra.errors import RaydraError
 from raydra.redact import redact
 
@@ -32,20 +31,20 @@ def find(cfg: DictConfig) -> Path:
         root = Path(cfg.paths.outputs, "runs")
         # Runs that got as far as training: a config_hash is written once the config validated,
         # so invocations refused before that (a mistyped resume=, say) are not candidates.
-        mine = [p.parent for p in root.glob("*/*/" + run_summary.SUMMARY) if _started(p.parent, cfg.name)]
+        mine = [p.parent for p in root.glob("*/*/" + summary.SUMMARY) if _started(p.parent, cfg.name)]
         if not mine:
             raise RaydraError(f"resume=latest found no run named {cfg.name} under {root}; pass resume=<run dir>.")
-        run_dir = max(mine, key=lambda p: run_summary.read(p).get("started_at", ""))
+        run_dir = max(mine, key=lambda p: summary.read(p).get("started_at", ""))
     elif storage.is_uri(cfg.resume):
         run_dir = _fetch(cfg)
     else:
         run_dir = Path(cfg.resume).expanduser().resolve()
-    if not (run_dir / run_summary.SUMMARY).is_file() or not (run_dir / ".hydra" / "config.yaml").is_file():
+    if not (run_dir / summary.SUMMARY).is_file() or not (run_dir / ".hydra" / "config.yaml").is_file():
         raise RaydraError(
             f"resume={cfg.resume}: {run_dir} is not a raydra run directory (no summary.json and .hydra/config.yaml); "
             "pass a directory a raydra run wrote."
         )
-    previous = run_summary.read(run_dir)
+    previous = summary.read(run_dir)
     if previous.get("status") == "completed":
         raise RaydraError(f"resume={cfg.resume}: {run_dir} already completed; start a new run instead of resuming it.")
     changes = changed_keys(yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text()), cfg)
@@ -68,7 +67,7 @@ def _fetch(cfg: DictConfig) -> Path:
             f"resume={uri} lies outside paths.storage={root}; set paths.storage to the storage the run was started "
             "with (the URI's prefix), so its checkpoints are found where Ray Train wrote them."
         )
-    if not storage.exists(storage.join(uri, run_summary.SUMMARY)):
+    if not storage.exists(storage.join(uri, summary.SUMMARY)):
         raise RaydraError(f"resume={uri}: no summary.json there; pass the storage URI of a run directory a raydra run wrote.")
     run_dir = Path(cfg.paths.outputs, relative).resolve()
     storage.copy_tree(uri, str(run_dir), skip=["checkpoints"])
@@ -111,7 +110,7 @@ def _flat(tree: Any, prefix: str = "") -> Dict[str, Any]:
 
 def _started(run_dir: Path, name: str) -> bool:
     try:
-        summary = run_summary.read(run_dir)
+        record = summary.read(run_dir)
     except (OSError, ValueError):
         return False
-    return summary.get("name") == name and "config_hash" in summary
+    return record.get("name") == name and "config_hash" in record

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from raydra import storage
-from raydra.errors import RaydraError
+from raydra.errors import RaydraError, storage_error
 
 log = logging.getLogger("raydra")
 
@@ -153,31 +153,6 @@ def check_writable(location_: str) -> None:
         fs.delete_file(path)
     except Exception as error:  # pyarrow raises OSError, ValueError or ArrowInvalid by cause
         raise RaydraError(storage_error(location_, error)) from None
-
-
-def storage_error(where: str, error: BaseException) -> str:
-    """One sentence for a storage failure: which of the usual causes it is, and what to do."""
-    text = str(error)
-    lower = text.lower()
-    key = f"paths.storage={where}"
-    if "unrecognized filesystem type" in lower or "no filesystem" in lower or "unknown filesystem" in lower:
-        return f"{key}: no installed filesystem serves this URI scheme ({text.splitlines()[0]}); use s3://, gs://, hdfs:// or a local/NFS path."
-    if "nosuchbucket" in lower or ("bucket" in lower and ("not found" in lower or "does not exist" in lower)):
-        return f"{key}: the bucket does not exist; create it first (e.g. `aws s3 mb`) or fix the bucket name."
-    if any(
-        word in lower
-        for word in ("accessdenied", "access denied", "forbidden", "invalidaccesskeyid", "signaturedoesnotmatch", "credentials", "403")
-    ):
-        return (
-            f"{key}: storage refused access ({text.splitlines()[0][:200]}); set credentials that may write there "
-            "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, for s3://; GOOGLE_APPLICATION_CREDENTIALS for gs://)."
-        )
-    if any(word in lower for word in ("connect", "resolve host", "timed out", "timeout", "unreachable", "curl error")):
-        return (
-            f"{key}: the storage endpoint cannot be reached ({text.splitlines()[0][:200]}); check the host and port "
-            "(endpoint_override= in the URI, or AWS_ENDPOINT_URL) and that the server is up."
-        )
-    return f"{key}: storage cannot be written ({text.splitlines()[0][:300] if text else type(error).__name__}); check the URI and its permissions."
 
 
 def check_shared(run_dir: Path) -> None:

@@ -103,7 +103,7 @@ class TrainerConfig:
     raydra's keys itself. They stay flat under `trainer.` rather than in a nested section, so the
     command line reads `trainer.compile=true` beside `trainer.max_epochs=5`, as it always has.
     `precision` is Lightning's except for its value `auto`, which raydra replaces with bf16-mixed or
-    32-true (fit.resolve) before any worker builds its Trainer. The arguments the worker sets from
+    32-true (raydra.resolve) before any worker builds its Trainer. The arguments the worker sets from
     other groups or owns (accelerator, devices, strategy, plugins, callbacks, logger, checkpointing,
     progress bar, model summary, default_root_dir) are not fields: pl.Trainer would refuse the
     duplicate keyword with a TypeError.

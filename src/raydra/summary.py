@@ -1,7 +1,8 @@
 """summary.json: what a run asked for, how it ended and what it achieved, in one file.
 
-Written when the run starts (status "running"), and rewritten atomically when it ends, so a
-crashed driver never leaves a file that looks complete.
+Written when the run starts (status "running": new_summary, record_start), and rewritten atomically
+when it ends (outcome: what the fit's result and rank 0's return value say), so a crashed driver
+never leaves a file that looks complete. Every function here reads or writes that one file's content.
 """
 
 import hashlib
@@ -12,9 +13,13 @@ import sys
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
+from omegaconf import OmegaConf
+
+from raydra import run_record, storage
 from raydra.errors import out_of_space
+from raydra.schema import is_elastic, worker_range
 
 SUMMARY = "summary.json"
 # The Lightning checkpoint inside each of the run's Ray checkpoint directories (checkpoints/<run id>/checkpoint_*/);
@@ -74,3 +79,146 @@ def git_commit(cwd: Path) -> Any:
     except (OSError, subprocess.SubprocessError):
         return None
     return commit + ("-dirty" if dirty else "")
+
+
+def new_summary(cfg: Any, run_dir: Path, run_id: str, overrides: List[str]) -> Dict[str, Any]:
+    """summary.json's opening content, from a composed config or its resolved plain form."""
+    return {
+        "name": cfg["name"],
+        "run_id": run_id,
+        "run_dir": str(run_dir),
+        "status": "running",
+        "error": None,
+        "started_at": now(),
+        "overrides": overrides,
+        "monitor": {"metric": cfg["checkpoint"]["monitor"], "mode": cfg["checkpoint"]["mode"]},
+        # The user's words for the run (root key tags), and the seed every worker started from.
+        "tags": [str(tag) for tag in (cfg["tags"] or [])],
+        "seed": cfg["seed"],
+        # The strategy's settings, not only its name: sharding and layout decide memory and checkpoints.
+        "strategy": OmegaConf.to_container(cfg["strategy"], resolve=True) if OmegaConf.is_config(cfg) else dict(cfg["strategy"]),
+        # An elastic group's ([min, max]) starts as its max; the outcome replaces it with the last size.
+        "world_size": worker_range(cfg["scale"]["num_workers"])[1],
+        "use_gpu": cfg["scale"]["use_gpu"],
+        "git_commit": git_commit(Path(__file__).parent),
+        "versions": versions(),
+    }
+
+
+def record_start(config: Dict[str, Any], summary: Dict[str, Any]) -> None:
+    """summary.json as the run starts: what it will train with, written before any worker starts."""
+    summary["config_hash"] = config_hash(config)
+    # As resolved: a ModelCheckpoint among the callbacks may have set it (raydra.callbacks).
+    summary["monitor"] = {"metric": config["checkpoint"]["monitor"], "mode": config["checkpoint"]["mode"]}
+    summary["precision"] = config["trainer"]["precision"]
+    summary["storage"] = config["run"]["storage"]
+    if "wandb" in config["logger"]:
+        # Where to find the run in W&B: a multirun's or sweep's jobs share a group there.
+        summary["wandb"] = {key: config["logger"]["wandb"].get(key) for key in ("project", "entity", "group", "mode")}
+    if config["run"].get("init_weights"):
+        # The checkpoint whose weights the run started from (ckpt_path=, found).
+        summary["ckpt_path"] = config["run"]["init_weights"]
+    save(config["run"], summary)
+
+
+def save(run: Dict[str, Any], summary: Dict[str, Any]) -> None:
+    """summary.json in the run directory, and with paths.storage the driver's files in storage too."""
+    write(Path(run["dir"]), summary)
+    run_record.push_driver_files(run)
+
+
+def data_record(config: Dict[str, Any]) -> Dict[str, Any]:
+    """What the data turned out to be: classes found in it and, under ray_data, rows per split."""
+    data = config["data"]
+    record = {key: data[key] for key in ("num_classes", "class_names", "loader") if data.get(key) is not None}
+    if "data_rows" in config["run"]:
+        record["rows"] = config["run"]["data_rows"]
+    return record
+
+
+def outcome(result: Any, config: Dict[str, Any]) -> Dict[str, Any]:
+    worker = result.return_value or {}
+    memory = worker.get("memory_per_worker", [])
+    save_s = worker.get("checkpoint_save_s") or []
+    upload_s = worker.get("checkpoint_upload_s") or []
+    checkpoints = run_record.checkpoints_location(config["run"])
+    monitor, mode = config["checkpoint"]["monitor"], config["checkpoint"]["mode"]
+    local = worker.get("local_record")
+    if local:
+        # Local mode: Ray Train kept nothing; the training function's own record says the same.
+        import pandas
+
+        history = pandas.DataFrame(local["history"]) if local["history"] else None
+        kept = [(c["path"], c["metrics"]) for c in local["checkpoints"]]
+        last_path, run_path = local["last"], storage.join(checkpoints, config["run"]["id"])
+    else:
+        history = result.metrics_dataframe
+        kept = [(c.path, m) for c, m in result.best_checkpoints or []]
+        last_path, run_path = (result.checkpoint.path if result.checkpoint else None), result.path
+    # The last report's metrics (local mode keeps its reports itself), then the test's.
+    last_report = local["history"][-1] if local and local["history"] else result.metrics or {}
+    final = {k: json_number(v) for k, v in last_report.items()}
+    final.update(worker.get("test_metrics", {}))
+    best: Dict[str, Any] = {}
+    if history is not None and monitor in history:
+        row = history.loc[history[monitor].idxmax() if mode == "max" else history[monitor].idxmin()]
+        best = {k: json_number(v) for k, v in row.items() if json_number(v) is not None}
+    best_checkpoint = None
+    if kept:
+        # Mid-epoch checkpoints report the monitor as NaN (unvalidated weights): never the best.
+        worst = float("-inf") if mode == "max" else float("inf")
+        scored = [(c, m.get(monitor)) for c, m in kept]
+        scored = [(c, v if isinstance(v, (int, float)) and v == v else worst) for c, v in scored]
+        pick = max if mode == "max" else min
+        best_checkpoint = pick(scored, key=lambda pair: pair[1])[0]
+    return {
+        "status": "completed",
+        "metrics": {"final": final, "best": best},
+        "throughput": worker.get("throughput", {}),
+        "peak_memory_bytes": max((w["peak_bytes"] for w in memory), default=None),
+        "memory_per_worker": memory,
+        "epochs_completed": worker.get("epochs_completed"),
+        # Why final metrics hold no test/* (the data has no test split, trainer.test=false); null when tested.
+        "test_skipped": worker.get("test_skipped"),
+        "global_step": worker.get("global_step"),
+        # Why training ended before trainer.max_epochs, when a callback (EarlyStopping) stopped it.
+        "stopped_early": worker.get("stopped_early"),
+        **_sizes(worker, config),
+        "checkpoints": {
+            "best": _ckpt_file(checkpoints, best_checkpoint),
+            "last": _ckpt_file(checkpoints, last_path),
+            "dir": storage.location_of(checkpoints, run_path),
+            # Mean time training stood still per checkpoint (write, and a waited-for upload), rank 0's view.
+            "save_s_mean": round(sum(save_s) / len(save_s), 3) if save_s else None,
+            # Mean time an upload to storage took (in the background with checkpoint.upload=background).
+            "upload_s_mean": round(sum(upload_s) / len(upload_s), 3) if upload_s else None,
+            "upload": config["checkpoint"]["upload"],
+        },
+    }
+
+
+def _sizes(worker: Dict[str, Any], config: Dict[str, Any]) -> Dict[str, Any]:
+    """An elastic run's final world size and its resizes (when, from, to, at which step), as rank 0
+    of the last worker group knew them from the checkpoints it continued."""
+    num_workers = config["scale"]["num_workers"]
+    if not is_elastic(num_workers):
+        return {}
+    low, high = worker_range(num_workers)
+    return {"world_size": worker.get("world_size"), "num_workers": {"min": low, "max": high}, "resizes": worker.get("resizes", [])}
+
+
+def _ckpt_file(checkpoints: str, checkpoint_path: Optional[str]) -> Optional[str]:
+    """The Lightning checkpoint file of a Ray checkpoint directory, as a path or a storage URI."""
+    if checkpoint_path is None:
+        return None
+    return storage.join(storage.location_of(checkpoints, checkpoint_path), CHECKPOINT_FILE)
+
+
+def json_number(value: Any) -> Any:
+    """A metric as JSON holds it: an int when whole, a float otherwise, None when not a number
+    (raydra.compare.runs.number, by contrast, only passes numbers through)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if number.is_integer() and abs(number) < 2**53 else number

@@ -13,8 +13,9 @@ import ray.tune
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from raydra import fit, storage
-from raydra import summary as run_summary
+from raydra import storage, summary
+from raydra.checkpoints import last_checkpoint
+from raydra.errors import one_line
 
 log = logging.getLogger("raydra")
 
@@ -80,26 +81,26 @@ def settle_trials(
     statuses = progress.statuses
     rows = []
     seen = set()
-    for run_dir in sorted(Path(sweep_dir, "trials").glob("*/" + run_summary.SUMMARY)):
+    for run_dir in sorted(Path(sweep_dir, "trials").glob("*/" + summary.SUMMARY)):
         run_dir = run_dir.parent
-        summary = run_summary.read(run_dir)
-        trial_id = summary.get("trial", {}).get("id", run_dir.name)
+        record = summary.read(run_dir)
+        trial_id = record.get("trial", {}).get("id", run_dir.name)
         seen.add(trial_id)
         status, result = statuses.get(trial_id), results.get(trial_id)
         # A trial Tune ended without error but that did not record its completion was stopped by
         # the scheduler (its process may have noted the stop as a failure on its way out).
-        if status == "TERMINATED" and result is not None and summary["status"] in ("running", "failed", "interrupted"):
-            summary.update(_stopped(result, metric, mode, run_dir, summary["run_id"], scheduler, summary.get("storage")))
-            run_summary.write(run_dir, summary)
-        if summary["status"] == "running":
+        if status == "TERMINATED" and result is not None and record["status"] in ("running", "failed", "interrupted"):
+            record.update(_stopped(result, metric, mode, run_dir, record["run_id"], scheduler, record.get("storage")))
+            summary.write(run_dir, record)
+        if record["status"] == "running":
             if status == "ERROR":
-                summary.update(status="failed", error=_one_line_error(result) or "the trial's process died")
+                record.update(status="failed", error=_one_line_error(result) or "the trial's process died")
             elif interrupted or status in ("RUNNING", "PENDING", "PAUSED"):
-                summary.update(status="interrupted", error="the sweep was interrupted; continue it with tune.resume=" + str(sweep_dir))
-            if summary["status"] != "running":
-                summary.setdefault("finished_at", run_summary.now())
-                run_summary.write(run_dir, summary)
-        rows.append(_row(summary, run_dir, metric, sweep_dir))
+                record.update(status="interrupted", error="the sweep was interrupted; continue it with tune.resume=" + str(sweep_dir))
+            if record["status"] != "running":
+                record.setdefault("finished_at", summary.now())
+                summary.write(run_dir, record)
+        rows.append(_row(record, run_dir, metric, sweep_dir))
     for trial_id, status in statuses.items():
         if trial_id not in seen:
             rows.append(
@@ -124,11 +125,11 @@ def _stopped(
 ) -> Dict[str, Any]:
     history = result.metrics_dataframe
     last = result.metrics
-    final = {k: fit.number(v) for k, v in last.items() if "/" in k and fit.number(v) is not None}
+    final = {k: summary.json_number(v) for k, v in last.items() if "/" in k and summary.json_number(v) is not None}
     best: Dict[str, Any] = {}
     if history is not None and metric in history:
         row = history.loc[history[metric].idxmax() if mode == "max" else history[metric].idxmin()]
-        best = {k: fit.number(v) for k, v in row.items() if "/" in str(k) and fit.number(v) is not None}
+        best = {k: summary.json_number(v) for k, v in row.items() if "/" in str(k) and summary.json_number(v) is not None}
     epochs = last.get("epochs_done")
     return {
         "status": "stopped",
@@ -137,30 +138,30 @@ def _stopped(
         "metrics": {"final": final, "best": best},
         "epochs_completed": epochs,
         "wall_time_s": round(float(last.get("time_total_s", 0.0)), 2),
-        "finished_at": run_summary.now(),
-        "checkpoints": {"best": None, "last": fit.last_checkpoint(run_dir, run_id, storage_location)},
+        "finished_at": summary.now(),
+        "checkpoints": {"best": None, "last": last_checkpoint(run_dir, run_id, storage_location)},
     }
 
 
 def _one_line_error(result: Any) -> Optional[str]:
     if result is None or result.error is None:
         return None
-    return fit.one_line(result.error)
+    return one_line(result.error)
 
 
-def _row(summary: Dict[str, Any], run_dir: Path, metric: str, sweep_dir: Path) -> Dict[str, Any]:
-    metrics = summary.get("metrics") or {}
+def _row(record: Dict[str, Any], run_dir: Path, metric: str, sweep_dir: Path) -> Dict[str, Any]:
+    metrics = record.get("metrics") or {}
     return {
-        "trial": summary.get("trial", {}).get("id", run_dir.name),
-        "sampled": summary.get("trial", {}).get("sampled", {}),
-        "status": summary["status"],
+        "trial": record.get("trial", {}).get("id", run_dir.name),
+        "sampled": record.get("trial", {}).get("sampled", {}),
+        "status": record["status"],
         "final": (metrics.get("final") or {}).get(metric),
         "best": (metrics.get("best") or {}).get(metric),
-        "epochs": summary.get("epochs_completed"),
-        "wall_s": summary.get("wall_time_s"),
-        "error": summary.get("error"),
+        "epochs": record.get("epochs_completed"),
+        "wall_s": record.get("wall_time_s"),
+        "error": record.get("error"),
         "run_dir": str(run_dir.relative_to(sweep_dir)),
-        "summary": summary,
+        "summary": record,
     }
 
 
@@ -241,11 +242,11 @@ def write_best(cfg: DictConfig, sweep_dir: Path, best: Dict[str, Any], metric: s
 
 def write_record(sweep_dir: Path, record: Dict[str, Any]) -> None:
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    run_summary.write(sweep_dir, record, name=SWEEP)
+    summary.write(sweep_dir, record, name=SWEEP)
 
 
 def end(record: Dict[str, Any], sweep_dir: Path, started: float, status: str, reason: Optional[str]) -> None:
-    record.update(status=status, error=reason, finished_at=run_summary.now(), wall_time_s=round(time.time() - started, 2))
+    record.update(status=status, error=reason, finished_at=summary.now(), wall_time_s=round(time.time() - started, 2))
     if sweep_dir.exists():
         write_record(sweep_dir, record)
     if reason:

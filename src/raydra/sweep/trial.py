@@ -11,9 +11,8 @@ import yaml
 from omegaconf import OmegaConf
 from ray.tune.integration.ray_train import TuneReportCallback
 
-from raydra import fit, storage
-from raydra import summary as run_summary
-from raydra.errors import RaydraError
+from raydra import fit, resolve, storage, summary
+from raydra.errors import RaydraError, one_line
 from raydra.private_apis import tune_stop_probe
 from raydra.redact import redact_hydra_records
 from raydra.schema import validate
@@ -37,7 +36,7 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     run_id = f"{sweep['id']}_{trial_id}"
     sampled = {key: plain(value) for key, value in sampled.items()}
     overrides = sweep["overrides"] + [f"{key}={value}" for key, value in sampled.items()]
-    previous = run_summary.read(run_dir) if (run_dir / run_summary.SUMMARY).is_file() else None
+    previous = summary.read(run_dir) if (run_dir / summary.SUMMARY).is_file() else None
 
     conf = OmegaConf.create(base)
     for key, value in sampled.items():
@@ -46,42 +45,43 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(conf))
     (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides, sort_keys=False))
     redact_hydra_records(run_dir)
-    summary = fit.new_summary(conf, record_dir, run_id, overrides)
-    summary["trial"] = {"sweep": sweep["id"], "id": trial_id, "sampled": sampled}
+    record = summary.new_summary(conf, record_dir, run_id, overrides)
+    record["trial"] = {"sweep": sweep["id"], "id": trial_id, "sampled": sampled}
     if previous:
         # A resumed sweep runs an unfinished trial again under the same run id: Train V2 continues
         # it from its last checkpoint.
-        summary["started_at"] = previous["started_at"]
-        summary["resumed"] = previous.get("resumed", []) + [{"at": run_summary.now(), "from_status": previous.get("status")}]
+        record["started_at"] = previous["started_at"]
+        record["resumed"] = previous.get("resumed", []) + [{"at": summary.now(), "from_status": previous.get("status")}]
     # The sweep only starts as many trials as the cluster holds, so a worker group that does not
     # start is slow (a loaded node, a stopped trial's workers still leaving), not starved: Train
     # V2's 60 s default failed trials on a busy 2-CPU machine. Still an error, never a hang.
     os.environ.setdefault("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "300")
     try:
         validate(conf)
-        config = fit.resolve(conf, record_dir, run_id)
+        config = resolve.resolve(conf, record_dir, run_id)
         # Named here, not recomputed from paths.outputs: this process's working directory is Ray's.
         config["run"].update(dir=run["dir"], storage=run["storage"])
-        fit.fit_and_record(config, summary, started, tune_trial=True, callbacks=[ReportToTune(config["trainer"]["max_epochs"])])
+        summary.record_start(config, record)
+        fit.fit_and_record(config, record, started, tune_trial=True, callbacks=[ReportToTune(config["trainer"]["max_epochs"])])
     except Exception as error:
         if stopped_by_tune() or _settled(run_dir):
             # The scheduler ended this trial; the sweep driver records it from Tune's results.
             raise
-        reason = str(error) if isinstance(error, RaydraError) else fit.one_line(error)
-        summary.update(status="failed", error=reason, finished_at=run_summary.now(), wall_time_s=round(time.time() - started, 2))
-        fit.write_summary(run, summary)
+        reason = str(error) if isinstance(error, RaydraError) else one_line(error)
+        record.update(status="failed", error=reason, finished_at=summary.now(), wall_time_s=round(time.time() - started, 2))
+        summary.save(run, record)
         raise
     # The last epoch reaches Tune only now, with the test metrics, once summary.json is complete
     # (see ReportToTune).
-    final = dict(summary["metrics"]["final"])
-    final["epochs_done"] = summary.get("epochs_completed")
+    final = dict(record["metrics"]["final"])
+    final["epochs_done"] = record.get("epochs_completed")
     ray.tune.report(final)
 
 
 def _settled(run_dir: Path) -> bool:
     """Whether the sweep driver already recorded this trial as stopped: its record is final."""
-    path = run_dir / run_summary.SUMMARY
-    return path.is_file() and run_summary.read(run_dir).get("status") == "stopped"
+    path = run_dir / summary.SUMMARY
+    return path.is_file() and summary.read(run_dir).get("status") == "stopped"
 
 
 class ReportToTune(TuneReportCallback):

@@ -16,13 +16,13 @@ import ray.tune
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from raydra import fit, private_apis, project, run_record, storage
-from raydra import summary as run_summary
+from raydra import private_apis, project, run_record, storage, summary
 from raydra.callbacks import resolve_and_validate
 from raydra.cluster import TRIAL_CPU, check_fits, connect, trials_that_fit
 from raydra.console import worker_output
-from raydra.errors import RaydraError
+from raydra.errors import RaydraError, one_line
 from raydra.redact import redact_hydra_records
+from raydra.resolve import wandb_mode
 from raydra.resume import changed_keys
 from raydra.sweep import report
 from raydra.sweep.report import SWEEP, Progress
@@ -59,7 +59,7 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
         "sweep_dir": str(fresh_dir),
         "status": "running",
         "error": None,
-        "started_at": run_summary.now(),
+        "started_at": summary.now(),
         "overrides": list(overrides),
         "search": tune_cfg.search,
         "scheduler": tune_cfg.scheduler,
@@ -138,7 +138,7 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
         report.end(record, sweep_dir, started, "interrupted", f"interrupted; continue it with tune.resume={sweep_dir}")
         raise
     except Exception as error:
-        report.end(record, sweep_dir, started, "failed", fit.one_line(error))
+        report.end(record, sweep_dir, started, "failed", one_line(error))
         raise
     finally:
         restore_sigterm()
@@ -162,7 +162,7 @@ def _continue(cfg: DictConfig, fresh_dir: Path) -> Tuple[Path, Dict[str, Any]]:
             f"tune.resume={cfg.tune.resume}: {sweep_dir} is not a raydra sweep directory (no sweep.json and tune/); "
             "pass the directory a tune= run printed."
         )
-    record = run_summary.read(sweep_dir, SWEEP)
+    record = summary.read(sweep_dir, SWEEP)
     if record.get("status") == "completed":
         raise RaydraError(f"tune.resume={cfg.tune.resume}: {sweep_dir} already completed; start a new sweep instead.")
     old = yaml.safe_load((sweep_dir / ".hydra" / "config.yaml").read_text())
@@ -174,7 +174,7 @@ def _continue(cfg: DictConfig, fresh_dir: Path) -> Tuple[Path, Dict[str, Any]]:
         )
     record.update(status="running", error=None)
     record["resumed"] = record.get("resumed", []) + [
-        {"at": run_summary.now(), "from_status": record.get("status"), "log": str(fresh_dir / "driver.log")}
+        {"at": summary.now(), "from_status": record.get("status"), "log": str(fresh_dir / "driver.log")}
     ]
     # The invocation's own Hydra directory points at the sweep it continued, so it never reads as a sweep of its own.
     report.write_record(fresh_dir, {"kind": "tune sweep resume", "status": "resumed elsewhere", "sweep_dir": str(sweep_dir)})
@@ -288,7 +288,7 @@ def _trial_base(cfg: DictConfig, sweep_id: str) -> Dict[str, Any]:
     base.resume = None
     if "wandb" in base.logger:
         # Decided once here: the trials' processes may not see this shell's key or WANDB_MODE.
-        base.logger.wandb.mode = fit.wandb_mode(base.logger.wandb.mode)
+        base.logger.wandb.mode = wandb_mode(base.logger.wandb.mode)
         if base.logger.wandb.group is None:
             base.logger.wandb.group = sweep_id
     plain = OmegaConf.to_container(base, resolve=False)

@@ -75,7 +75,7 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
             outcome["startup_marks"]["train_entered"] = entered
             return outcome
     except Exception as error:
-        # The driver gets the exception's last line (fit.one_line), which points here for the rest.
+        # The driver gets the exception's last line (errors.one_line), which points here for the rest.
         with open(log_file, "a") as file:
             file.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}][raydra][ERROR] worker {rank} failed:\n")
             file.write("".join(traceback.format_exception(type(error), error, error.__traceback__)))
