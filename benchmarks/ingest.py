@@ -101,7 +101,7 @@ def measure(root: Path, loader: str, workers: int, batch_size: int, epochs: int,
     if loader == "ray_data":
         from raydra.data.ray_data import build
 
-        datasets, config["rows"] = build({"data": config["data"], "verbose": False})
+        datasets, config["rows"] = build(config["data"], verbose=False)
         datasets = {"train": datasets["train"]}
 
     trainer = TorchTrainer(

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 from conftest import cluster_of_nodes, run_train, summary_of
+from omegaconf import OmegaConf
 from probe import seen_per_epoch
 from test_config import composed
 from test_multinode import _node_of, _victim_node
 from test_reliability import _epochs_with_val, _logged_steps, _start, _wait_for_checkpoint, _worker_pids
 
 from raydra.errors import RaydraError
-from raydra.schema import validate, worker_range
+from raydra.schema import validate
 from raydra.testing import free_port
 
 # Long enough that the run is still training when the node comes back and Ray notices it.
@@ -58,8 +59,9 @@ def test_elastic_needs_restarts_and_no_tune():
 def test_the_plain_count_and_a_good_range_pass():
     validate(composed("scale.num_workers=2"))
     validate(composed("scale.num_workers=[1,2]", "failure.max_failures=-1"))
-    assert worker_range(composed("scale.num_workers=[1,2]").scale.num_workers) == (1, 2)
-    assert worker_range(composed("scale.num_workers=3").scale.num_workers) == (3, 3)
+    elastic, fixed = (OmegaConf.to_object(composed(f"scale.num_workers={n}").scale) for n in ("[1,2]", "3"))
+    assert (elastic.min_workers, elastic.max_workers) == (1, 2)
+    assert (fixed.min_workers, fixed.max_workers) == (3, 3)
 
 
 def test_an_unsplittable_batch_is_refused_before_ray_starts(tmp_path):

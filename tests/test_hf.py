@@ -162,14 +162,14 @@ class StandIn:
 def test_ray_data_datasets_come_from_the_data_modules_own_class():
     from raydra.data.ray_data import build
 
-    datasets, rows = build({"data": {"_target_": "test_hf.OwnRayData", "loader": "ray_data"}, "verbose": True})
+    datasets, rows = build({"_target_": "test_hf.OwnRayData", "loader": "ray_data"}, verbose=True)
     assert datasets == {"train": "mapped with train preprocess"} and rows == {"train": 10}  # an empty split is left out
     with pytest.raises(
         RaydraError,
         match=r"^data.loader=ray_data needs raydra.data.digits.DigitsDataModule to build "
         r"Ray Data datasets .*set data.loader=dataloader or add one.$",
     ):
-        build({"data": {"_target_": "raydra.data.digits.DigitsDataModule", "loader": "ray_data"}, "verbose": True})
+        build({"_target_": "raydra.data.digits.DigitsDataModule", "loader": "ray_data"}, verbose=True)
 
 
 def test_ray_data_without_a_test_split_has_none_to_test():

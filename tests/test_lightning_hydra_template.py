@@ -306,13 +306,13 @@ def test_a_file_of_the_project_that_raydras_own_hides_is_named(project, tmp_path
 def test_the_template_paths_resolve_to_the_run_and_the_command_directory(project, on_path, tmp_path, monkeypatch):
     monkeypatch.chdir(project)
     cfg = composed(project, *QUICK, "logger=csv")
-    config = resolve.resolve(cfg, tmp_path / "run", "r1")
+    config = resolve.resolve(cfg, tmp_path / "run", "r1").resolved_config()
     paths = config["paths"]
     assert paths["root_dir"] == paths["work_dir"] == str(project) and paths["data_dir"] == f"{project}/data"
     assert paths["output_dir"] == str(tmp_path / "run") and paths["log_dir"] == f"{tmp_path / 'run'}/logs"
     assert config["data"]["data_dir"] == f"{project}/data"
     assert config["logger"]["csv"] == {"flush_logs_every_n_steps": 50}
-    mlflow = resolve.resolve(composed(project, *QUICK, "logger=mlflow"), tmp_path / "run2", "r2")["logger"]["mlflow"]
+    mlflow = resolve.resolve(composed(project, *QUICK, "logger=mlflow"), tmp_path / "run2", "r2").resolved_config()["logger"]["mlflow"]
     assert mlflow["tracking_uri"] == f"sqlite:///{tmp_path / 'run2'}/logs/mlflow/mlflow.db"
 
 
@@ -465,7 +465,9 @@ def test_the_readme_and_the_migration_page_describe_the_example(project):
 def test_secrets_in_logger_settings_are_masked_in_the_record_and_what_the_loggers_log(project, on_path, tmp_path):
     secret = "s3cretpassw0rd"
     uri = f"https://researcher:{secret}@mlflow.example.com"
-    config = resolve.resolve(composed(project, *QUICK, "logger=mlflow", f"logger.mlflow.tracking_uri={uri}"), tmp_path / "run", "r1")
+    config = resolve.resolve(
+        composed(project, *QUICK, "logger=mlflow", f"logger.mlflow.tracking_uri={uri}"), tmp_path / "run", "r1"
+    ).resolved_config()
     # The logger is built with the real URI; what is logged or recorded has it masked, as W&B's settings.
     assert config["logger"]["mlflow"]["tracking_uri"] == uri
     assert config["run"]["logged_config"]["logger"]["mlflow"]["tracking_uri"] == "https://***@mlflow.example.com"
@@ -473,12 +475,12 @@ def test_secrets_in_logger_settings_are_masked_in_the_record_and_what_the_logger
     from raydra.worker.loggers import build_loggers
 
     other = ("+logger.other._target_=lightning.pytorch.loggers.CSVLogger", "+logger.other.save_dir=${paths.output_dir}/other")
-    config = resolve.resolve(
+    spec = resolve.resolve(
         composed(project, *QUICK, "logger=none", *other, f"+ray.runtime_env.env_vars.MLFLOW_TRACKING_PASSWORD={secret}"),
         tmp_path / "run2",
         "r2",
     )
-    (logger,) = build_loggers(config, rank=0)
+    (logger,) = build_loggers(spec, rank=0)
     logger.save()
     (hparams,) = (tmp_path / "run2" / "other").glob("**/hparams.yaml")
     assert "MLFLOW_TRACKING_PASSWORD: '***'" in hparams.read_text() and secret not in hparams.read_text()

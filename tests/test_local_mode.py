@@ -118,3 +118,51 @@ def test_local_checkpoints_keep_the_best_by_the_monitor_and_the_latest(tmp_path)
     assert kept == {"1": 0.9, "2": 0.7, "4": 0.6}
     assert Path(record["last"], "checkpoint.ckpt").read_text() == "4"
     assert len(record["history"]) == 5 and sorted(p.name.startswith("checkpoint_") for p in (tmp_path / "ckpts").iterdir()) == [True] * 3
+
+
+FIT_LEAVES_THE_SPEC = """
+import copy, dataclasses, sys, time
+from pathlib import Path
+from hydra import compose, initialize_config_dir
+from raydra import fit, resolve, summary
+from raydra.entry import CONF_DIR
+from raydra.schema import register_schemas
+
+register_schemas()
+with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    cfg = compose(config_name="train", overrides=sys.argv[2:])
+run_dir = Path(sys.argv[1])
+run_dir.mkdir(parents=True)
+spec = resolve.resolve(cfg, run_dir, "spec_run")
+before = copy.deepcopy(spec)
+record = summary.new_summary(cfg, run_dir, "spec_run", [])
+summary.record_start(spec, record)
+fit.fit_and_record(spec, record, time.time())
+try:
+    spec.place = None
+    frozen = False
+except dataclasses.FrozenInstanceError:
+    frozen = True
+print(record["status"], spec == before, frozen, type(spec.trainer).__name__, type(spec.strategy).__name__)
+"""
+
+
+def test_a_fit_leaves_the_run_spec_as_it_was_made(tmp_path):
+    """The spec is resolved once and never written into: what the fit learns (the restore point,
+    the outcome) comes back as values, so a local-mode fit leaves it equal to a copy taken before."""
+    overrides = [
+        *LOCAL,
+        f"paths.outputs={tmp_path}",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2",
+        "trainer.limit_val_batches=2",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", FIT_LEAVES_THE_SPEC, str(tmp_path / "run"), *overrides],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert done.stdout.split()[-5:] == ["completed", "True", "True", "TrainerConfig", "DDPConfig"]

@@ -28,6 +28,7 @@ from raydra import run_record, storage
 from raydra.compare import is_uri, relocated
 from raydra.errors import RaydraError
 from raydra.private_apis import registered_checkpoint_names
+from raydra.spec import Place
 from raydra.summary import CHECKPOINT_FILE
 
 if TYPE_CHECKING:
@@ -245,7 +246,9 @@ def last_checkpoint(run_dir: Path, run_id: str, storage_location: Optional[str] 
     directory too. `settle_s`: the run may still be going (the driver was interrupted, its workers
     not yet stopped); while a newer directory than the latest registered one exists, wait up to this
     long for Ray to register it (and drop the one before, under checkpoint.num_to_keep)."""
-    where = storage.join(run_record.checkpoints_location({"dir": str(run_dir), "storage": storage_location}), run_id)
+    where = storage.join(
+        run_record.checkpoints_location(Place(dir=str(run_dir), id=run_id, storage=storage_location, logged_config={})), run_id
+    )
     deadline = time.time() + settle_s
     while True:
         # checkpoint_<time>/checkpoint.ckpt, a file or (sharded) a folder; not Ray's checkpoint_manager_snapshot.json,

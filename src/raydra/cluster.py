@@ -14,7 +14,7 @@ import ray
 from raydra.console import take_over_worker_output
 from raydra.errors import RaydraError
 from raydra.private_apis import lean_local_ray, leave_out_preemption_watcher
-from raydra.schema import worker_range
+from raydra.schema import ScaleConfig
 
 log = logging.getLogger(__name__)
 
@@ -157,10 +157,10 @@ def _check_reachable(address: str) -> None:
 TRIAL_CPU = 0.01
 
 
-def worker_resources(scale: Any, tune_trial: bool = False) -> Dict[str, float]:
+def worker_resources(scale: ScaleConfig, tune_trial: bool = False) -> Dict[str, float]:
     cpus = float(scale.cpus_per_worker)
     if tune_trial:
-        cpus = max(cpus - TRIAL_CPU / worker_range(scale.num_workers)[1], TRIAL_CPU)
+        cpus = max(cpus - TRIAL_CPU / scale.max_workers, TRIAL_CPU)
     resources = {"CPU": cpus}
     if scale.use_gpu:
         resources["GPU"] = float(scale.gpus_per_worker)
@@ -168,11 +168,11 @@ def worker_resources(scale: Any, tune_trial: bool = False) -> Dict[str, float]:
     return resources
 
 
-def check_fits(scale: Any) -> None:
+def check_fits(scale: ScaleConfig) -> None:
     """Raise if the live nodes cannot place every worker, as Ray's placement group would need. An
     elastic group ([min, max]) starts once `min` fit, so `min` is what must fit now."""
     per_worker = worker_resources(scale)
-    needed = worker_range(scale.num_workers)[0]
+    needed = scale.min_workers
     nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
     if _workers_placeable(nodes, per_worker, scale.placement_strategy) >= needed:
         return
@@ -180,7 +180,7 @@ def check_fits(scale: Any) -> None:
     if scale.use_gpu and not totals.get("GPU"):
         raise RaydraError("scale.use_gpu=true but the Ray cluster has no GPU; run on a cluster with GPUs or set scale.use_gpu=false.")
     asked = {k: v * needed for k, v in per_worker.items()}
-    least = " at least" if needed != worker_range(scale.num_workers)[1] else ""
+    least = " at least" if needed != scale.max_workers else ""
     raise RaydraError(
         f"the run asks for{least} {needed} workers x {_fmt(per_worker)} = {_fmt(asked)} "
         f"({scale.placement_strategy}) but the Ray cluster has {_fmt(totals, keys=per_worker)} "
@@ -188,13 +188,13 @@ def check_fits(scale: Any) -> None:
     )
 
 
-def check_room_for_data(scale: Any) -> None:
+def check_room_for_data(scale: ScaleConfig) -> None:
     """data.loader=ray_data runs its reading and preprocessing as Ray tasks beside the workers;
     Ray Data only uses CPUs the workers have not reserved, so with none left it waits for ever
     (measured: 2 workers x 1 CPU on 2 CPUs never produced a batch)."""
     total = ray.cluster_resources().get("CPU", 0)
     # An elastic group may grow to its max: the data must still have room then.
-    workers = worker_range(scale.num_workers)[1]
+    workers = scale.max_workers
     free = total - workers * scale.cpus_per_worker
     if free < 1:
         raise RaydraError(
@@ -204,11 +204,11 @@ def check_room_for_data(scale: Any) -> None:
         )
 
 
-def trials_that_fit(scale: Any) -> int:
+def trials_that_fit(scale: ScaleConfig) -> int:
     """How many trials' worker groups the live nodes can hold at once (at least 1: check_fits has
     already refused a run that does not fit once). An elastic run counts at its max, as it may grow."""
     per_worker = worker_resources(scale)
-    size = worker_range(scale.num_workers)[1]
+    size = scale.max_workers
     nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
     if scale.placement_strategy == "STRICT_PACK":
         groups = sum(_count_fits(node, per_worker) // size for node in nodes)

@@ -9,7 +9,7 @@ Local mode (scale.num_workers=0) starts no Ray: the fit runs the worker function
 Ctrl-C and SIGTERM end the run as "interrupted" with the command that continues it; any other
 failure is recorded as "failed" with one line saying why, then raised. The entry (raydra.entry)
 turns a RaydraError into exit code 1; nothing here exits the process or reads Hydra's state, so a
-Hydra multirun job, a script or a test can call `run` directly.
+Hydra multirun job, a script or a test can call `train_run` directly.
 """
 
 import contextlib
@@ -34,11 +34,12 @@ from raydra.console import worker_output
 from raydra.errors import RaydraError, one_line
 from raydra.multirun_job import JobSettings
 from raydra.redact import redact, redact_hydra_records
+from raydra.spec import Place, RunSpec
 
 log = logging.getLogger("raydra")
 
 
-def run(
+def train_run(
     cfg: DictConfig, run_dir: Path, overrides: List[str], process_ends_with_run: bool = False, job: Optional[JobSettings] = None
 ) -> Dict[str, Any]:
     """Train the run `cfg` describes into `run_dir` (Hydra's output directory for it); returns its
@@ -51,7 +52,8 @@ def run(
     run_dir = Path(run_dir).resolve()
     run_id = f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{cfg.name}_{uuid.uuid4().hex[:6]}"
     record = summary.new_summary(cfg, run_dir, run_id, list(overrides))
-    run: Dict[str, Any] = {"dir": str(run_dir), "id": run_id, "storage": None}
+    # Where a refusal before the spec exists is recorded: this invocation's directory, no storage.
+    place = Place(dir=str(run_dir), id=run_id, storage=None, logged_config={})
     restore_sigterm = lambda: None  # noqa: E731
     redact_hydra_records(run_dir)
     if job and job.resume:
@@ -67,8 +69,7 @@ def run(
         if cfg.paths.storage:
             # Before Ray starts: a bad URI, endpoint or credentials fail in a second, not after it.
             run_record.check_writable(cfg.paths.storage)
-        local = cfg.scale.num_workers == 0
-        if local:
+        if cfg.scale.num_workers == 0:
             log.info("local mode (scale.num_workers=0): training in this process, without Ray")
         else:
             # Ray starts (~3 s here) while another thread imports what resolving the config and starting
@@ -86,24 +87,24 @@ def run(
         # without a summary.
         restore_sigterm = _sigterm_interrupts()
         marks["ray_ready"] = time.time()
-        config = resolve.resolve(cfg, run_dir, run_id, wandb_group=job.wandb_group if job else None)
-        run = config["run"]
-        summary.record_start(config, record)
-        log.info(f"run {run_id}\n  dir  {run_dir}" + (f"\n  storage  {run['storage']}" if run["storage"] else ""))
-        if not local:
-            check_fits(cfg.scale)
-            if not run["storage"]:
+        spec = resolve.resolve(cfg, run_dir, run_id, wandb_group=job.wandb_group if job else None)
+        place = spec.place
+        summary.record_start(spec, record)
+        log.info(f"run {run_id}\n  dir  {run_dir}" + (f"\n  storage  {place.storage}" if place.storage else ""))
+        if not spec.local:
+            check_fits(spec.scale)
+            if not place.storage:
                 run_record.check_shared(run_dir)
-            if cfg.data.get("loader") == "ray_data":
-                check_room_for_data(cfg.scale)
+            if spec.loader == "ray_data":
+                check_room_for_data(spec.scale)
             worker_output.start_run(run_dir)
         marks["resolved"] = time.time()
         try:
-            fit.fit_and_record(config, record, started, marks=marks, process_ends_with_run=process_ends_with_run)
+            fit.fit_and_record(spec, record, started, marks=marks, process_ends_with_run=process_ends_with_run)
         finally:
             worker_output.end_run()
     except RaydraError as error:
-        _fail(record, run, started, str(error))
+        _fail(record, place, started, str(error))
         raise
     except KeyboardInterrupt:
         # Ray Train's controller and workers train on until this process leaves Ray, and a checkpoint
@@ -112,16 +113,16 @@ def run(
         # checkpoint that was being registered as Ray stopped them a moment.
         if ray.is_initialized():
             ray.shutdown()
-        record["checkpoints"] = {"last": last_checkpoint(run_dir, run_id, run["storage"], settle_s=5.0)}
-        _fail(record, run, started, "interrupted (Ctrl-C or SIGTERM); continue it with resume=" + str(run_dir), status="interrupted")
+        record["checkpoints"] = {"last": last_checkpoint(run_dir, run_id, place.storage, settle_s=5.0)}
+        _fail(record, place, started, "interrupted (Ctrl-C or SIGTERM); continue it with resume=" + str(run_dir), status="interrupted")
         raise
     except Exception as error:
-        _fail(record, run, started, one_line(error))
+        _fail(record, place, started, one_line(error))
         raise
     finally:
         restore_sigterm()
-    _report(record, config)
-    run_record.push_driver_files(run)  # driver.log with the closing lines
+    _report(record, spec)
+    run_record.push_driver_files(place)  # driver.log with the closing lines
     return record
 
 
@@ -189,18 +190,18 @@ def _sigterm_interrupts() -> Any:
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
-def _fail(record: Dict[str, Any], run: Dict[str, Any], started: float, reason: str, status: str = "failed") -> None:
+def _fail(record: Dict[str, Any], place: Place, started: float, reason: str, status: str = "failed") -> None:
     record.update(status=status, error=reason, finished_at=summary.now(), wall_time_s=round(time.time() - started, 2))
     log.error(f"error: {reason}")
-    if Path(run["dir"]).exists():
-        summary.write(Path(run["dir"]), record)
+    if Path(place.dir).exists():
+        summary.write(Path(place.dir), record)
         try:
-            run_record.push_driver_files(run)
+            run_record.push_driver_files(place)
         except Exception as error:  # bad or unreachable storage: the local record stands all the same
-            log.warning(f"could not copy the record to {run['storage']}: {error}")
+            log.warning(f"could not copy the record to {place.storage}: {error}")
 
 
-def _report(record: Dict[str, Any], config: Dict[str, Any]) -> None:
+def _report(record: Dict[str, Any], spec: RunSpec) -> None:
     final, best = record["metrics"]["final"], record["metrics"]["best"]
     monitor = record["monitor"]["metric"]
     lines = [f"done in {record['wall_time_s']:.1f} s"]
@@ -213,7 +214,7 @@ def _report(record: Dict[str, Any], config: Dict[str, Any]) -> None:
     lines.append(f"  dir  {record['run_dir']}")
     if record["checkpoints"]["best"]:
         lines.append(f"  best checkpoint  {record['checkpoints']['best']}")
-    wandb = config["logger"].get("wandb")
+    wandb = (spec.logger or {}).get("wandb")
     if wandb and wandb["mode"] == "offline":
         lines.append(f"  W&B ran offline; upload with: wandb sync {record['run_dir']}/wandb/offline-run-*")
     log.info("\n".join(lines))

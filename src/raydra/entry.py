@@ -64,12 +64,12 @@ def main(cfg: DictConfig) -> Optional[float]:
             # The primary config's directory, so best_config.yaml can find the groups it composes from.
             config_dir = next((s["path"] for s in hydra.runtime.config_sources if s["provider"] == "main" and s["schema"] == "file"), None)
             return run_sweep(cfg, output_dir, overrides, config_dir)["best"]["metric"]
-        from raydra.driver import run
+        from raydra.driver import train_run
 
         # A single run, or one job of raydra's launcher, has the process to itself; the jobs of Hydra's
         # basic launcher take turns in one.
         alone = not multirun or job is not None
-        summary = run(cfg, output_dir, overrides, process_ends_with_run=alone, job=job)
+        summary = train_run(cfg, output_dir, overrides, process_ends_with_run=alone, job=job)
         if alone:
             import ray
 

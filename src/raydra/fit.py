@@ -1,6 +1,6 @@
-"""The fit core: one resolved config in (raydra.resolve), one trained run directory and its record out.
+"""The fit core: one run's spec in (raydra.resolve), one trained run directory and its record out.
 
-    fit_and_record(config, summary) TorchTrainer(worker.train_loop) -> summary.json's outcome
+    fit_and_record(spec, record)   TorchTrainer(worker.train_loop) -> summary.json's outcome
 
 Every run goes through here: a single run (raydra.driver), a Tune trial (raydra.sweep.trial) and,
 through the driver, each job of a Hydra multirun. Nothing here reads Hydra's global state, exits
@@ -12,30 +12,40 @@ import contextlib
 import logging
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
-
-from omegaconf import OmegaConf
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from raydra import run_record, startup, storage, summary
 from raydra.checkpoints import last_checkpoint
 from raydra.cluster import has_no_autoscaler, worker_resources
 from raydra.errors import storage_failure, user_error
-from raydra.private_apis import elastic_reacts_quickly, poll_workers_often, torch_trainer_class, worker_setup_hook_env
-from raydra.schema import is_elastic, worker_range
+from raydra.private_apis import (
+    elastic_reacts_quickly,
+    poll_workers_often,
+    torch_trainer_class,
+    worker_group_start_timeout,
+    worker_setup_hook_env,
+)
+from raydra.spec import RunSpec, WorkerOutcome
 from raydra.worker import preload
 
 log = logging.getLogger("raydra")
 
 # How often Ray Train's controller takes the workers' reports (Ray's default, 2 s, paces short epochs).
 CONTROLLER_POLL_S = 0.5
-# An elastic group that cannot be placed is given up after this long and sized again from the nodes
-# alive then (Ray's default, 60 s, is what a run that lost a node waited, twice: private_apis).
-# Ray marks a lost node dead after about 15 s of failed health checks.
+# How long Ray Train waits for a worker group to start before that start fails (Ray's default: 60 s),
+# by the kind of run; a value set in RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S wins over both.
+# An elastic group that cannot be placed is given up after 15 s and sized again from the nodes alive
+# then (60 s is what a run that lost a node waited, twice: private_apis); Ray marks a lost node dead
+# after about 15 s of failed health checks.
 ELASTIC_START_TIMEOUT_S = 15.0
+# A sweep starts only as many trials as the cluster holds, so a trial's group that does not start is
+# slow (a loaded node, a stopped trial's workers still leaving), not starved: 60 s failed trials on
+# a busy 2-CPU machine. 300 s: still an error, never a hang.
+TRIAL_START_TIMEOUT_S = 300.0
 
 
 def fit_and_record(
-    config: Dict[str, Any],
+    spec: RunSpec,
     record: Dict[str, Any],
     started: float,
     *,
@@ -44,9 +54,9 @@ def fit_and_record(
     marks: Optional[Dict[str, float]] = None,
     process_ends_with_run: bool = False,
 ) -> Dict[str, Any]:
-    """Fit a resolved plain-dict config into config["run"]["dir"] and record the outcome in its
-    summary.json (`record`, whose start summary.record_start wrote). The one fit behind a single run, a Hydra multirun job and a Tune trial; errors
-    propagate for the caller to record as it sees fit.
+    """Fit the run `spec` describes into its place's directory and record the outcome in its
+    summary.json (`record`, whose start summary.record_start wrote). The one fit behind a single
+    run, a Hydra multirun job and a Tune trial; errors propagate for the caller to record.
 
     `tune_trial`: the fit runs inside a Tune trial (its workers leave the trial's own CPU share free,
     and a group that cannot be placed fails instead of waiting). `callbacks`: Ray Train UserCallbacks
@@ -58,87 +68,101 @@ def fit_and_record(
     """
     marks = dict(marks or {})
     try:
+        spec, datasets = _before_workers(spec)
         # With paths.storage, the workers' files reach this run directory while the run goes on (a
         # trial's process needs no copy: the sweep's driver follows the trial's storage itself).
-        with contextlib.nullcontext() if tune_trial else run_record.Follower(config["run"]):
-            result = _fit(config, tune_trial, list(callbacks), marks, process_ends_with_run)
+        with contextlib.nullcontext() if tune_trial else run_record.Follower(spec.place):
+            result = _fit(spec, datasets, tune_trial, list(callbacks), marks, process_ends_with_run)
     finally:
-        record["data"] = summary.data_record(config)
-    record.update(summary.outcome(result, config))
-    record["startup"] = startup.phases({**marks, **((result.return_value or {}).get("startup_marks") or {})})
+        record["data"] = summary.data_record(spec)
+    worker = result.return_value or WorkerOutcome()
+    record.update(summary.outcome(result, worker, spec))
+    record["startup"] = startup.phases({**marks, **worker.startup_marks})
     record["finished_at"] = summary.now()
     record["wall_time_s"] = round(time.time() - started, 2)
-    summary.save(config["run"], record)
+    summary.save(spec.place, record)
     return record
 
 
-def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any], marks: Dict[str, float], process_ends_with_run: bool) -> Any:
+def _before_workers(spec: RunSpec) -> Tuple[RunSpec, Optional[Dict[str, Any]]]:
+    """What the driver learns before the workers start, in a new spec: local mode's checkpoint to
+    continue from, and under data.loader=ray_data the datasets and their row counts."""
+    datasets = None
+    if spec.local:
+        # Local mode: Ray Train hands the training function no checkpoint to resume from; the
+        # run's own last one (resume=) is named here, where the run's record is.
+        spec = spec.with_place(restore=last_checkpoint(Path(spec.place.dir), spec.place.id, spec.place.storage))
+        if not spec.verbose:
+            # Its notice that local mode runs in this process: the driver has said so already.
+            logging.getLogger("ray.train").setLevel(logging.WARNING)
+    if spec.loader == "ray_data":
+        from raydra.data.ray_data import build
+
+        # Built here, once, so preprocessing runs as Ray Data tasks beside the workers; each
+        # worker only learns the row counts, which size its batches.
+        datasets, rows = build(spec.data, spec.verbose)
+        spec = spec.with_place(data_rows=rows)
+    return spec, datasets
+
+
+def _fit(spec: RunSpec, datasets: Any, tune_trial: bool, callbacks: List[Any], marks: Dict[str, float], process_ends_with_run: bool) -> Any:
     import ray.train
     from ray.train.torch import TorchConfig
 
     from raydra.worker import train_loop
 
-    run_id = config["run"]["id"]
-    scale, ckpt = config["scale"], config["checkpoint"]
+    scale, ckpt = spec.scale, spec.checkpoint
     poll_workers_often(CONTROLLER_POLL_S)
     # Ray reads and writes its storage through this filesystem: a URI's options (endpoint,
     # scheme) are parsed once here, not by each of Ray's processes.
-    filesystem, storage_path = storage.filesystem(run_record.checkpoints_location(config["run"]))
-    failure = {"max_failures": config["failure"]["max_failures"]}
+    filesystem, storage_path = storage.filesystem(run_record.checkpoints_location(spec.place))
+    failure = {"max_failures": spec.failure.max_failures}
     if tune_trial:
         # A trial whose workers cannot be placed must fail, not wait: by default Ray restarts
         # the controller of a worker group that timed out starting, without end.
         failure["controller_failure_limit"] = 0
-    datasets = None
-    elastic = is_elastic(scale["num_workers"])
-    if scale["num_workers"] == 0:
-        # Local mode: Ray Train hands the training function no checkpoint to resume from; the
-        # run's own last one (resume=) is named here, where the run's record is.
-        config["run"]["restore"] = last_checkpoint(Path(config["run"]["dir"]), run_id, config["run"]["storage"])
-        if not config["verbose"]:
-            # Its notice that local mode runs in this process: the driver has said so already.
-            logging.getLogger("ray.train").setLevel(logging.WARNING)
-    if config["data"].get("loader") == "ray_data":
-        from raydra.data.ray_data import build
-
-        # Built here, once, so preprocessing runs as Ray Data tasks beside the workers; each
-        # worker only learns the row counts, which size its batches.
-        datasets, config["run"]["data_rows"] = build(config)
     trainer = torch_trainer_class(placement_group_cleaner=not process_ends_with_run, autoscaling_requests=not has_no_autoscaler())(
         train_loop,
-        train_loop_config=config,
+        # A dict, as Ray hands it to the training function; the spec inside pickles whole.
+        train_loop_config={"spec": spec},
         datasets=datasets,
         # The process group's backend and timeout are Ray's to set, not Lightning's; every strategy's
         # schema carries both (schema.ProcessGroupConfig, where their defaults live).
-        torch_config=TorchConfig(backend=config["strategy"]["backend"], timeout_s=config["strategy"]["timeout_s"]),
+        torch_config=TorchConfig(backend=spec.strategy.backend, timeout_s=spec.strategy.timeout_s),
         scaling_config=ray.train.ScalingConfig(
             # Ray takes [min, max] as a tuple of ints; it starts once min fit and grows to max.
-            num_workers=worker_range(scale["num_workers"]) if elastic else scale["num_workers"],
-            elastic_resize_monitor_interval_s=scale["resize_check_s"],
-            use_gpu=scale["use_gpu"],
-            resources_per_worker=worker_resources(OmegaConf.create(scale), tune_trial=tune_trial),
-            placement_strategy=scale["placement_strategy"],
+            num_workers=(scale.min_workers, scale.max_workers) if scale.elastic else scale.num_workers,
+            elastic_resize_monitor_interval_s=scale.resize_check_s,
+            use_gpu=scale.use_gpu,
+            resources_per_worker=worker_resources(scale, tune_trial=tune_trial),
+            placement_strategy=scale.placement_strategy,
         ),
         run_config=ray.train.RunConfig(
             # A unique name under the run's own directory: Train V2 resumes any run whose
             # name and storage path it has seen before, which is what resume= relies on.
-            name=run_id,
+            name=spec.place.id,
             storage_path=storage_path,
             storage_filesystem=filesystem,
             failure_config=ray.train.FailureConfig(**failure),
             callbacks=callbacks,
-            worker_runtime_env=_worker_runtime_env(config),
+            worker_runtime_env=_worker_runtime_env(spec),
             checkpoint_config=ray.train.CheckpointConfig(
-                num_to_keep=ckpt["num_to_keep"], checkpoint_score_attribute=ckpt["monitor"], checkpoint_score_order=ckpt["mode"]
+                num_to_keep=ckpt.num_to_keep, checkpoint_score_attribute=ckpt.monitor, checkpoint_score_order=ckpt.mode
             ),
         ),
     )
     marks["fit_started"] = time.time()
+    if scale.elastic:
+        starting = elastic_reacts_quickly(ELASTIC_START_TIMEOUT_S)
+    elif tune_trial:
+        starting = worker_group_start_timeout(TRIAL_START_TIMEOUT_S)
+    else:
+        starting = contextlib.nullcontext()
     try:
-        with elastic_reacts_quickly(ELASTIC_START_TIMEOUT_S) if elastic else contextlib.nullcontext():
+        with starting:
             result = trainer.fit()
     except Exception as error:
-        friendly = user_error(error) or storage_failure(config["run"]["storage"] and config["paths"]["storage"], error)
+        friendly = user_error(error) or storage_failure(spec.place.storage and spec.paths.storage, error)
         if friendly:
             raise friendly from None  # its one sentence, without Ray's worker-failure trace
         raise
@@ -147,14 +171,14 @@ def _fit(config: Dict[str, Any], tune_trial: bool, callbacks: List[Any], marks: 
     return result
 
 
-def _worker_runtime_env(config: Dict[str, Any]) -> Dict[str, Any]:
+def _worker_runtime_env(spec: RunSpec) -> Dict[str, Any]:
     """Ray Train's workers start importing the training code as their processes start, while Ray
     Train still sets up the group (raydra.worker.preload): the model's and data's modules too.
     A setup hook of the user's own (ray.runtime_env.worker_process_setup_hook) keeps its place."""
-    if (config["ray"].get("runtime_env") or {}).get("worker_process_setup_hook"):
+    if (spec.ray.runtime_env or {}).get("worker_process_setup_hook"):
         return {}
     modules = ["raydra.worker.loop"] + [
-        target.rpartition(".")[0] for target in (config["model"].get("_target_"), config["data"].get("_target_")) if target
+        target.rpartition(".")[0] for target in (spec.model.get("_target_"), spec.data.get("_target_")) if target
     ]
     env = {preload.MODULES_ENV: ",".join(modules), **worker_setup_hook_env("raydra.worker.preload.start")}
     return {"env_vars": env}

@@ -42,7 +42,7 @@ from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
 from raydra import job_process, summary
 from raydra.errors import RaydraError
 from raydra.multirun_job import JobFailed, JobSettings
-from raydra.schema import worker_range
+from raydra.schema import data_loader
 
 log = logging.getLogger("raydra")
 
@@ -239,7 +239,7 @@ def _prepare_runs(multirun: Multirun, jobs: List[Job]) -> None:
     address = ray.get_runtime_context().gcs_address
     group = f"{multirun.sweep_dir.parent.name}_{multirun.sweep_dir.name}"
     for job in jobs:
-        _refuse_for(job, check_fits, job.cfg.scale)
+        _refuse_for(job, check_fits, OmegaConf.to_object(job.cfg.scale))
         job.share = 1.0 / _runs_that_fit(job.cfg)
         # The multirun's cluster for a job whose ray.address is null (its own address otherwise),
         # and one W&B group named as a tune= sweep's (<date>_<time>_<name>).
@@ -312,7 +312,7 @@ def _as_current_job(job: Job) -> Iterator[None]:
 
 
 def _check_run(job: Job) -> None:
-    """The checks the job's driver makes before it starts Ray (raydra.driver.run), on a copy."""
+    """The checks the job's driver makes before it starts Ray (raydra.driver.train_run), on a copy."""
     import copy
 
     from raydra.callbacks import resolve_and_validate
@@ -335,11 +335,12 @@ def _runs_that_fit(cfg: DictConfig) -> int:
 
     if cfg.get("tune") is not None:
         return 1  # a tune= job is a sweep that sizes its trials to the whole cluster by itself
-    fits = trials_that_fit(cfg.scale)
-    if cfg.data.get("loader") == "ray_data":
+    scale = OmegaConf.to_object(cfg.scale)
+    fits = trials_that_fit(scale)
+    if data_loader(cfg.data) == "ray_data":
         # Ray Data's preprocessing tasks run beside the workers on CPUs no worker holds: leave one
         # per run, or side-by-side runs take every CPU and their data never arrives.
-        per_run = worker_range(cfg.scale.num_workers)[1] * cfg.scale.cpus_per_worker + 1
+        per_run = scale.max_workers * scale.cpus_per_worker + 1
         fits = min(fits, int(ray.cluster_resources().get("CPU", 0) // per_run))
     return max(1, fits)
 

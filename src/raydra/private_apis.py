@@ -317,8 +317,6 @@ def elastic_reacts_quickly(start_timeout_s: float) -> Iterator[None]:
     Ray's own detection of the dead node (its GCS health check, about 15 s) stands in the way;
     a start tried before that detection fails after `start_timeout_s` and is decided again.
     """
-    import os
-
     from ray.train.v2.api import data_parallel_trainer
 
     original = data_parallel_trainer.create_scaling_policy
@@ -327,14 +325,27 @@ def elastic_reacts_quickly(start_timeout_s: float) -> Iterator[None]:
     def create(scaling_config: Any) -> Any:
         return policy_class(scaling_config) if scaling_config.elasticity_enabled else original(scaling_config)
 
+    data_parallel_trainer.create_scaling_policy = create
+    try:
+        with worker_group_start_timeout(start_timeout_s):
+            yield
+    finally:
+        data_parallel_trainer.create_scaling_policy = original
+
+
+@contextlib.contextmanager
+def worker_group_start_timeout(seconds: float) -> Iterator[None]:
+    """While a TorchTrainer is created and fit: Ray Train fails a worker group that has not started
+    after `seconds` (Ray 2.60's default: 60 s), unless the user set RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S.
+    Ray Train reads it from the driver's environment, which it propagates to its controller."""
+    import os
+
     user_set = RAY_TRAIN_START_TIMEOUT_ENV in os.environ
     if not user_set:
-        os.environ[RAY_TRAIN_START_TIMEOUT_ENV] = str(start_timeout_s)
-    data_parallel_trainer.create_scaling_policy = create
+        os.environ[RAY_TRAIN_START_TIMEOUT_ENV] = str(seconds)
     try:
         yield
     finally:
-        data_parallel_trainer.create_scaling_policy = original
         if not user_set:
             os.environ.pop(RAY_TRAIN_START_TIMEOUT_ENV, None)
 

@@ -1,15 +1,17 @@
-"""The composed config resolved once on the driver, into what the workers can use without Hydra.
+"""The composed config resolved once on the driver into the run's typed spec (raydra.spec.RunSpec).
 
-resolve(cfg, run_dir, run_id)   composed config -> plain data (every interpolation resolved,
-                                "auto" values decided, the run's place added)
+resolve(cfg, run_dir, run_id)   composed config -> RunSpec: every interpolation resolved (the
+                                workers have no Hydra), "auto" values decided, the place added
 describe_data / data_to_describe   what the data states about itself, filled in before resolving
 wandb_mode                      W&B's mode, decided where the shell's key and WANDB_MODE are seen
 """
 
+import copy
+import dataclasses
 import netrc
 import os
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 from urllib.parse import urlparse
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -17,35 +19,53 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from raydra import run_record, storage
 from raydra.errors import RaydraError
 from raydra.redact import redact
+from raydra.schema import STRATEGY_SCHEMAS
+from raydra.spec import Place, RunSpec
 
 
-def resolve(cfg: DictConfig, run_dir: Path, run_id: str, wandb_group: Optional[str] = None) -> Dict[str, Any]:
-    """Plain data for the workers: they have no Hydra, so every interpolation is resolved here.
-    `cfg` gets its run directory as paths.output_dir (and what describe_data finds) first.
+def resolve(cfg: DictConfig, run_dir: Path, run_id: str, wandb_group: Optional[str] = None) -> RunSpec:
+    """The run's spec from its composed, validated config. `cfg` gets its run directory as
+    paths.output_dir (and what describe_data finds) first; everything else is resolved in a copy.
     `wandb_group`: the W&B group of a run whose logger.wandb.group is null (a multirun's)."""
     with open_dict(cfg):
         cfg.paths.output_dir = str(run_dir)
     describe_data(cfg)
-    config = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-    # What loggers may record: masked here, where the secrets are known. A worker's environment
-    # is its Ray node's, which need not hold the variables this process was started with.
-    config["run"] = {
-        "dir": str(run_dir),
-        "id": run_id,
-        "logged_config": redact(dict(config)),
-        "storage": run_record.location(config["paths"]["storage"], config["paths"]["outputs"], run_dir),
-    }
-    if config["ckpt_path"]:
-        config["run"]["init_weights"] = _initial_weights(config["ckpt_path"])
-    if config["checkpoint"]["upload"] == "auto":
-        config["checkpoint"]["upload"] = "background" if config["run"]["storage"] else "wait"
-    if config["trainer"]["precision"] == "auto":
-        config["trainer"]["precision"] = "bf16-mixed" if config["scale"]["use_gpu"] else "32-true"
-    if "wandb" in config["logger"]:
-        config["logger"]["wandb"]["mode"] = wandb_mode(config["logger"]["wandb"].get("mode"))
-        if config["logger"]["wandb"].get("group") is None:
-            config["logger"]["wandb"]["group"] = wandb_group
-    return config
+    resolved = copy.deepcopy(cfg)
+    OmegaConf.resolve(resolved)
+    plain = OmegaConf.to_container(resolved, throw_on_missing=True)
+    location = run_record.location(plain["paths"]["storage"], plain["paths"]["outputs"], run_dir)
+    # What loggers may record: masked here, where the secrets are known (a worker's environment is
+    # its Ray node's, which need not hold the variables this process was started with), and before
+    # the "auto" values below are decided, as the user wrote them.
+    place = Place(dir=str(run_dir), id=run_id, storage=location, logged_config=redact(plain))
+    if plain["ckpt_path"]:
+        place = dataclasses.replace(place, init_weights=_initial_weights(plain["ckpt_path"]))
+    with open_dict(resolved):
+        if resolved.checkpoint.upload == "auto":
+            resolved.checkpoint.upload = "background" if location else "wait"
+        if resolved.trainer.precision == "auto":
+            resolved.trainer.precision = "bf16-mixed" if resolved.scale.use_gpu else "32-true"
+        if resolved.logger and "wandb" in resolved.logger:
+            resolved.logger.wandb.mode = wandb_mode(resolved.logger.wandb.get("mode"))
+            if resolved.logger.wandb.get("group") is None:
+                resolved.logger.wandb.group = wandb_group
+    # The schema's groups become their dataclasses (strategy and tune too: their options extend a
+    # schema); model, data, logger and callbacks become plain dicts.
+    typed = {f.name: _typed(f.name, resolved[f.name]) for f in dataclasses.fields(RunSpec) if f.name != "place"}
+    return RunSpec(**typed, place=place)
+
+
+def _typed(key: str, node: Any) -> Any:
+    if key == "strategy" and OmegaConf.get_type(node) is dict:
+        # A primary config that states the strategy's keys itself (a sweep's best_config.yaml) has
+        # no option schema behind them: its name picks the schema.
+        schema = STRATEGY_SCHEMAS.get(node.get("name"))
+        if schema is None:
+            raise RaydraError(
+                f"strategy.name={node.get('name')} is not a strategy raydra knows; pick one of {', '.join(STRATEGY_SCHEMAS)}."
+            )
+        node = OmegaConf.merge(OmegaConf.structured(schema), node)
+    return OmegaConf.to_object(node) if OmegaConf.is_config(node) else node
 
 
 def _initial_weights(ckpt_path: str) -> str:

@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional
 
 from raydra import storage
 from raydra.errors import RaydraError, storage_error
+from raydra.spec import Place
 
 log = logging.getLogger("raydra")
 
@@ -50,27 +51,27 @@ def location(storage_root: Optional[str], outputs: str, run_dir: Path) -> Option
     return storage.join(storage_root, *relative.parts)
 
 
-def checkpoints_location(run: Dict[str, Any]) -> str:
+def checkpoints_location(place: Place) -> str:
     """Where Ray Train keeps this run's checkpoints (RunConfig storage): in storage, or the run dir."""
-    return storage.join(run.get("storage") or run["dir"], CHECKPOINTS)
+    return storage.join(place.storage or place.dir, CHECKPOINTS)
 
 
-def push_driver_files(run: Dict[str, Any]) -> None:
+def push_driver_files(place: Place) -> None:
     """Copy what this process wrote of the record (summary.json, .hydra/, logs) to storage."""
-    if run.get("storage"):
+    if place.storage:
         for name in DRIVER_FILES:
-            source = os.path.join(run["dir"], name)
+            source = os.path.join(place.dir, name)
             if os.path.isdir(source):
-                storage.copy_tree(source, storage.join(run["storage"], name))
+                storage.copy_tree(source, storage.join(place.storage, name))
             elif os.path.isfile(source):
-                storage.write_bytes(storage.join(run["storage"], name), Path(source).read_bytes())
+                storage.write_bytes(storage.join(place.storage, name), Path(source).read_bytes())
 
 
-def pull(run: Dict[str, Any], seen: Optional[Dict[str, Any]] = None, skip: tuple = DRIVER_FILES + (CHECKPOINTS,)) -> List[str]:
+def pull(place: Place, seen: Optional[Dict[str, Any]] = None, skip: tuple = DRIVER_FILES + (CHECKPOINTS,)) -> List[str]:
     """Copy what other processes wrote to storage into this process's run directory."""
-    if not run.get("storage"):
+    if not place.storage:
         return []
-    return storage.copy_tree(run["storage"], run["dir"], skip=skip, seen=seen)
+    return storage.copy_tree(place.storage, place.dir, skip=skip, seen=seen)
 
 
 class Follower:
@@ -78,19 +79,19 @@ class Follower:
     run goes on (metrics.csv follows at least every epoch: workers push at each report), and once
     more when stopped."""
 
-    def __init__(self, run: Dict[str, Any], every_s: float = 5.0, skip: tuple = DRIVER_FILES + (CHECKPOINTS,)) -> None:
-        self.run, self.every_s, self.skip = run, every_s, skip
+    def __init__(self, place: Place, every_s: float = 5.0, skip: tuple = DRIVER_FILES + (CHECKPOINTS,)) -> None:
+        self.place, self.every_s, self.skip = place, every_s, skip
         self._seen: Dict[str, Any] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="raydra-record-follower", daemon=True)
 
     def __enter__(self) -> "Follower":
-        if self.run.get("storage"):
+        if self.place.storage:
             self._thread.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if not self.run.get("storage"):
+        if not self.place.storage:
             return
         self._stop.set()
         self._thread.join()
@@ -102,23 +103,23 @@ class Follower:
 
     def _pull(self) -> None:
         try:
-            pull(self.run, self._seen, self.skip)
+            pull(self.place, self._seen, self.skip)
         except OSError as error:  # storage briefly unreachable: the next pull catches up
-            log.debug(f"pulling the run record from {self.run['storage']} failed: {error}")
+            log.debug(f"pulling the run record from {self.place.storage} failed: {error}")
 
 
 class WorkerMirror:
     """A worker's side: with storage, the worker writes its part of the record into a scratch
     directory on its own node and pushes it to storage at every report and at the end."""
 
-    def __init__(self, run: Dict[str, Any], rank: int) -> None:
-        self.storage = run.get("storage")
+    def __init__(self, place: Place, rank: int) -> None:
+        self.storage = place.storage
         self._seen: Dict[str, Any] = {}
         if self.storage:
-            self.dir = Path(tempfile.gettempdir(), "raydra-runs", run["id"], f"rank{rank}")
+            self.dir = Path(tempfile.gettempdir(), "raydra-runs", place.id, f"rank{rank}")
             self.dir.mkdir(parents=True, exist_ok=True)
         else:
-            self.dir = Path(run["dir"])
+            self.dir = Path(place.dir)
 
     def restore(self, names: List[str]) -> None:
         """Bring back files an earlier attempt of this worker pushed (rank 0's metrics.csv after a

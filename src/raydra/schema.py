@@ -45,6 +45,21 @@ class ScaleConfig:
     # How Ray places the workers on nodes: PACK (fewest nodes, the default), SPREAD, STRICT_PACK, STRICT_SPREAD.
     placement_strategy: str = "PACK"
 
+    # num_workers read once, for every reader of the resolved run (RunSpec.scale) or of a group
+    # turned into this class (OmegaConf.to_object): not fields, so Hydra never sees them.
+    @property
+    def min_workers(self) -> int:
+        return worker_range(self.num_workers)[0]
+
+    @property
+    def max_workers(self) -> int:
+        return worker_range(self.num_workers)[1]
+
+    @property
+    def elastic(self) -> bool:
+        """num_workers=[min, max]: Ray sizes the group between the two as nodes come and go."""
+        return is_elastic(self.num_workers)
+
 
 @dataclass
 class ProcessGroupConfig:
@@ -344,14 +359,17 @@ class RaydraConfig:
     tune: Any = None
 
 
+# Each strategy option's schema by strategy.name (its YAML extends strategy_<name>_schema).
+STRATEGY_SCHEMAS = {"ddp": DDPConfig, "fsdp": FSDPConfig, "deepspeed": DeepSpeedConfig}
+
+
 def register_schemas() -> None:
     cs = ConfigStore.instance()
     cs.store(name="raydra_schema", node=RaydraConfig)
     # Stored at the top level, beside raydra_schema, not in a group: --help lists every config
     # group as one the user can pick, and these are only what the options' YAML files extend.
-    cs.store(name="strategy_ddp_schema", node=DDPConfig)
-    cs.store(name="strategy_fsdp_schema", node=FSDPConfig)
-    cs.store(name="strategy_deepspeed_schema", node=DeepSpeedConfig)
+    for name, node in STRATEGY_SCHEMAS.items():
+        cs.store(name=f"strategy_{name}_schema", node=node)
     cs.store(name="tune_schema", node=TuneConfig)
     # raydra/conf/hydra/default.yaml puts a tune= sweep under sweeps/, next to -m multiruns.
     OmegaConf.register_new_resolver("raydra.runs_or_sweeps", lambda tune: "runs" if tune is None else "sweeps", replace=True)
@@ -379,12 +397,23 @@ def claim_directory(path: str) -> str:
 # dataloader: each worker reads and holds its data itself. ray_data: the driver builds Ray Data
 # datasets, preprocessing runs as Ray Data tasks and workers stream their shards (data/ray_data.py).
 LOADERS = ("dataloader", "ray_data")
+# data.loader when the data's config names none or null (digits, synthetic, a user's module). The
+# data options that offer ray_data name the key, so that the command line can set it.
+DEFAULT_LOADER = "dataloader"
+
+
+def data_loader(data: Mapping[str, Any]) -> str:
+    """data.loader as the run uses it: the data config's, or DEFAULT_LOADER."""
+    return data.get("loader") or DEFAULT_LOADER
+
+
 PRECISIONS = {"auto", "64", "64-true", "32", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "transformer-engine"}
 GPU_ONLY_PRECISIONS = {"16-mixed", "16-true", "transformer-engine"}
 
 
 def worker_range(num_workers: Any) -> Tuple[int, int]:
-    """(min, max) workers of scale.num_workers: a plain count N is (N, N), [min, max] itself."""
+    """(min, max) workers of scale.num_workers: a plain count N is (N, N), [min, max] itself.
+    A resolved run reads ScaleConfig.min_workers/max_workers; validate reads raw values here."""
     if isinstance(num_workers, int):
         return num_workers, num_workers
     low, high = num_workers
@@ -558,7 +587,7 @@ def _validate_local_mode(cfg: Any) -> None:
         raise RaydraError(f"{why}; a Tune sweep runs its trials on Ray workers: set scale.num_workers to 1 or more, or drop tune.")
     if cfg.paths.storage:
         raise RaydraError(f"{why} and writes its record into its run directory; drop paths.storage or set scale.num_workers to 1 or more.")
-    if cfg.data.get("loader") == "ray_data":
+    if data_loader(cfg.data) == "ray_data":
         raise RaydraError(f"{why}; data.loader=ray_data streams from Ray Data tasks: use data.loader=dataloader or scale.num_workers>=1.")
 
 

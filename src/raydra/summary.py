@@ -15,11 +15,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from raydra import run_record, storage
 from raydra.errors import out_of_space
-from raydra.schema import is_elastic, worker_range
+from raydra.spec import Place, RunSpec, WorkerOutcome
 
 SUMMARY = "summary.json"
 # The Lightning checkpoint inside each of the run's Ray checkpoint directories (checkpoints/<run id>/checkpoint_*/);
@@ -81,8 +81,8 @@ def git_commit(cwd: Path) -> Any:
     return commit + ("-dirty" if dirty else "")
 
 
-def new_summary(cfg: Any, run_dir: Path, run_id: str, overrides: List[str]) -> Dict[str, Any]:
-    """summary.json's opening content, from a composed config or its resolved plain form."""
+def new_summary(cfg: DictConfig, run_dir: Path, run_id: str, overrides: List[str]) -> Dict[str, Any]:
+    """summary.json's opening content, from the composed config, before it is validated."""
     return {
         "name": cfg["name"],
         "run_id": run_id,
@@ -96,61 +96,61 @@ def new_summary(cfg: Any, run_dir: Path, run_id: str, overrides: List[str]) -> D
         "tags": [str(tag) for tag in (cfg["tags"] or [])],
         "seed": cfg["seed"],
         # The strategy's settings, not only its name: sharding and layout decide memory and checkpoints.
-        "strategy": OmegaConf.to_container(cfg["strategy"], resolve=True) if OmegaConf.is_config(cfg) else dict(cfg["strategy"]),
+        "strategy": OmegaConf.to_container(cfg["strategy"], resolve=True),
         # An elastic group's ([min, max]) starts as its max; the outcome replaces it with the last size.
-        "world_size": worker_range(cfg["scale"]["num_workers"])[1],
+        "world_size": OmegaConf.to_object(cfg.scale).max_workers,
         "use_gpu": cfg["scale"]["use_gpu"],
         "git_commit": git_commit(Path(__file__).parent),
         "versions": versions(),
     }
 
 
-def record_start(config: Dict[str, Any], summary: Dict[str, Any]) -> None:
+def record_start(spec: RunSpec, summary: Dict[str, Any]) -> None:
     """summary.json as the run starts: what it will train with, written before any worker starts."""
-    summary["config_hash"] = config_hash(config)
+    summary["config_hash"] = config_hash(spec.resolved_config())
     # As resolved: a ModelCheckpoint among the callbacks may have set it (raydra.callbacks).
-    summary["monitor"] = {"metric": config["checkpoint"]["monitor"], "mode": config["checkpoint"]["mode"]}
-    summary["precision"] = config["trainer"]["precision"]
-    summary["storage"] = config["run"]["storage"]
-    if "wandb" in config["logger"]:
+    summary["monitor"] = {"metric": spec.checkpoint.monitor, "mode": spec.checkpoint.mode}
+    summary["precision"] = spec.trainer.precision
+    summary["storage"] = spec.place.storage
+    if spec.logger and "wandb" in spec.logger:
         # Where to find the run in W&B: a multirun's or sweep's jobs share a group there.
-        summary["wandb"] = {key: config["logger"]["wandb"].get(key) for key in ("project", "entity", "group", "mode")}
-    if config["run"].get("init_weights"):
+        summary["wandb"] = {key: spec.logger["wandb"].get(key) for key in ("project", "entity", "group", "mode")}
+    if spec.place.init_weights:
         # The checkpoint whose weights the run started from (ckpt_path=, found).
-        summary["ckpt_path"] = config["run"]["init_weights"]
-    save(config["run"], summary)
+        summary["ckpt_path"] = spec.place.init_weights
+    save(spec.place, summary)
 
 
-def save(run: Dict[str, Any], summary: Dict[str, Any]) -> None:
+def save(place: Place, summary: Dict[str, Any]) -> None:
     """summary.json in the run directory, and with paths.storage the driver's files in storage too."""
-    write(Path(run["dir"]), summary)
-    run_record.push_driver_files(run)
+    write(Path(place.dir), summary)
+    run_record.push_driver_files(place)
 
 
-def data_record(config: Dict[str, Any]) -> Dict[str, Any]:
+def data_record(spec: RunSpec) -> Dict[str, Any]:
     """What the data turned out to be: classes found in it and, under ray_data, rows per split."""
-    data = config["data"]
+    data = spec.data
     record = {key: data[key] for key in ("num_classes", "class_names", "loader") if data.get(key) is not None}
-    if "data_rows" in config["run"]:
-        record["rows"] = config["run"]["data_rows"]
+    if spec.place.data_rows is not None:
+        record["rows"] = spec.place.data_rows
     return record
 
 
-def outcome(result: Any, config: Dict[str, Any]) -> Dict[str, Any]:
-    worker = result.return_value or {}
-    memory = worker.get("memory_per_worker", [])
-    save_s = worker.get("checkpoint_save_s") or []
-    upload_s = worker.get("checkpoint_upload_s") or []
-    checkpoints = run_record.checkpoints_location(config["run"])
-    monitor, mode = config["checkpoint"]["monitor"], config["checkpoint"]["mode"]
-    local = worker.get("local_record")
+def outcome(result: Any, worker: WorkerOutcome, spec: RunSpec) -> Dict[str, Any]:
+    """summary.json's end: Ray Train's result (reports, checkpoints) and rank 0's WorkerOutcome."""
+    memory = worker.memory_per_worker
+    save_s = worker.checkpoint_save_s
+    upload_s = worker.checkpoint_upload_s
+    checkpoints = run_record.checkpoints_location(spec.place)
+    monitor, mode = spec.checkpoint.monitor, spec.checkpoint.mode
+    local = worker.local_record
     if local:
         # Local mode: Ray Train kept nothing; the training function's own record says the same.
         import pandas
 
         history = pandas.DataFrame(local["history"]) if local["history"] else None
         kept = [(c["path"], c["metrics"]) for c in local["checkpoints"]]
-        last_path, run_path = local["last"], storage.join(checkpoints, config["run"]["id"])
+        last_path, run_path = local["last"], storage.join(checkpoints, spec.place.id)
     else:
         history = result.metrics_dataframe
         kept = [(c.path, m) for c, m in result.best_checkpoints or []]
@@ -158,7 +158,7 @@ def outcome(result: Any, config: Dict[str, Any]) -> Dict[str, Any]:
     # The last report's metrics (local mode keeps its reports itself), then the test's.
     last_report = local["history"][-1] if local and local["history"] else result.metrics or {}
     final = {k: json_number(v) for k, v in last_report.items()}
-    final.update(worker.get("test_metrics", {}))
+    final.update(worker.test_metrics)
     best: Dict[str, Any] = {}
     if history is not None and monitor in history:
         row = history.loc[history[monitor].idxmax() if mode == "max" else history[monitor].idxmin()]
@@ -174,16 +174,16 @@ def outcome(result: Any, config: Dict[str, Any]) -> Dict[str, Any]:
     return {
         "status": "completed",
         "metrics": {"final": final, "best": best},
-        "throughput": worker.get("throughput", {}),
+        "throughput": worker.throughput,
         "peak_memory_bytes": max((w["peak_bytes"] for w in memory), default=None),
         "memory_per_worker": memory,
-        "epochs_completed": worker.get("epochs_completed"),
+        "epochs_completed": worker.epochs_completed,
         # Why final metrics hold no test/* (the data has no test split, trainer.test=false); null when tested.
-        "test_skipped": worker.get("test_skipped"),
-        "global_step": worker.get("global_step"),
+        "test_skipped": worker.test_skipped,
+        "global_step": worker.global_step,
         # Why training ended before trainer.max_epochs, when a callback (EarlyStopping) stopped it.
-        "stopped_early": worker.get("stopped_early"),
-        **_sizes(worker, config),
+        "stopped_early": worker.stopped_early,
+        **_sizes(worker, spec),
         "checkpoints": {
             "best": _ckpt_file(checkpoints, best_checkpoint),
             "last": _ckpt_file(checkpoints, last_path),
@@ -192,19 +192,18 @@ def outcome(result: Any, config: Dict[str, Any]) -> Dict[str, Any]:
             "save_s_mean": round(sum(save_s) / len(save_s), 3) if save_s else None,
             # Mean time an upload to storage took (in the background with checkpoint.upload=background).
             "upload_s_mean": round(sum(upload_s) / len(upload_s), 3) if upload_s else None,
-            "upload": config["checkpoint"]["upload"],
+            "upload": spec.checkpoint.upload,
         },
     }
 
 
-def _sizes(worker: Dict[str, Any], config: Dict[str, Any]) -> Dict[str, Any]:
+def _sizes(worker: WorkerOutcome, spec: RunSpec) -> Dict[str, Any]:
     """An elastic run's final world size and its resizes (when, from, to, at which step), as rank 0
     of the last worker group knew them from the checkpoints it continued."""
-    num_workers = config["scale"]["num_workers"]
-    if not is_elastic(num_workers):
+    scale = spec.scale
+    if not scale.elastic:
         return {}
-    low, high = worker_range(num_workers)
-    return {"world_size": worker.get("world_size"), "num_workers": {"min": low, "max": high}, "resizes": worker.get("resizes", [])}
+    return {"world_size": worker.world_size, "num_workers": {"min": scale.min_workers, "max": scale.max_workers}, "resizes": worker.resizes}
 
 
 def _ckpt_file(checkpoints: str, checkpoint_path: Optional[str]) -> Optional[str]:

@@ -88,7 +88,8 @@ class CIFAR10DataModule(DeviceSplitsDataModule):
         image_size: int = 32,
         num_channels: int = 3,
         num_classes: int = 10,
-        loader: str = "dataloader",
+        # data.loader, which raydra reads (RunSpec.loader): how the run feeds this module, not the module's to act on.
+        loader: Optional[str] = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()

@@ -254,7 +254,8 @@ class HFImageDataModule(DeviceSplitsDataModule):
         crop_padding: int = 0,
         mean: Sequence[float] = (0.5, 0.5, 0.5),
         std: Sequence[float] = (0.5, 0.5, 0.5),
-        loader: str = "dataloader",
+        # data.loader, which raydra reads (RunSpec.loader): how the run feeds this module, not the module's to act on.
+        loader: Optional[str] = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()

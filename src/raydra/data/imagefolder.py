@@ -97,7 +97,8 @@ class ImageFolderDataModule(DeviceSplitsDataModule):
         mean: Sequence[float] = (0.5, 0.5, 0.5),
         std: Sequence[float] = (0.5, 0.5, 0.5),
         class_names: Optional[List[str]] = None,
-        loader: str = "dataloader",
+        # data.loader, which raydra reads (RunSpec.loader): how the run feeds this module, not the module's to act on.
+        loader: Optional[str] = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()

@@ -97,15 +97,15 @@ class Preprocess:
         return _PROCESSORS[self.processor]
 
 
-def build(config: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, int]]:
-    """{split: ray.data.Dataset} for TorchTrainer's `datasets=`, and each split's row count."""
+def build(data: Dict[str, Any], verbose: bool) -> Tuple[Dict[str, Any], Dict[str, int]]:
+    """{split: ray.data.Dataset} for TorchTrainer's `datasets=`, and each split's row count, from the
+    run's data config (RunSpec.data). `verbose`: Ray Data's own progress reaches the console."""
     import logging
 
     import ray.data
     from hydra.utils import get_class
 
-    data = config["data"]
-    if not config.get("verbose"):
+    if not verbose:
         # Ray Data logs every execution's plan and progress to the console; raydra keeps it quiet
         # (its SplitCoordinator still writes them to logs/ray.log).
         logging.getLogger("ray.data").setLevel(logging.ERROR)

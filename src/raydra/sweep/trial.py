@@ -1,6 +1,5 @@
 """One trial of a sweep: Tune's function trainable around the same fit as a single run."""
 
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -8,14 +7,15 @@ from typing import Any, Dict, List
 
 import ray.tune
 import yaml
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from raydra import fit, resolve, storage, summary
 from raydra.errors import RaydraError, one_line
 from raydra.private_apis import tune_stop_probe
 from raydra.redact import redact_hydra_records
-from raydra.schema import validate
+from raydra.schema import STRATEGY_SCHEMAS, RaydraConfig, validate
+from raydra.spec import Place
 from raydra.sweep.space import plain
 
 
@@ -29,16 +29,16 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     # (on any node) writes into a scratch directory and pushes to storage, from where the sweep
     # driver pulls into record_dir: writing record_dir itself would race that pull.
     record_dir = Path(sweep["dir"], "trials", trial_id)
-    run = {"dir": str(record_dir), "storage": storage.join(sweep["storage"], "trials", trial_id) if sweep["storage"] else None}
-    if run["storage"]:
-        run["dir"] = str(Path(tempfile.gettempdir(), "raydra-trials", sweep["id"], trial_id))
-    run_dir = Path(run["dir"])
+    trial_storage = storage.join(sweep["storage"], "trials", trial_id) if sweep["storage"] else None
+    run_dir = Path(tempfile.gettempdir(), "raydra-trials", sweep["id"], trial_id) if trial_storage else record_dir
     run_id = f"{sweep['id']}_{trial_id}"
+    # Where a refusal before the spec exists is recorded.
+    place = Place(dir=str(run_dir), id=run_id, storage=trial_storage, logged_config={})
     sampled = {key: plain(value) for key, value in sampled.items()}
     overrides = sweep["overrides"] + [f"{key}={value}" for key, value in sampled.items()]
     previous = summary.read(run_dir) if (run_dir / summary.SUMMARY).is_file() else None
 
-    conf = OmegaConf.create(base)
+    conf = _typed(base)
     for key, value in sampled.items():
         OmegaConf.update(conf, key, value, merge=False)
     (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
@@ -52,30 +52,34 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
         # it from its last checkpoint.
         record["started_at"] = previous["started_at"]
         record["resumed"] = previous.get("resumed", []) + [{"at": summary.now(), "from_status": previous.get("status")}]
-    # The sweep only starts as many trials as the cluster holds, so a worker group that does not
-    # start is slow (a loaded node, a stopped trial's workers still leaving), not starved: Train
-    # V2's 60 s default failed trials on a busy 2-CPU machine. Still an error, never a hang.
-    os.environ.setdefault("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "300")
     try:
         validate(conf)
-        config = resolve.resolve(conf, record_dir, run_id)
+        spec = resolve.resolve(conf, record_dir, run_id)
         # Named here, not recomputed from paths.outputs: this process's working directory is Ray's.
-        config["run"].update(dir=run["dir"], storage=run["storage"])
-        summary.record_start(config, record)
-        fit.fit_and_record(config, record, started, tune_trial=True, callbacks=[ReportToTune(config["trainer"]["max_epochs"])])
+        spec = spec.with_place(dir=place.dir, storage=place.storage)
+        summary.record_start(spec, record)
+        fit.fit_and_record(spec, record, started, tune_trial=True, callbacks=[ReportToTune(spec.trainer.max_epochs)])
     except Exception as error:
         if stopped_by_tune() or _settled(run_dir):
             # The scheduler ended this trial; the sweep driver records it from Tune's results.
             raise
         reason = str(error) if isinstance(error, RaydraError) else one_line(error)
         record.update(status="failed", error=reason, finished_at=summary.now(), wall_time_s=round(time.time() - started, 2))
-        summary.save(run, record)
+        summary.save(place, record)
         raise
     # The last epoch reaches Tune only now, with the test metrics, once summary.json is complete
     # (see ReportToTune).
     final = dict(record["metrics"]["final"])
     final["epochs_done"] = record.get("epochs_completed")
     ray.tune.report(final)
+
+
+def _typed(base: Dict[str, Any]) -> DictConfig:
+    """The trial's config typed as Hydra composed the sweep's, from the plain data Tune carried: the
+    root schema, and the strategy's option schema by its name (a trial runs no sweep: tune is null)."""
+    conf = OmegaConf.structured(RaydraConfig)
+    conf.strategy = OmegaConf.structured(STRATEGY_SCHEMAS[base["strategy"]["name"]])
+    return OmegaConf.merge(conf, base)
 
 
 def _settled(run_dir: Path) -> bool:

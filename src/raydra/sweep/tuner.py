@@ -24,6 +24,7 @@ from raydra.errors import RaydraError, one_line
 from raydra.redact import redact_hydra_records
 from raydra.resolve import wandb_mode
 from raydra.resume import changed_keys
+from raydra.spec import Place
 from raydra.sweep import report
 from raydra.sweep.report import SWEEP, Progress
 from raydra.sweep.space import check_samples, domain, parse_space
@@ -85,15 +86,20 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
         report.write_record(sweep_dir, record)
         # With paths.storage, Tune's state and every trial's record live there; the trials' records
         # are pulled into this sweep directory as they go.
-        sweep_run = {"dir": str(sweep_dir), "storage": run_record.location(cfg.paths.storage, cfg.paths.outputs, sweep_dir)}
-        if sweep_run["storage"]:
+        sweep_place = Place(
+            dir=str(sweep_dir),
+            id=record["id"],
+            storage=run_record.location(cfg.paths.storage, cfg.paths.outputs, sweep_dir),
+            logged_config={},
+        )
+        if sweep_place.storage:
             run_record.check_writable(cfg.paths.storage)
-            record["storage"] = sweep_run["storage"]
+            record["storage"] = sweep_place.storage
 
         connect(cfg.ray.address, cfg.ray.num_cpus, cfg.verbose, project.runtime_env(cfg))
         restore_sigterm = _sigterm_stops_tune()
-        check_fits(cfg.scale)
-        if not sweep_run["storage"]:
+        check_fits(OmegaConf.to_object(cfg.scale))
+        if not sweep_place.storage:
             run_record.check_shared(sweep_dir)
         concurrency = _concurrency(cfg)
         record["max_concurrent"] = concurrency
@@ -104,12 +110,12 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
         progress.scheduler_state = sweep_dir / "tune" / "scheduler_state.pkl"
         # The driver's own file, here even when Tune keeps its state in storage.
         progress.scheduler_state.parent.mkdir(parents=True, exist_ok=True)
-        tuner = _tuner(cfg, sweep_dir, sweep_run["storage"], record, concurrency, progress)
+        tuner = _tuner(cfg, sweep_dir, sweep_place.storage, record, concurrency, progress)
         worker_output.start_run(sweep_dir)
         # Concurrent trials' epoch lines would interleave; _Progress prints one line per trial event.
         echo, worker_output.echo_progress = worker_output.echo_progress, False
         try:
-            with run_record.Follower(sweep_run, skip=("tune", run_record.CHECKPOINTS)):
+            with run_record.Follower(sweep_place, skip=("tune", run_record.CHECKPOINTS)):
                 grid = tuner.fit()
         except Exception as error:
             friendly = _tune_error(error, metric)
@@ -183,7 +189,7 @@ def _continue(cfg: DictConfig, fresh_dir: Path) -> Tuple[Path, Dict[str, Any]]:
 
 
 def _concurrency(cfg: DictConfig) -> int:
-    fits = trials_that_fit(cfg.scale)
+    fits = trials_that_fit(OmegaConf.to_object(cfg.scale))
     asked = cfg.tune.max_concurrent
     if asked is not None and asked > fits:
         log.info(f"tune.max_concurrent={asked} but the cluster holds {fits} trial(s) side by side; running {fits} at a time")

@@ -8,8 +8,9 @@ from typing import Any, Dict
 IMPORTS_STARTED = time.time()
 
 
-def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
+def train_loop(config: Dict[str, Any]) -> Any:
     """The training function raydra hands Ray Train: raydra.worker.loop.train_loop, imported here.
+    `config`: {"spec": the run's RunSpec}; returns rank 0's WorkerOutcome.
 
     Ray pickles it by reference, so the driver (and Ray Train's controller, which unpickles it too)
     import only this package; torch's is all they need, while Lightning, torchmetrics and the model's

@@ -15,9 +15,10 @@ from raydra.errors import out_of_space
 from raydra.private_apis import replace_csv_whole, set_csv_columns
 from raydra.project import RAYDRA_LOGGERS
 from raydra.redact import redact
+from raydra.spec import RunSpec
 
 
-def build_loggers(config: Dict[str, Any], rank: int, resumed_from: Optional[Dict[str, Any]] = None) -> List[Any]:
+def build_loggers(spec: RunSpec, rank: int, resumed_from: Optional[Dict[str, Any]] = None) -> List[Any]:
     """`resumed_from`: where the checkpoint this attempt restarts from stands (worker._position_of), if anywhere."""
     # Only rank 0 writes: other ranks' metrics are the same after sync_dist, and a second writer
     # would fight over metrics.csv and start a second W&B run.
@@ -27,8 +28,8 @@ def build_loggers(config: Dict[str, Any], rank: int, resumed_from: Optional[Dict
     # would add seconds to every driver start.
     from raydra.lightning import pl
 
-    run_dir = Path(config["run"]["dir"])
-    settings = {name: value for name, value in (config["logger"] or {}).items() if value is not None}
+    run_dir = Path(spec.place.dir)
+    settings = {name: value for name, value in (spec.logger or {}).items() if value is not None}
     loggers = []
     if "csv" in settings:
         # name="" and version="" put metrics.csv straight into the run directory.
@@ -38,14 +39,14 @@ def build_loggers(config: Dict[str, Any], rank: int, resumed_from: Optional[Dict
         _keep_rows_up_to(csv_logger, resumed_from)
         loggers.append(csv_logger)
     if "wandb" in settings:
-        loggers.append(_wandb_logger(config, settings["wandb"], run_dir))
+        loggers.append(_wandb_logger(spec, settings["wandb"], run_dir))
     for name, node in settings.items():
         if name not in RAYDRA_LOGGERS:
-            loggers.append(_logger_from_config(config, name, node))
+            loggers.append(_logger_from_config(spec, name, node))
     return loggers
 
 
-def _logger_from_config(config: Dict[str, Any], name: str, node: Dict[str, Any]) -> Any:
+def _logger_from_config(spec: RunSpec, name: str, node: Dict[str, Any]) -> Any:
     """logger.<name>: hydra.utils.instantiate of its `_target_`, writing where its settings say (the
     presets: inside the run's record, through ${paths.output_dir} and ${paths.log_dir})."""
     from hydra.utils import get_class, instantiate
@@ -56,20 +57,16 @@ def _logger_from_config(config: Dict[str, Any], name: str, node: Dict[str, Any])
     check_importable(node, f"logger.{name}")
     extra: Dict[str, Any] = {}
     if issubclass(get_class(node["_target_"]), pl.loggers.MLFlowLogger):
-        if not config["verbose"]:
+        if not spec.verbose:
             # MLflow sets up its own console handler as it is imported; its notices (creating the
             # store's tables) are not the run's news.
             os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
         # The run's tags as MLflow tags (a word each), and its id, which names its raydra record.
-        extra["tags"] = {
-            **(node.get("tags") or {}),
-            **{str(tag): "" for tag in config.get("tags") or []},
-            "raydra.run_id": config["run"]["id"],
-        }
+        extra["tags"] = {**(node.get("tags") or {}), **{str(tag): "" for tag in spec.tags or []}, "raydra.run_id": spec.place.id}
         if not node.get("run_name"):
-            extra["run_name"] = config["run"]["id"]
+            extra["run_name"] = spec.place.id
     logger = instantiate(node, **extra)
-    logger.log_hyperparams(_logged(config))
+    logger.log_hyperparams(_logged(spec))
     return logger
 
 
@@ -122,7 +119,7 @@ def _before(row: Dict[str, str], position: Dict[str, Any]) -> bool:
     return row.get("step") not in (None, "") and int(float(row["step"])) < position["global_step"]
 
 
-def _wandb_logger(config: Dict[str, Any], settings: Dict[str, Any], run_dir: Path) -> Any:
+def _wandb_logger(spec: RunSpec, settings: Dict[str, Any], run_dir: Path) -> Any:
     import wandb
 
     from raydra.lightning import pl
@@ -131,11 +128,11 @@ def _wandb_logger(config: Dict[str, Any], settings: Dict[str, Any], run_dir: Pat
     logger = pl.loggers.WandbLogger(
         project=settings["project"],
         entity=settings.get("entity"),
-        name=settings.get("name") or config["run"]["id"],
+        name=settings.get("name") or spec.place.id,
         group=settings.get("group"),
-        tags=list(_logged(config).get("tags") or []),
+        tags=list(_logged(spec).get("tags") or []),
         save_dir=str(run_dir),
-        id=config["run"]["id"],
+        id=spec.place.id,
         # A restarted worker group or resume= continues the same W&B run.
         resume="allow",
         mode=settings["mode"],
@@ -143,10 +140,10 @@ def _wandb_logger(config: Dict[str, Any], settings: Dict[str, Any], run_dir: Pat
         # metadata addresses, which must never be contacted from a cluster without network.
         settings=wandb.Settings(console="off", silent=True, x_disable_stats=True, x_disable_machine_info=True),
     )
-    logger.log_hyperparams(_logged(config))
+    logger.log_hyperparams(_logged(spec))
     return logger
 
 
-def _logged(config: Dict[str, Any]) -> Dict[str, Any]:
-    """The config as the driver masked it (driver._resolve), with this process's own secrets masked too."""
-    return redact(config["run"].get("logged_config") or {k: v for k, v in config.items() if k != "run"})
+def _logged(spec: RunSpec) -> Dict[str, Any]:
+    """The config as the driver masked it (Place.logged_config), with this process's own secrets masked too."""
+    return redact(spec.place.logged_config)

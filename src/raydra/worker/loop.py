@@ -1,11 +1,12 @@
-"""What every Ray Train worker runs: rebuild the run from plain config data and fit it with Lightning.
+"""What every Ray Train worker runs: rebuild the run from its spec and fit it with Lightning.
 
-The driver hands over the config already resolved into a plain dict (Hydra's resolvers do not
-exist here). Rank 0's return value reaches the driver as `Result.return_value`; that is how test
-metrics, throughput and memory figures get into summary.json.
+The driver hands over the run's spec (raydra.spec.RunSpec), already resolved (Hydra's resolvers do
+not exist here). Rank 0's WorkerOutcome reaches the driver as `Result.return_value`; that is how
+test metrics, throughput and memory figures get into summary.json.
 """
 
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -31,7 +32,8 @@ from raydra.console import PROGRESS_MARK
 from raydra.errors import WORKER_RANK, RaydraError
 from raydra.lightning import pl
 from raydra.run_record import WorkerMirror, checkpoints_location
-from raydra.schema import is_elastic, lightning_trainer_arguments
+from raydra.schema import lightning_trainer_arguments
+from raydra.spec import RunSpec, WorkerOutcome
 from raydra.summary import CHECKPOINT_FILE
 from raydra.worker.callbacks import build_callbacks, stop_record
 from raydra.worker.checkpoint_report import LocalCheckpoints, TimedReport
@@ -48,31 +50,32 @@ from raydra.worker.throughput import Throughput, model_state_bytes, peak_flops, 
 IMPORTED = time.time()
 
 
-def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
+def train_loop(config: Dict[str, Any]) -> WorkerOutcome:
+    """`config`: {"spec": the run's RunSpec}, as Ray hands the TorchTrainer's train_loop_config."""
     entered = time.time()
+    spec: RunSpec = config["spec"]
     context = ray.train.get_context()
     rank = context.get_world_rank()
     # With paths.storage, this worker's part of the record (its log; rank 0's metrics.csv, samples,
     # W&B files) is written on its own node and pushed to storage at every report and at the end,
     # whatever happens: a failed run's worker logs are what explains it.
-    mirror = WorkerMirror(config["run"], rank)
-    record = config["paths"].get("output_dir") or config["run"]["dir"]
+    mirror = WorkerMirror(spec.place, rank)
+    record = spec.paths.output_dir or spec.place.dir
     if str(mirror.dir) != record:
         # ${paths.output_dir} (a logger's save_dir, a callback's path) means the run's record as this
         # worker writes it: the scratch directory that is pushed to storage.
-        config = {**_moved(config, record, str(mirror.dir)), "run": config["run"]}
-    config["run"]["dir"] = str(mirror.dir)
+        spec = dataclasses.replace(_moved(spec, record, str(mirror.dir)), place=spec.place)
+    spec = spec.with_place(dir=str(mirror.dir))
     if rank == 0:
         mirror.restore(["metrics.csv"])
-    local = config["scale"]["num_workers"] == 0
     log_file = mirror.dir / "logs" / f"worker_{rank}.log"
-    unroute = _route_logs(log_file, verbose=config["verbose"], local=local)
+    unroute = _route_logs(log_file, verbose=spec.verbose, local=spec.local)
     try:
         with contextlib.ExitStack() as stack:
             # Local mode: Ray Train hands no checkpoint back; the driver names the run's last one.
-            restored = config["run"].get("restore") if local else _restored_checkpoint_path(stack)
-            outcome = _train(config, mirror, restored)
-            outcome["startup_marks"]["train_entered"] = entered
+            restored = spec.place.restore if spec.local else _restored_checkpoint_path(stack)
+            outcome = _train(spec, mirror, restored)
+            outcome.startup_marks["train_entered"] = entered
             return outcome
     except Exception as error:
         # The driver gets the exception's last line (errors.one_line), which points here for the rest.
@@ -89,6 +92,8 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
 
 def _moved(node: Any, old: str, new: str) -> Any:
     """`node` with every path below the directory `old` (in a string, such as sqlite:////<old>/x.db) below `new` instead."""
+    if dataclasses.is_dataclass(node):
+        return dataclasses.replace(node, **{f.name: _moved(getattr(node, f.name), old, new) for f in dataclasses.fields(node) if f.init})
     if isinstance(node, dict):
         return {key: _moved(value, old, new) for key, value in node.items()}
     if isinstance(node, list):
@@ -98,26 +103,26 @@ def _moved(node: Any, old: str, new: str) -> Any:
     return node
 
 
-def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]) -> Dict[str, Any]:
+def _train(spec: RunSpec, mirror: WorkerMirror, restored: Optional[str]) -> WorkerOutcome:
     context = ray.train.get_context()
     rank, world_size = context.get_world_rank(), context.get_world_size()
-    run_dir = Path(config["run"]["dir"])
+    run_dir = Path(spec.place.dir)
 
-    scale, trainer_cfg = config["scale"], config["trainer"]
+    scale, trainer_cfg, local = spec.scale, spec.trainer, spec.local
     # Each worker gets its CPU share; torch's default (all cores) makes N workers fight over them.
-    torch.set_num_threads(max(1, int(scale["cpus_per_worker"])))
-    if trainer_cfg["tf32"] and scale["use_gpu"]:
+    torch.set_num_threads(max(1, int(scale.cpus_per_worker)))
+    if trainer_cfg.tf32 and scale.use_gpu:
         torch.set_float32_matmul_precision("high")
-    pl.seed_everything(config["seed"], workers=True, verbose=False)
+    pl.seed_everything(spec.seed, workers=True, verbose=False)
 
-    if config["data"].get("loader") == "ray_data":
+    if spec.loader == "ray_data":
         from raydra.data.ray_data import RayDataModule
 
-        datamodule = RayDataModule(config["run"]["data_rows"], config["data"]["batch_size"], world_size, config["seed"])
+        datamodule = RayDataModule(spec.place.data_rows, spec.data["batch_size"], world_size, spec.seed)
     else:
-        check_importable(config["data"], "data")
-        datamodule = instantiate(config["data"])
-    model_config = dict(config["model"])
+        check_importable(spec.data, "data")
+        datamodule = instantiate(spec.data)
+    model_config = dict(spec.model)
     # Read by strategy=fsdp; the module's constructor does not take it.
     shard_blocks = model_config.pop("shard_blocks", None)
     # As Hydra builds it (lightning-hydra-template's convention): nested `_target_` nodes arrive built
@@ -126,66 +131,63 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
     # checkpoints plain data all the same.
     check_importable(model_config, "model")
     model = instantiate(model_config)
-    if config["run"].get("init_weights") and restored is None:
-        _start_from(model, config)
-    if trainer_cfg["compile"]:
+    if spec.place.init_weights and restored is None:
+        _start_from(model, spec)
+    if trainer_cfg.compile:
         compile_networks(model)
 
     device = ray.train.torch.get_device()
-    _check_precision(device, str(trainer_cfg["precision"]))
-    throughput = Throughput(world_size=world_size, peak_flops=peak_flops(device, str(trainer_cfg["precision"])))
+    _check_precision(device, str(trainer_cfg.precision))
+    throughput = Throughput(world_size=world_size, peak_flops=peak_flops(device, str(trainer_cfg.precision)))
     # Throughput logs its epoch figures in on_train_epoch_end, so it must run before Ray's report.
-    ckpt = config["checkpoint"]
-    local = config["scale"]["num_workers"] == 0
+    ckpt = spec.checkpoint
     kept = (
-        LocalCheckpoints(
-            Path(storage.join(checkpoints_location(config["run"]), config["run"]["id"])), ckpt["num_to_keep"], ckpt["monitor"], ckpt["mode"]
-        )
+        LocalCheckpoints(Path(storage.join(checkpoints_location(spec.place), spec.place.id)), ckpt.num_to_keep, ckpt.monitor, ckpt.mode)
         if local
         else None
     )
     report = TimedReport(
-        every_n_epochs=ckpt["every_n_epochs"],
-        every_n_steps=ckpt["every_n_steps"],
-        monitor=ckpt["monitor"],
-        background_upload=ckpt["upload"] == "background",
+        every_n_epochs=ckpt.every_n_epochs,
+        every_n_steps=ckpt.every_n_steps,
+        monitor=ckpt.monitor,
+        background_upload=ckpt.upload == "background",
         after_report=mirror.push,
         local=kept,
     )
     # The world size is Ray's, at run time: an elastic group ([min, max]) restarts on another size.
-    resumable = Resumable(world_size=world_size, elastic=is_elastic(scale["num_workers"]))
+    resumable = Resumable(world_size=world_size, elastic=scale.elastic)
     # The contract first: its sentence must come before a callback that trips over the same thing.
-    callbacks = [Contract(monitor=ckpt["monitor"]), throughput, resumable, report, PlainHyperparameters(model_config, config["data"])]
+    callbacks = [Contract(monitor=ckpt.monitor), throughput, resumable, report, PlainHyperparameters(model_config, spec.data)]
     if rank == 0:
         callbacks.append(
             ConsoleProgress(
-                max_steps=trainer_cfg["max_steps"],
+                max_steps=trainer_cfg.max_steps,
                 world_size=world_size,
                 # Local mode is the driver's own process: its log shows the lines as they are.
                 emit=logging.getLogger("raydra").info if local else None,
             )
         )
-    if not local and config["failure"]["preemption_notice"]:
+    if not local and spec.failure.preemption_notice:
         # Last of raydra's: it checkpoints through `report` after Resumable has counted the batch.
         callbacks.append(PreemptionNotice(report, rank))
     # The user's, after raydra's own (whose checks and records come first).
-    user_callbacks = build_callbacks(config.get("callbacks"), rank)
+    user_callbacks = build_callbacks(spec.callbacks, rank)
     callbacks += [callback for _, callback in user_callbacks]
     trainer = pl.Trainer(
-        accelerator="gpu" if scale["use_gpu"] else "cpu",
+        accelerator="gpu" if scale.use_gpu else "cpu",
         # Local mode: one device in this process, Lightning's own single-device strategy.
         devices=1 if local else "auto",
-        strategy="auto" if local else build_strategy(config["strategy"], shard_blocks),
+        strategy="auto" if local else build_strategy(spec.strategy, shard_blocks),
         plugins=[] if local else [RayLightningEnvironment()],
         callbacks=callbacks,
-        logger=build_loggers(config, rank, resumed_from=_position_of(restored)) or False,
+        logger=build_loggers(spec, rank, resumed_from=_position_of(restored)) or False,
         # Ray owns checkpointing: TimedReport saves and reports at checkpoint.every_n_epochs/every_n_steps.
         enable_checkpointing=False,
         enable_progress_bar=False,
-        enable_model_summary=config["verbose"],
+        enable_model_summary=spec.verbose,
         default_root_dir=str(run_dir),
         # max_epochs, precision, gradient_clip_val, ...: the trainer group as it is (TrainerConfig).
-        **lightning_trainer_arguments(trainer_cfg),
+        **lightning_trainer_arguments(dataclasses.asdict(trainer_cfg)),
     )
     if not local:
         trainer = check_ray_environment(trainer)
@@ -205,36 +207,36 @@ def _train(config: Dict[str, Any], mirror: WorkerMirror, restored: Optional[str]
 
     # Local mode logs on the driver's console itself; a Ray worker's rank 0 prints for it.
     with _interrupts_reach_the_driver(trainer):
-        test_metrics, test_skipped = run_test(trainer, model, datamodule, trainer_cfg["test"], rank if not local else -1)
+        test_metrics, test_skipped = run_test(trainer, model, datamodule, trainer_cfg.test, rank if not local else -1)
 
     _finish_loggers(trainer)
-    return {
-        "test_metrics": test_metrics,
-        "test_skipped": test_skipped,
-        "throughput": throughput.summary(),
+    return WorkerOutcome(
+        test_metrics=test_metrics,
+        test_skipped=test_skipped,
+        throughput=throughput.summary(),
         # Every worker's figure: sharding makes them differ, and the largest decides what fits.
-        "memory_per_worker": _gather(
+        memory_per_worker=_gather(
             trainer,
             {
                 "peak_bytes": peak_memory_bytes(trainer.strategy.root_device),
                 "model_state_bytes": model_state_bytes(model, trainer.optimizers),
             },
         ),
-        "checkpoint_save_s": report.seconds,
-        "checkpoint_upload_s": report.upload_seconds,
-        "global_step": trainer.global_step,
-        "epochs_completed": trainer.current_epoch,
-        "stopped_early": stopped_early,
-        "world_size": world_size,
-        "resizes": resumable.resizes,
-        "local_record": kept.record() if kept else None,
-        "startup_marks": {
+        checkpoint_save_s=report.seconds,
+        checkpoint_upload_s=report.upload_seconds,
+        global_step=trainer.global_step,
+        epochs_completed=trainer.current_epoch,
+        stopped_early=stopped_early,
+        world_size=world_size,
+        resizes=resumable.resizes,
+        local_record=kept.record() if kept else None,
+        startup_marks={
             "worker_imports_started": raydra.worker.IMPORTS_STARTED,
             "worker_imported": IMPORTED,
             "built": built,
             "first_step": throughput.first_step_at,
         },
-    }
+    )
 
 
 @contextlib.contextmanager
@@ -253,22 +255,22 @@ def _interrupts_reach_the_driver(trainer: Any) -> Any:
         raise KeyboardInterrupt from None
 
 
-def _start_from(model: torch.nn.Module, config: Dict[str, Any]) -> None:
+def _start_from(model: torch.nn.Module, spec: RunSpec) -> None:
     """ckpt_path: the weights of another run's checkpoint (found by the driver), before training starts."""
     from raydra.checkpoints import fetch, load_weights
 
     if type(model).configure_model is not pl.LightningModule.configure_model:
         raise RaydraError(
-            f"ckpt_path={config['ckpt_path']}: {type(model).__name__} builds its layers in configure_model, once training has "
+            f"ckpt_path={spec.ckpt_path}: {type(model).__name__} builds its layers in configure_model, once training has "
             "started, so there is nothing to load weights into before; start it from the weights its own keys name "
             "(model.pretrained), or continue its run with resume=."
         )
-    found = config["run"]["init_weights"]
+    found = spec.place.init_weights
     with tempfile.TemporaryDirectory(prefix="raydra-ckpt-path-") as scratch:
         load_weights(
             model,
             fetch(found, scratch),
-            f"ckpt_path={config['ckpt_path']}",
+            f"ckpt_path={spec.ckpt_path}",
             "point ckpt_path at a run (or checkpoint) of a model with these model.* settings",
         )
     logging.getLogger("raydra").info(f"started from the weights of {found}")

@@ -30,22 +30,23 @@ ModelParallelStrategy = pl.strategies.ModelParallelStrategy
 TrainerFn = pl.trainer.states.TrainerFn
 
 
-def build_strategy(settings: Dict[str, Any], shard_blocks: Optional[List[str]] = None) -> Any:
-    """`shard_blocks`: the class names of the model's repeated blocks (its config's `shard_blocks`)."""
-    name = settings["name"]
+def build_strategy(settings: Any, shard_blocks: Optional[List[str]] = None) -> Any:
+    """`settings`: the run's strategy (schema.DDPConfig, FSDPConfig or DeepSpeedConfig). `shard_blocks`:
+    the class names of the model's repeated blocks (its config's `shard_blocks`)."""
+    name = settings.name
     if name == "ddp":
         return RayDDP(
-            find_unused_parameters=settings["find_unused_parameters"],
-            gradient_as_bucket_view=settings["gradient_as_bucket_view"],
-            static_graph=settings["static_graph"],
+            find_unused_parameters=settings.find_unused_parameters,
+            gradient_as_bucket_view=settings.gradient_as_bucket_view,
+            static_graph=settings.static_graph,
         )
     if name == "fsdp":
         return RayFSDP2Strategy(settings, shard_blocks or [])
     if name == "deepspeed":
         return ShardedRayDeepSpeedStrategy(
-            stage=settings["stage"],
-            offload_optimizer=settings["offload_optimizer"],
-            offload_parameters=settings["offload_parameters"],
+            stage=settings.stage,
+            offload_optimizer=settings.offload_optimizer,
+            offload_parameters=settings.offload_parameters,
             config=_deepspeed_config(settings),
         )
     raise ValueError(f"strategy.name={name} has no builder")
@@ -86,10 +87,10 @@ class RayFSDP2Strategy(ModelParallelStrategy):
     here the sharding comes from config, so research modules stay plain LightningModules.
     """
 
-    def __init__(self, settings: Dict[str, Any], shard_blocks: List[str]) -> None:
+    def __init__(self, settings: Any, shard_blocks: List[str]) -> None:
         world_size = ray.train.get_context().get_world_size()
         super().__init__(
-            data_parallel_size=world_size, tensor_parallel_size=1, save_distributed_checkpoint=settings["checkpoint_layout"] == "sharded"
+            data_parallel_size=world_size, tensor_parallel_size=1, save_distributed_checkpoint=settings.checkpoint_layout == "sharded"
         )
         self.settings = settings
         self.shard_blocks = shard_blocks
@@ -127,7 +128,7 @@ class RayFSDP2Strategy(ModelParallelStrategy):
                 f"model.shard_blocks={self.shard_blocks} names no module class of {type(module).__name__}; "
                 "name the class of its repeated blocks (e.g. ViTLayer), or [] to shard the model as one unit."
             )
-        if self.settings["activation_checkpointing"]:
+        if self.settings.activation_checkpointing:
             from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
 
             # Recompute each block's activations in backward instead of keeping them.
@@ -135,12 +136,12 @@ class RayFSDP2Strategy(ModelParallelStrategy):
         options: Dict[str, Any] = {"mesh": self._mesh()}
         # grad_op keeps gathered parameters between forward and backward (ZeRO-2): less communication,
         # more memory. full frees them after each block's forward (ZeRO-3).
-        options["reshard_after_forward"] = self.settings["sharding"] != "grad_op"
-        if self.settings["mixed_precision"]:
-            dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[self.settings["mixed_precision"]]
+        options["reshard_after_forward"] = self.settings.sharding != "grad_op"
+        if self.settings.mixed_precision:
+            dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[self.settings.mixed_precision]
             # Gather and compute in the low dtype; reduce gradients in fp32 so small updates survive.
             options["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
-        if self.settings["cpu_offload"]:
+        if self.settings.cpu_offload:
             options["offload_policy"] = CPUOffloadPolicy()
         for param in module.parameters():
             # FSDP2 refuses non-contiguous parameters (a channels_last UNet's conv weights); back in
@@ -156,7 +157,7 @@ class RayFSDP2Strategy(ModelParallelStrategy):
 
         context = ray.train.get_context()
         world, per_node = context.get_world_size(), context.get_local_world_size()
-        if self.settings["sharding"] == "hybrid" and world > per_node:
+        if self.settings.sharding == "hybrid" and world > per_node:
             # Shard within a node (fast links), replicate across nodes (slow links).
             return init_device_mesh(self.root_device.type, (world // per_node, per_node), mesh_dim_names=("replicate", "shard"))
         return init_device_mesh(self.root_device.type, (world,), mesh_dim_names=("shard",))
@@ -184,14 +185,14 @@ class ShardedRayDeepSpeedStrategy(RayDeepSpeedStrategy):
         )
 
 
-def _deepspeed_config(settings: Dict[str, Any]) -> Dict[str, Any]:
+def _deepspeed_config(settings: Any) -> Dict[str, Any]:
     """ZeRO settings from the named knobs, with `strategy.config` merged over them for anything else."""
-    zero: Dict[str, Any] = {"stage": settings["stage"]}
-    if settings["offload_optimizer"]:
+    zero: Dict[str, Any] = {"stage": settings.stage}
+    if settings.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
-    if settings["offload_parameters"]:
+    if settings.offload_parameters:
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}
-    return _merge({"zero_optimization": zero, "zero_allow_untested_optimizer": True}, settings.get("config") or {})
+    return _merge({"zero_optimization": zero, "zero_allow_untested_optimizer": True}, settings.config or {})
 
 
 def _merge(base: Dict[str, Any], extra: Dict[str, Any]) -> Dict[str, Any]:
