@@ -88,7 +88,9 @@ def test_the_wheel_holds_every_module_of_src_and_every_file_of_conf(wheel):
 
 def test_the_installed_wheel_composes_the_default_run_from_an_empty_directory(venv, tmp_path):
     empty = tmp_path / "empty"
-    where = run_in(venv, empty, str(venv / "bin" / "python"), "-c", "import raydra, raydra.entry; print(raydra.__file__); print(raydra.entry.CONF_DIR)")
+    where = run_in(
+        venv, empty, str(venv / "bin" / "python"), "-c", "import raydra, raydra.entry; print(raydra.__file__); print(raydra.entry.CONF_DIR)"
+    )
     assert where.returncode == 0, where.stderr
     module, conf = (Path(line) for line in where.stdout.split())
     assert module.is_relative_to(venv) and conf.is_relative_to(venv), where.stdout
