@@ -4,10 +4,11 @@ the default run from an empty directory, and its commands run there.
 The config groups live in the repository's top-level conf/ and ship as the package raydra.conf
 (pyproject.toml's package-dir); a checkout finds them beside src/, so only an installed wheel shows
 whether they shipped. The fresh venv sees this environment's libraries (torch, Ray, Hydra, ...)
-through a .pth file that lists their directory: a listed directory's own .pth files are not run, so
-this environment's raydra (an editable install's import hook, or a PYTHONPATH) stays out, and the
-tests check that raydra and its config groups come from the venv. No download: the wheel is built
-with this environment's setuptools (--no-build-isolation) and installed with --no-index.
+through a .pth file that lists the directories of its import path, less a checkout's src/: a
+listed directory's own .pth files are not run, so this environment's raydra (an editable install's
+import hook, or a PYTHONPATH) stays out, and the tests check that raydra and its config groups come
+from the venv. No download: the wheel is built with this environment's setuptools
+(--no-build-isolation) and installed with --no-index.
 About 13 s on the project's shared 2-core machine (2026-11-25).
 """
 
@@ -15,7 +16,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -52,13 +52,24 @@ def venv(wheel, tmp_path_factory) -> Path:
     site_packages = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True
     ).stdout.strip()
-    libraries = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
-    (Path(site_packages) / "this-environments-libraries.pth").write_text("".join(f"{path}\n" for path in libraries))
+    (Path(site_packages) / "this-environments-libraries.pth").write_text("".join(f"{path}\n" for path in libraries()))
     installed = subprocess.run(
         [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], capture_output=True, text=True, timeout=300
     )
     assert installed.returncode == 0, installed.stdout + installed.stderr
     return venv
+
+
+def libraries() -> list:
+    """This interpreter's import path less any source tree's src/ (PYTHONPATH, or a static editable
+    install's .pth line): the wheel's raydra would come first anyway (the venv's own site-packages
+    leads its path), but a checkout must not even be there to fall back on. An editable install's
+    import hook is run by a .pth file, and a listed directory's .pth files are not run."""
+
+    def source_tree(entry: Path) -> bool:
+        return (entry / "raydra" / "__init__.py").is_file() and (entry.parent / "conf" / "train.yaml").is_file()
+
+    return [entry for entry in dict.fromkeys(sys.path) if entry and Path(entry).is_dir() and not source_tree(Path(entry))]
 
 
 def run_in(venv: Path, cwd: Path, *command: str) -> subprocess.CompletedProcess:
