@@ -30,9 +30,8 @@ def _config_groups() -> Path:
     that tree's conf/, beside its src/. Installed from a wheel: the package raydra.conf, where the
     import system finds it (found, not imported: nothing in it runs)."""
     here = Path(__file__).resolve().parent
-    checkout = here.parents[1] / "conf"
-    if here.parent.name == "src" and (checkout / "train.yaml").is_file():
-        return checkout
+    if here.parent.name == "src" and (here.parent.parent / "conf" / "train.yaml").is_file():
+        return here.parent.parent / "conf"
     spec = importlib.util.find_spec("raydra.conf")
     if spec is not None and spec.submodule_search_locations:
         return Path(next(iter(spec.submodule_search_locations))).resolve()
