@@ -7,7 +7,7 @@ a wrong type fails while Hydra composes, before Ray starts.
 `model` and `data` stay open: they are `_target_` + constructor arguments of the user's classes.
 
 These dataclasses are the one home of the fixed groups' defaults and of what each key means: a
-YAML option under raydra/conf/ selects its schema and sets only what that option changes, and
+YAML option under conf/ selects its schema and sets only what that option changes, and
 `python train.py --cfg job` prints every key with the value it ends up with.
 """
 
@@ -279,7 +279,7 @@ class TuneConfig:
 @dataclass
 class PathsConfig:
     # Runs land in <outputs>/runs/<date>/<time>_<name>, multiruns and tune= sweeps in
-    # <outputs>/sweeps/<date>/<time>_<name>/<job> (raydra/conf/hydra/default.yaml).
+    # <outputs>/sweeps/<date>/<time>_<name>/<job> (conf/hydra/default.yaml).
     outputs: str = "outputs"
     # Where checkpoints, Tune's state and every file a worker writes go, for clusters whose nodes
     # share no disk: s3://bucket/prefix, gs://bucket/prefix, an NFS path every node mounts. A run's
@@ -353,7 +353,7 @@ def register_schemas() -> None:
     cs.store(name="strategy_fsdp_schema", node=FSDPConfig)
     cs.store(name="strategy_deepspeed_schema", node=DeepSpeedConfig)
     cs.store(name="tune_schema", node=TuneConfig)
-    # raydra/conf/hydra/default.yaml puts a tune= sweep under sweeps/, next to -m multiruns.
+    # conf/hydra/default.yaml puts a tune= sweep under sweeps/, next to -m multiruns.
     OmegaConf.register_new_resolver("raydra.runs_or_sweeps", lambda tune: "runs" if tune is None else "sweeps", replace=True)
     # Cached so the run directory resolves once per invocation, as Hydra's own ${now:} does.
     OmegaConf.register_new_resolver("raydra.unclaimed", claim_directory, use_cache=True, replace=True)
