@@ -3,7 +3,7 @@
     python3 benchmarks/gpu_suite.py all            # on the GPU machine, every call: stage, install once, run what is left
     python3 benchmarks/gpu_suite.py stage          # copy the carried .gpu_wheels/callN/ to /tmp/raydra-gpu (outside the repo)
     python3 benchmarks/gpu_suite.py install        # reassemble, check sha256, pip install into /tmp/raydra-gpu/site
-    python3 benchmarks/gpu_suite.py run [--only vit-b16,sd] [--call-budget-s 570]
+    python3 benchmarks/gpu_suite.py run [--only vit-b16,sd] [--skip tests] [--call-budget-s 570]
     python benchmarks/gpu_suite.py --dry-run       # here, no GPU: each step's command, its flags in the script's --help, its imports
 
 Made for the device tool's bare GPU machine (Python 3.12, torch and Lightning, no Ray, Hydra,
@@ -400,6 +400,9 @@ def run_step(step: Step, budget: float) -> dict:
     status = status or ("done" if rc == 0 else f"failed (exit {rc}): see {step.name}.log")
     result = {"step": step.name, "status": status, "wall_s": round(wall), "budget_s": step.budget_s, "leftover_processes_ended": ended}
     body = f"## {step.name}: {step.why}\n\n`python3 {shlex.join(step.argv)}`: {status}, {wall:.0f} s of {step.budget_s}\n\n{table_of(step, text)}\n"
+    if status != "done":  # why, without opening the log
+        tail = "\n".join(text.rstrip().splitlines()[-15:])
+        body += f"\nThe log's last lines:\n\n```\n{tail}\n```\n"
     (RESULTS / f"{step.name}.md").write_text(body)
     (RESULTS / f"{step.name}.json").write_text(json.dumps(result))
     return result
@@ -443,7 +446,7 @@ def publish(ran: list) -> None:
         (out / p.name).write_bytes(data[-OUT_FILE_BYTES:])
 
 
-def run(only: list, call_budget: float, started: float) -> None:
+def run(only: list, call_budget: float, started: float, skip: tuple = ()) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     header_file = RESULTS / "header.md"
     if not header_file.is_file():
@@ -453,7 +456,7 @@ def run(only: list, call_budget: float, started: float) -> None:
     if only:
         todo = [s for s in STEPS if s.name in only]
     else:
-        todo = [s for s in STEPS if not (RESULTS / f"{s.name}.json").is_file()]
+        todo = [s for s in STEPS if not (RESULTS / f"{s.name}.json").is_file() and s.name not in skip]
     if only:
         for s in todo:
             (RESULTS / f"{s.name}.json").unlink(missing_ok=True)
@@ -473,7 +476,7 @@ def run(only: list, call_budget: float, started: float) -> None:
         publish(ran)
     index = write_index(header)
     publish(ran)
-    pending = [s.name for s in STEPS if not (RESULTS / f"{s.name}.json").is_file()]
+    pending = [s.name for s in STEPS if not (RESULTS / f"{s.name}.json").is_file() and s.name not in skip]
     print("\n" + index.read_text())
     print(f"run: pending: {', '.join(pending)}; run the same command again in the next call" if pending else "run: every step has run")
 
@@ -550,6 +553,7 @@ def main() -> None:
     parser.add_argument("phase", nargs="?", choices=["stage", "install", "run", "all"], default="all")
     parser.add_argument("--dry-run", action="store_true", help="here, no GPU: print and check each step, run none")
     parser.add_argument("--only", default="", help="steps to run (again), comma-separated: " + ",".join(s.name for s in STEPS))
+    parser.add_argument("--skip", default="", help="steps not to run, comma-separated (their tables came back from an earlier machine)")
     parser.add_argument(
         "--call-budget-s", type=float, default=570, help="stop starting steps past this many seconds from this process's start"
     )
@@ -557,7 +561,8 @@ def main() -> None:
     if args.dry_run:
         sys.exit(dry_run())
     only = [s for s in args.only.split(",") if s]
-    unknown = [s for s in only if s not in {st.name for st in STEPS}]
+    skip = [s for s in args.skip.split(",") if s]
+    unknown = [s for s in only + skip if s not in {st.name for st in STEPS}]
     if unknown:
         sys.exit(f"no such step: {', '.join(unknown)}; the steps: {', '.join(s.name for s in STEPS)}")
     if args.phase in ("stage", "all"):
@@ -572,7 +577,7 @@ def main() -> None:
                 sys.exit(1)
             return
     if args.phase in ("run", "all"):
-        run(only, args.call_budget_s, started)
+        run(only, args.call_budget_s, started, skip)
 
 
 if __name__ == "__main__":
