@@ -18,6 +18,7 @@ GPU workers. Prints a markdown table.
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -72,6 +73,15 @@ def gpu_count() -> int:
 
 
 def run(name: str, overrides: list, outputs: Path) -> dict:
+    """One train.py run in its own folder, deleted once its figures are read: ViT-L/16's
+    checkpoints are ~5 GB each, and a GPU machine's disk holds only so many."""
+    try:
+        return _run(name, overrides, outputs)
+    finally:
+        shutil.rmtree(outputs, ignore_errors=True)
+
+
+def _run(name: str, overrides: list, outputs: Path) -> dict:
     args = [
         sys.executable,
         str(REPO / "train.py"),
@@ -80,13 +90,12 @@ def run(name: str, overrides: list, outputs: Path) -> dict:
         "trainer.test=false",
         "checkpoint.num_to_keep=1",
         f"paths.outputs={outputs}",
-        f"name=bench_{len(list(outputs.glob('runs/*/*')))}",
+        "name=bench",
         *overrides,
     ]
-    before = len(list(outputs.glob("runs/*/*/summary.json")))
     done = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
-    summaries = sorted(outputs.glob("runs/*/*/summary.json"), key=lambda p: p.stat().st_mtime)
-    summary = json.loads(summaries[-1].read_text()) if len(summaries) > before else {}
+    summaries = list(outputs.glob("runs/*/*/summary.json"))
+    summary = json.loads(summaries[0].read_text()) if summaries else {}
     if done.returncode != 0:
         why = summary.get("error") or (done.stdout + done.stderr)[-300:]
         return {"strategy": name, "error": "failed: " + " ".join(str(why).replace("|", "/").split())}
@@ -128,7 +137,7 @@ def main() -> None:
             if key.startswith("zero") and not args.gpu:
                 r = {"strategy": name, "error": "not run: DeepSpeed needs CUDA GPU workers"}
             else:
-                r = run(name, overrides + MODELS[device] + [f"scale.num_workers={workers}"], Path(tmp))
+                r = run(name, overrides + MODELS[device] + [f"scale.num_workers={workers}"], Path(tmp) / key)
             print(json.dumps(r), file=sys.stderr, flush=True)
             if "error" in r:
                 print(f"| {r['strategy']} | {r['error']} | | | | | |", flush=True)
