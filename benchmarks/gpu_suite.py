@@ -71,7 +71,7 @@ STEPS = [
         "tests",
         "the gpu-marked tests: bf16 by default, compile, MFU, ddp/fsdp/deepspeed training and loading back",
         270,
-        ["-m", "pytest", "-m", "gpu", "-rA", "-p", "no:cacheprovider", "--continue-on-collection-errors", *gpu_test_files()],
+        ["-m", "pytest", "-m", "gpu", "-v", "-rA", "-p", "no:cacheprovider", "--continue-on-collection-errors", *gpu_test_files()],
         ["pytest", "torch", "lightning", "ray", "ray.train", "hydra", "omegaconf", "raydra.testing", "raydra.worker.loop", "deepspeed"],
     ),
     Step(
@@ -343,7 +343,11 @@ def table_of(step: Step, log: str) -> str:
     """The step's table: its markdown rows (and the line above them), or pytest's outcome lines."""
     lines = log.splitlines()
     if step.name == "tests":
-        keep = [ln for ln in lines if ln.split(" ", 1)[0] in ("PASSED", "FAILED", "ERROR", "SKIPPED", "XFAIL", "XPASS")]
+        outcomes = ("PASSED", "FAILED", "ERROR", "SKIPPED", "XFAIL", "XPASS")
+        # pytest -rA's closing summary; if the step was killed before it, -v's line per test so far.
+        keep = [ln for ln in lines if ln.split(" ", 1)[0] in outcomes]
+        if not keep:
+            keep = [" ".join(ln.split()[:2]) for ln in lines if "::" in ln and len(ln.split()) > 1 and ln.split()[1] in outcomes]
         keep += [
             ln for ln in lines if ln.startswith("=") and (" passed" in ln or " failed" in ln or " error" in ln or "no tests ran" in ln)
         ][-1:]

@@ -219,3 +219,18 @@ def test_stage_and_install_across_two_calls_reassemble_verify_and_install(tmp_pa
     (tmp_path / "work" / "wheels" / "bigpkg-1.0-py3-none-any.whl").write_bytes(b"damaged")
     with pytest.raises(SystemExit, match="sha256 differs from the manifest for bigpkg"):
         gpu_suite.install()
+
+
+def test_the_tests_steps_outcomes_come_from_pytests_summary_or_if_killed_from_its_lines_so_far():
+    tests = gpu_suite.STEPS[0]
+    so_far = "tests/test_a.py::test_x PASSED    [ 50%]\ntests/test_a.py::test_y[ddp] FAILED    [100%]\n"
+    assert gpu_suite.table_of(tests, so_far) == "- tests/test_a.py::test_x PASSED\n- tests/test_a.py::test_y[ddp] FAILED"
+    whole = (
+        so_far
+        + "=== short test summary info ===\nPASSED tests/test_a.py::test_x\nFAILED tests/test_a.py::test_y[ddp] - Err\n=== 1 failed, 1 passed in 3.2s ===\n"
+    )
+    assert gpu_suite.table_of(tests, whole).splitlines() == [
+        "- PASSED tests/test_a.py::test_x",
+        "- FAILED tests/test_a.py::test_y[ddp] - Err",
+        "- 1 failed, 1 passed in 3.2s",
+    ]
