@@ -144,7 +144,8 @@ def note(line: str) -> None:
 
 
 def load_manifest() -> dict:
-    for candidate in [WHEELS / "manifest.json", *sorted(CARRIED.glob("call*/manifest.json"))]:
+    # This call's own manifest first: one staged by an earlier call may be of an older wheel set.
+    for candidate in [*sorted(CARRIED.glob("call*/manifest.json")), WHEELS / "manifest.json"]:
         if candidate.is_file():
             return json.loads(candidate.read_text())
     raise SystemExit("no wheel manifest: carry .gpu_wheels/call1 (made by benchmarks/gpu_wheels.py on the CPU machine) in this call.")
@@ -157,15 +158,13 @@ def stage() -> None:
     copied = []
     for folder in sorted(CARRIED.glob("call*")):
         for f in folder.iterdir():
-            if not (WHEELS / f.name).exists() or (WHEELS / f.name).stat().st_size != f.stat().st_size:
+            if f.name == "manifest.json" or not (WHEELS / f.name).exists() or (WHEELS / f.name).stat().st_size != f.stat().st_size:
                 shutil.copyfile(f, WHEELS / f.name)
             copied.append(f.name)
     note(f"stage: {len(copied)} files from {', '.join(p.name for p in sorted(CARRIED.glob('call*'))) or 'nothing carried'} in {WHEELS}")
-    missing_calls = missing()
-    if missing_calls:
-        note(
-            f"stage: still missing {len(missing_calls[1])} files: carry {', '.join(missing_calls[0])} in the next call, within 30 s of this one"
-        )
+    calls, files = missing()
+    if files:
+        note(f"stage: still missing {len(files)} files: carry {', '.join(calls)} in the next call, within 30 s of this one")
 
 
 def missing() -> tuple:
@@ -196,8 +195,9 @@ def install() -> bool:
     manifest = load_manifest()
     marker = SITE / ".installed.json"
     if marker.is_file() and json.loads(marker.read_text()).get("wheels") == sorted(manifest["wheels"]):
-        note(f"install: already installed in {SITE}")
-        return True
+        ok = json.loads(marker.read_text()).get("ok", False)
+        note(f"install: already installed in {SITE}" + ("" if ok else ", and its check failed: see install.log"))
+        return ok
     calls, files = missing()
     if files:
         note(
@@ -231,7 +231,7 @@ def install() -> bool:
         raise SystemExit(f"install: pip failed (exit {done.returncode}); its output is above.")
     note(f"install: {len(wheels)} wheels into {SITE} in {time.time() - started:.0f} s")
     ok = check_installed(manifest)
-    marker.write_text(json.dumps({"wheels": sorted(manifest["wheels"]), "at": datetime.now(timezone.utc).isoformat()}))
+    marker.write_text(json.dumps({"wheels": sorted(manifest["wheels"]), "ok": ok, "at": datetime.now(timezone.utc).isoformat()}))
     return ok
 
 

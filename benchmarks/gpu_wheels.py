@@ -3,6 +3,8 @@
     python benchmarks/gpu_wheels.py              # download and build into .gpu_wheels/, check sizes, print the carry lists
     python benchmarks/gpu_wheels.py --check      # only the size check and the carry lists, from .gpu_wheels/manifest.json
     python benchmarks/gpu_wheels.py --with-wandb # also W&B (19 MiB; the suite logs to CSV and needs none)
+    python benchmarks/gpu_wheels.py --also protobuf  # carry an image package at the dev venv's version, where the
+                                                     # suite's `install check: unmet` line says the image's is too old
 
 The GPU machine (the device tool's nvidia-h100-x1 / nvidia-h200) runs Python 3.12 on x86-64 with
 torch, Lightning and much else, but not Ray, Hydra, OmegaConf, diffusers or DeepSpeed, and it
@@ -325,7 +327,7 @@ def write_calls(manifest: dict, dest: Path) -> list:
     return carry
 
 
-def build_manifest(dest: Path, carried: dict, relied: dict, tree_bytes: int, stripped: list) -> dict:
+def build_manifest(dest: Path, carried: dict, relied: dict, tree_bytes: int, stripped: list, roots: list) -> dict:
     wheels = dest / "wheels"
     files = {c["wheel"]: (wheels / c["wheel"]).stat().st_size for c in carried.values()}
     plan = plan_calls(files, tree_bytes)
@@ -346,7 +348,7 @@ def build_manifest(dest: Path, carried: dict, relied: dict, tree_bytes: int, str
     return {
         "python": PYTHON_VERSION,
         "platforms": PLATFORMS,
-        "roots": ROOTS,
+        "roots": roots,
         "tree_bytes": tree_bytes,
         "limit_bytes": LIMIT,
         "stripped": stripped,
@@ -388,16 +390,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="re-plan the calls from the existing wheels and manifest; no download")
     parser.add_argument("--with-wandb", action="store_true", help="carry W&B too (logger=wandb on the GPU machine)")
+    parser.add_argument(
+        "--also", action="append", default=[], metavar="NAME", help="carry this package though the image has it (repeatable)"
+    )
     args = parser.parse_args()
+    IMAGE.difference_update(canonical(n) for n in args.also)
     tree_bytes = tree_size()
     DEST.mkdir(exist_ok=True)
     try:
         if args.check:
             old = json.loads((DEST / "manifest.json").read_text())
             carried = {w["name"]: {"version": w["version"], "wheel": f, "needed_by": set(w["needed_by"])} for f, w in old["wheels"].items()}
-            manifest = build_manifest(DEST, carried, {n: set(a) for n, a in old["image_relied_on"].items()}, tree_bytes, old["stripped"])
+            manifest = build_manifest(
+                DEST, carried, {n: set(a) for n, a in old["image_relied_on"].items()}, tree_bytes, old["stripped"], old["roots"]
+            )
         else:
-            roots = ROOTS + (["wandb"] if args.with_wandb else [])
+            roots = ROOTS + (["wandb"] if args.with_wandb else []) + args.also
             wheels = DEST / "wheels"
             shutil.rmtree(wheels, ignore_errors=True)
             wheels.mkdir()
@@ -407,7 +415,7 @@ def main() -> None:
                 if name in carried:
                     saved = strip_wheel(wheels / carried[name]["wheel"], prefix)
                     stripped.append(f"{prefix} from {carried[name]['wheel']} ({saved / MIB:.1f} MiB): {why}")
-            manifest = build_manifest(DEST, carried, relied, tree_bytes, stripped)
+            manifest = build_manifest(DEST, carried, relied, tree_bytes, stripped, roots)
     except TooLarge as error:
         sys.exit(f"does not fit: {error}")
     (DEST / "manifest.json").write_text(json.dumps(manifest, indent=1))
