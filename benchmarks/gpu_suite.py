@@ -77,14 +77,14 @@ STEPS = [
     Step(
         "vit-seed002",
         "seed 002's ViT: plain loop against raydra, eager and compiled, bf16-mixed",
-        210,
+        240,
         ["benchmarks/gpu.py", "--workloads", "seed002", "--precisions", "bf16-mixed", "--compile", "false,true"],
         ["torch", "transformers", "raydra.worker.throughput", "ray.train", "hydra"],
     ),
     Step(
         "vit-b16",
         "ViT-B/16 at 224 px: plain loop against raydra, eager and compiled, bf16-mixed",
-        210,
+        240,
         ["benchmarks/gpu.py", "--workloads", "vit_b16", "--precisions", "bf16-mixed", "--compile", "false,true"],
         ["torch", "transformers", "raydra.worker.throughput", "ray.train", "hydra"],
     ),
@@ -105,7 +105,7 @@ STEPS = [
     Step(
         "strategies",
         "ViT-L/16 under ddp, fsdp, DeepSpeed ZeRO-2 and ZeRO-3: memory per worker, samples/s, checkpoint save time",
-        420,
+        360,
         ["benchmarks/strategies.py", "--gpu", "--only", "ddp", "fsdp", "zero2", "zero3"],
         ["deepspeed", "ray.train", "hydra", "raydra.worker.strategies"],
     ),
