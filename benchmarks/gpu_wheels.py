@@ -161,11 +161,15 @@ def plan_calls(files: dict, tree_bytes: int, limit: int = LIMIT, margin: int = M
 
 
 def tree_size(repo: Path = REPO) -> int:
-    """Bytes of what every device call sends: git-tracked files and untracked files git does not ignore."""
+    """Bytes of what every device call sends: git-tracked files, untracked files git does not
+    ignore, and a shared/ folder inside the checkout, which travels ignored or not."""
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=repo, capture_output=True, text=True, check=True
     ).stdout.split("\0")
-    return sum((repo / p).stat().st_size for p in listed if p and (repo / p).is_file() and not (repo / p).is_symlink())
+    paths = {repo / p for p in listed if p}
+    if (repo / "shared").is_dir():
+        paths |= set((repo / "shared").rglob("*"))
+    return sum(p.stat().st_size for p in paths if p.is_file() and not p.is_symlink())
 
 
 def dev_pins() -> dict:
