@@ -545,6 +545,17 @@ def dry_run() -> int:
                 problems.append(f"{step.name}: import {module} resolves neither here nor in the wheel set")
     total = sum(s.budget_s for s in STEPS)
     print(f"\n{len(STEPS)} steps, {total / 60:.1f} min of budgets")
+    # Whether the wheels are ready for a loan (made by gpu_wheels.py; not needed for the dry run).
+    manifest_file = CARRIED / "manifest.json"
+    if manifest_file.is_file():
+        manifest = json.loads(manifest_file.read_text())
+        sizes = [sum(i["length"] for i in call) / 2**20 for call in manifest["calls"]]
+        print(
+            f"wheels: {len(manifest['wheels'])} prepared; "
+            + "; ".join(f'call {n}: carry [".gpu_wheels/call{n}"], {size:.1f} MiB' for n, size in enumerate(sizes, start=1))
+        )
+    else:
+        print("wheels: not prepared here; benchmarks/gpu_wheels.py makes them before a GPU loan")
     for line in problems:
         print(f"PROBLEM: {line}")
     print("dry run: ok" if not problems else f"dry run: {len(problems)} problems")
