@@ -326,6 +326,9 @@ def versions() -> str:
         "v['device'] = f'{n} x {torch.cuda.get_device_name(0)}' if n else 'no CUDA device'\n"
         "v['cuda'] = torch.version.cuda\n"
         "v['python'] = platform.python_version()\n"
+        # DeepSpeed compiles its CUDA ops on first use from here (the wheel is built with DS_BUILD_OPS=0).
+        "from torch.utils.cpp_extension import CUDA_HOME\n"
+        "v['CUDA_HOME (DeepSpeed JIT)'] = CUDA_HOME or 'none found: DeepSpeed cannot compile ops'\n"
         "print(json.dumps(v))\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=step_env("versions"))

@@ -98,7 +98,7 @@ def _run(name: str, overrides: list, outputs: Path) -> dict:
     summary = json.loads(summaries[0].read_text()) if summaries else {}
     if done.returncode != 0:
         why = summary.get("error") or (done.stdout + done.stderr)[-300:]
-        return {"strategy": name, "error": "failed: " + " ".join(str(why).replace("|", "/").split())}
+        return {"strategy": name, "error": "failed: " + " ".join(str(why).replace("|", "/").split())[-400:]}
     memory = summary["memory_per_worker"]
     checkpoint = Path(summary["checkpoints"]["last"])
     files = [checkpoint] if checkpoint.is_file() else [p for p in checkpoint.rglob("*") if p.is_file()]
