@@ -485,10 +485,10 @@ def test_nothing_outside_private_apis_reaches_into_private_modules():
 def test_installed_versions_are_inside_the_caps_this_file_was_run_against(package):
     """pyproject.toml caps each library whose private API raydra reaches at the minor version this
     file passed with; an install outside the caps means nobody has run it against that version."""
+    import tomllib
     from importlib import metadata
     from pathlib import Path
 
-    import tomllib
     from packaging.requirements import Requirement
 
     project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
