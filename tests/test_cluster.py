@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import own_local_ray_env
 
 # Starts a local Ray through raydra.cluster.connect, told it has no use for the dashboard, and says
@@ -22,6 +23,7 @@ print(json.dumps({"state_api": os.environ.get("RAY_API_SERVER_ADDRESS"), "dashbo
 """
 
 
+@pytest.mark.e2e
 def test_a_local_ray_for_a_run_whose_process_ends_with_it_starts_no_dashboard():
     """Only Ray Train's placement-group cleaner asks the dashboard's State API, and such a run starts
     no cleaner (fit.fit_and_record's process_ends_with_run): its processes took ~1 s of the start."""
@@ -41,6 +43,7 @@ print("WATCHER", os.environ.get("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"))
 """
 
 
+@pytest.mark.e2e
 def test_runs_on_a_cluster_of_one_node_the_drivers_own_start_no_preemption_watcher(ray_cluster):
     """A drain of the only node ends the driver, the controller and the workers at once, so Ray
     Train's watcher (a process per run) has nothing to act on. (On a cluster of several nodes the

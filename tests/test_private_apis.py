@@ -522,6 +522,7 @@ print(json.dumps({"prestarted": prestarted, **seen}))
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("mode", ["lean", "plain"])
 def test_a_lean_local_ray_prestarts_no_idle_workers_and_an_actors_setup_hook_runs_first(mode, tmp_path):
     """lean_local_ray's system config stops the idle workers Ray starts for the first driver (the

@@ -128,6 +128,7 @@ def test_fsdp_shards_state_checkpoints_per_worker_resumes_and_loads_into_a_plain
     assert all(w["peak_bytes"] > 0 for w in summary["memory_per_worker"])
 
 
+@pytest.mark.e2e
 @pytest.mark.gpu
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp", "deepspeed"])
 def test_each_strategy_trains_with_bf16_on_gpu_and_loads_back(strategy, tmp_path):
