@@ -12,13 +12,22 @@ from conftest import own_local_ray_env
 # processes run. (With the dashboard, as by default, the State API answers: test_private_apis's
 # helper-actor test asks it.)
 LOCAL_RAY = """
-import json, os, time
+import glob, json, os, re, sys, time
 import psutil
 from raydra.cluster import connect
 
 connect(None, 1, False, dashboard=False)
-time.sleep(3)  # the dashboard's module processes, were any started, are up by now
+# The dashboard's head logs how many module processes it starts ("Loaded N subprocess modules")
+# before it starts them: wait for that line (its logs are under RAY_TMPDIR), then look for them.
+deadline, loaded = time.time() + 60, None
+while loaded is None:
+    if time.time() > deadline:
+        sys.exit("the dashboard's head never said which module processes it starts")
+    time.sleep(0.1)
+    text = "".join(open(path).read() for path in glob.glob(os.path.join(os.environ["RAY_TMPDIR"], "ray", "session_latest", "logs", "dashboard.log")))
+    loaded = re.search(r"Loaded (\\d+) subprocess modules", text)
 modules = [p for p in psutil.Process().children(recursive=True) if "ray-dashboard-" in " ".join(p.cmdline())]
+print("LOADED", loaded.group(1))
 print(json.dumps({"state_api": os.environ.get("RAY_API_SERVER_ADDRESS"), "dashboard_modules": len(modules)}))
 """
 
@@ -30,6 +39,7 @@ def test_a_local_ray_for_a_run_whose_process_ends_with_it_starts_no_dashboard():
     done = subprocess.run([sys.executable, "-c", LOCAL_RAY], env=own_local_ray_env(), capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"state_api": None, "dashboard_modules": 0}
+    assert "LOADED 0" in done.stdout  # the head itself chose none, so none can start later either
 
 
 # Joins a cluster through raydra.cluster.connect and says what Ray Train's preemption-watcher
