@@ -57,12 +57,12 @@ def test_default_run_trains_the_digits_vit_and_leaves_a_self_describing_run_dir(
     assert summary["checkpoints"]["last"] in map(str, kept)
 
     # The last checkpoint loads back into a plain module that scores what the run's test measured.
-    from test_strategies import _test_accuracy
+    from helpers import digits_test_accuracy
 
     import raydra
 
     module = raydra.load(run_dir, "last")
-    assert _test_accuracy(module) == pytest.approx(summary["metrics"]["final"]["test/acc"], abs=1e-6)
+    assert digits_test_accuracy(module) == pytest.approx(summary["metrics"]["final"]["test/acc"], abs=1e-6)
     assert summary["strategy"]["name"] == "ddp" and len(summary["memory_per_worker"]) == 2
 
     # W&B ran offline, kept its files in the run dir, and its run file holds the logged values
