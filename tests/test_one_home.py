@@ -153,3 +153,14 @@ def test_configuration_md_lists_every_key_of_the_schema_and_of_raydras_options()
     closed = ("strategy.", "tune.", *{f"{key.split('.')[0]}." for key in typed if "." in key})
     stale = sorted(key for key in documented - typed if key.startswith(closed) or "." not in key)
     assert not stale, f"configuration.md lists keys the schema does not have: {stale}"
+
+
+def test_testing_md_names_every_test_file_and_only_files_that_exist():
+    """docs/testing.md says what each test file covers: a new file is described there, and a file
+    moved or gone is not still named."""
+    text = (REPO / "docs" / "testing.md").read_text()
+    files = {path.name for path in (REPO / "tests").glob("test_*.py")}
+    unnamed = sorted(name for name in files if f"`{name}`" not in text)
+    assert not unnamed, f"test files docs/testing.md does not name: {unnamed}"
+    named = set(re.findall(r"`(test_\w+\.py)`", text)) | set(re.findall(r"`tests/(\w+\.py)`", text))
+    assert named <= files | {path.name for path in (REPO / "tests").glob("*.py")}, f"named but not in tests/: {named - files}"
