@@ -5,7 +5,7 @@ import sys
 
 import pytest
 from conftest import REPO, bare_trainer
-from hydra import compose, initialize_config_dir
+from helpers import composed
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
@@ -15,11 +15,6 @@ from raydra.errors import RaydraError
 from raydra.schema import register_schemas, validate
 
 register_schemas()
-
-
-def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="train", overrides=list(overrides))
 
 
 def test_default_config_is_the_embedded_digits_vit_on_two_cpu_workers():

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import REPO, bare_trainer, run_dirs, summary_of
+from helpers import raydra_train
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf, open_dict
-from test_own_project import raydra_train
 
 from raydra import fit
 from raydra.callbacks import resolve as resolve_callbacks

@@ -485,10 +485,10 @@ def test_nothing_outside_private_apis_reaches_into_private_modules():
 def test_installed_versions_are_inside_the_caps_this_file_was_run_against(package):
     """pyproject.toml caps each library whose private API raydra reaches at the minor version this
     file passed with; an install outside the caps means nobody has run it against that version."""
+    import tomllib
     from importlib import metadata
     from pathlib import Path
 
-    import tomllib
     from packaging.requirements import Requirement
 
     project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
@@ -505,9 +505,15 @@ from raydra import private_apis
 
 lean = private_apis.lean_local_ray() if sys.argv[1] == "lean" else {}
 ray.init(address="local", num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[2], **lean)
-time.sleep(3)  # the first driver's prestarted workers, if any, start within this
-raylet = glob.glob(os.path.join(sys.argv[2], "session_latest", "logs", "raylet.out"))[0]
-prestarted = open(raylet).read().count("Started worker process")
+# The raylet prestarts its idle workers as the first driver registers, before it logs that driver's
+# job as started in its worker pool: wait for that line, then count the workers started before it.
+raylet, deadline, text = glob.glob(os.path.join(sys.argv[2], "session_latest", "logs", "raylet.out"))[0], time.time() + 60, ""
+while "started in worker pool" not in text:
+    if time.time() > deadline:
+        sys.exit("the raylet never logged the driver's job as started in its worker pool: " + text[-3000:])
+    time.sleep(0.1)
+    text = open(raylet).read()
+prestarted = text.split("started in worker pool", 1)[0].count("Started worker process")
 
 
 @ray.remote
@@ -522,6 +528,7 @@ print(json.dumps({"prestarted": prestarted, **seen}))
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("mode", ["lean", "plain"])
 def test_a_lean_local_ray_prestarts_no_idle_workers_and_an_actors_setup_hook_runs_first(mode, tmp_path):
     """lean_local_ray's system config stops the idle workers Ray starts for the first driver (the
