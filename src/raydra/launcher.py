@@ -27,9 +27,7 @@ import math
 import multiprocessing.connection
 import os
 import shlex
-import signal
 import sys
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -44,6 +42,7 @@ from raydra import summary as run_summary
 from raydra.errors import RaydraError
 from raydra.multirun_job import JobFailed, JobSettings
 from raydra.schema import worker_range
+from raydra.signals import sigterm_interrupts
 
 log = logging.getLogger("raydra")
 
@@ -120,11 +119,14 @@ def run(multirun: Multirun, jobs: List[Job]) -> List[Job]:
         except RaydraError as error:
             log.error(f"error: {error}")
             raise
+        # Installed after connecting (in _prepare): ray.init's own SIGTERM handler would end this
+        # process at once, leaving the jobs running.
+        restore_sigterm = sigterm_interrupts()
         try:
-            with _sigterm_interrupts():
-                _schedule(multirun, jobs)
-                _join_processes(jobs)
+            _schedule(multirun, jobs)
+            _join_processes(jobs)
         finally:
+            restore_sigterm()
             _record(multirun, jobs)
             if not multirun.raydra_runs:
                 _leave_joined_cluster()
@@ -725,22 +727,3 @@ def _console(sweep_dir: Path) -> Iterator[None]:
         file.close()
         logger.handlers, logger.propagate = saved[0], saved[2]
         logger.setLevel(saved[1])
-
-
-@contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM (a scheduler's or `kill`'s stop) stops the multirun as Ctrl-C does. Installed after
-    connecting: ray.init puts in a SIGTERM handler of its own that would end this process at once,
-    leaving the jobs running."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -6,8 +6,6 @@ import logging
 import os
 import posixpath
 import re
-import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -24,6 +22,7 @@ from raydra.console import worker_output
 from raydra.errors import RaydraError
 from raydra.redact import redact_hydra_records
 from raydra.resume import changed_keys
+from raydra.signals import sigterm_interrupts
 from raydra.sweep import report
 from raydra.sweep.report import SWEEP, Progress
 from raydra.sweep.space import check_samples, domain, parse_space
@@ -91,7 +90,8 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
             record["storage"] = sweep_run["storage"]
 
         connect(cfg.ray.address, cfg.ray.num_cpus, cfg.verbose, project.runtime_env(cfg))
-        restore_sigterm = _sigterm_stops_tune()
+        # Tune ends its trials and saves its state on SIGINT, so tune.resume= can continue the sweep.
+        restore_sigterm = sigterm_interrupts(as_sigint=True)
         check_fits(cfg.scale)
         if not sweep_run["storage"]:
             run_record.check_shared(sweep_dir)
@@ -304,15 +304,6 @@ def _freeze_resolver_calls(node: Any, plain: Any) -> None:
         elif isinstance(value, str) and RESOLVER_CALL.search(value):
             resolved = node[key]
             plain[key] = OmegaConf.to_container(resolved, resolve=True) if isinstance(resolved, (DictConfig, ListConfig)) else resolved
-
-
-def _sigterm_stops_tune() -> Any:
-    """SIGTERM stops the sweep the way Ctrl-C does: Tune ends its trials and saves its state, so
-    tune.resume= can continue it. Returns the function that puts the old handler back."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))
-    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def _tune_error(error: BaseException, metric: str) -> Optional[RaydraError]:
