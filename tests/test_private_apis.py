@@ -185,9 +185,28 @@ def test_csv_columns_set_on_the_writer_make_it_append_under_the_kept_header(tmp_
     assert [r["val/acc"] for r in rows] == ["0.5", "0.75"]
 
 
-def test_the_csv_writer_replaces_metrics_csv_whole_at_each_save(tmp_path):
+def test_the_csv_writer_hands_over_its_pending_rows_and_columns_and_forgets_the_rows_once_saved(tmp_path):
     logger = pl.loggers.CSVLogger(save_dir=str(tmp_path), name="", version="")
-    private_apis.replace_csv_whole(logger.experiment)
+    writer = logger.experiment
+    logger.log_metrics({"train/loss": 1.0, "epoch": 0}, step=0)
+    path, pending, before, new_columns = private_apis.csv_pending(writer)
+    assert path == str(tmp_path / "metrics.csv") and before == [] and new_columns
+    assert pending == [{"train/loss": 1.0, "epoch": 0, "step": 0}]
+    # The new rows' keys are the writer's columns now, sorted, as its own save() has them.
+    assert private_apis.csv_columns(writer) == ["epoch", "step", "train/loss"]
+    private_apis.csv_saved(writer)
+    logger.log_metrics({"train/loss": 0.5, "epoch": 0}, step=1)
+    path, pending, before, new_columns = private_apis.csv_pending(writer)
+    assert pending == [{"train/loss": 0.5, "epoch": 0, "step": 1}] and before == ["epoch", "step", "train/loss"] and not new_columns
+    # The writer's own save appends under the columns it holds: what replace_csv_whole stands in for.
+    assert "_record_new_keys()" in inspect.getsource(type(writer).save)
+
+
+def test_the_csv_writer_replaces_metrics_csv_whole_at_each_save(tmp_path):
+    from raydra.worker.loggers import replace_csv_whole
+
+    logger = pl.loggers.CSVLogger(save_dir=str(tmp_path), name="", version="")
+    replace_csv_whole(logger.experiment)
     path = tmp_path / "metrics.csv"
     logger.log_metrics({"train/loss": 1.0, "epoch": 0}, step=0)
     logger.save()

@@ -14,7 +14,7 @@ import contextlib
 import functools
 import os
 import sys
-from typing import Any, Callable, Dict, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 # ---------------------------------------------------------------------------------------------
 # Ray
@@ -469,52 +469,24 @@ def set_csv_columns(writer: Any, columns: List[str]) -> None:
     writer.metrics_keys = list(columns)
 
 
-def replace_csv_whole(writer: Any) -> None:
-    """Make Lightning's CSV experiment writer replace metrics.csv whole at each save (written beside
-    and renamed over) instead of appending to it, so a full disk or a kill mid-write leaves the
-    previous complete file, never a truncated row. Its save() appends in place, and the writer's
-    rows and columns (`metrics`, `metrics_keys`, `_record_new_keys`) have no public handle.
+def csv_pending(writer: Any) -> Tuple[str, List[Dict[str, Any]], List[str], bool]:
+    """What Lightning's CSV experiment writer holds for its next save: (metrics.csv's path, the rows
+    logged since its last save, its columns before them, whether those rows bring new columns).
+    The new rows' keys join the writer's columns (sorted), as its own save() does first. The
+    writer's rows and columns have no public handle, and `_record_new_keys` is its own step."""
+    before = list(writer.metrics_keys)
+    new_keys = writer._record_new_keys()
+    return writer.metrics_file_path, writer.metrics, before, bool(new_keys)
 
-    Each save copies the file once more; metrics.csv stays small (one row per logged step)."""
-    import csv
-    import os
-    import shutil
 
-    from raydra.errors import out_of_space
+def csv_columns(writer: Any) -> List[str]:
+    """The columns Lightning's CSV experiment writer writes metrics.csv under."""
+    return list(writer.metrics_keys)
 
-    def save() -> None:
-        if not writer.metrics:
-            return
-        path, keys = writer.metrics_file_path, list(writer.metrics_keys)
-        new_keys = writer._record_new_keys()
-        exists = os.path.isfile(path)
-        tmp = f"{path}.tmp-{os.getpid()}"
-        try:
-            if exists and not new_keys:
-                shutil.copyfile(path, tmp)
-                rows, mode = writer.metrics, "a"
-            else:
-                # New columns: the header changes, so every row is written again under it.
-                with open(path, newline="") if exists else contextlib.nullcontext([]) as file:
-                    rows = list(csv.DictReader(file)) + writer.metrics
-                mode = "w"
-            with open(tmp, mode, newline="") as file:
-                out = csv.DictWriter(file, fieldnames=writer.metrics_keys)
-                if mode == "w":
-                    out.writeheader()
-                out.writerows(rows)
-            os.replace(tmp, path)
-        except OSError as error:
-            writer.metrics_keys = keys  # the file on disk still has the old header
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-            full = out_of_space(error, path, "metrics.csv")
-            if full:
-                raise full from None
-            raise
-        writer.metrics = []
 
-    writer.save = save
+def csv_saved(writer: Any) -> None:
+    """Tell Lightning's CSV experiment writer that its pending rows are on disk, as its save() ends."""
+    writer.metrics = []
 
 
 # ---------------------------------------------------------------------------------------------

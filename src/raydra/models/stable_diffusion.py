@@ -26,6 +26,7 @@ from raydra.errors import RaydraError
 from raydra.lightning import pl
 from raydra.models import partial_of
 from raydra.models.stable_diffusion_parts import build_parts, clip_tokenizer, fit_vae, load_parts, train_caption_bpe
+from raydra.storage import replacing
 
 
 class StableDiffusion(pl.LightningModule):
@@ -295,9 +296,8 @@ class StableDiffusion(pl.LightningModule):
             name += f"_step_{self.global_step:07d}"
         path = Path(self.trainer.default_root_dir) / "samples" / f"{name}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.partial")
-        grid.save(partial, format="PNG")
-        os.replace(partial, path)
+        with replacing(path) as partial:
+            grid.save(partial, format="PNG")
         for logger in self.trainer.loggers:
             if type(logger).__name__ == "WandbLogger":
                 caption = " | ".join(self.hparams.sample_prompts)

@@ -36,9 +36,8 @@ class Progress(ray.tune.Callback):
         # Called after the scheduler has seen the result, so its rungs include it.
         if self.scheduler is None or self.scheduler_state is None or not self.scheduler_state.parent.is_dir():
             return
-        tmp = self.scheduler_state.with_suffix(".tmp")
-        self.scheduler.save(str(tmp))
-        os.replace(tmp, self.scheduler_state)
+        with storage.replacing(self.scheduler_state) as tmp:
+            self.scheduler.save(tmp)
 
     def on_step_end(self, iteration: int, trials: List[Any], **info: Any) -> None:
         self.statuses = {trial.trial_id: trial.status for trial in trials}
