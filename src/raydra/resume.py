@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from raydra import storage
 from raydra import summary as run_summary
 from raydra.errors import RaydraError
+from raydra.keys import flatten
 from raydra.redact import redact
 
 # Keys that say how or where to run, not what is trained: changing them does not change the run.
@@ -92,21 +93,12 @@ def changed_keys(old: Dict[str, Any], cfg: DictConfig) -> List[str]:
     error message. `cfg` is masked the same way first: the record holds *** for a secret, so the
     secret itself would otherwise read as a change (and be printed in the refusal)."""
     new = redact(OmegaConf.to_container(cfg, resolve=False))
-    before, after = _flat(old), _flat(new)
+    before, after = flatten(old), flatten(new)
     return [
         f"{key}: {before.get(key, '<unset>')} -> {after.get(key, '<unset>')}"
         for key in sorted(set(before) | set(after))
         if key.split(".")[0] not in NOT_THE_RUN and before.get(key) != after.get(key)
     ]
-
-
-def _flat(tree: Any, prefix: str = "") -> Dict[str, Any]:
-    if isinstance(tree, dict) and tree:
-        flat: Dict[str, Any] = {}
-        for key, value in tree.items():
-            flat.update(_flat(value, f"{prefix}{key}."))
-        return flat
-    return {prefix[:-1]: tree}
 
 
 def _started(run_dir: Path, name: str) -> bool:

@@ -11,8 +11,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from raydra.compare.runs import ABSENT, Run, config_text
+from raydra.compare.runs import Run, config_text
 from raydra.compare.table import metric_mode, metric_values
+from raydra.keys import ABSENT
 
 SEED_KEY = "seed"
 CONFIDENCE = 0.95

@@ -19,8 +19,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from raydra.compare.curves import monitored, plot_order
 from raydra.compare.groups import Grouped
-from raydra.compare.runs import ABSENT, Run, config_source, config_text, number, read_curves, run_files, status_text
+from raydra.compare.runs import Run, config_source, config_text, number, read_curves, run_files, status_text
 from raydra.compare.table import cell_text, is_numeric
+from raydra.keys import ABSENT
 from raydra.storage import is_uri
 
 HERE = Path(__file__).parent

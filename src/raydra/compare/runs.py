@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from raydra.keys import ABSENT, flatten
 from raydra.storage import is_uri
 
 # libyaml's loader is ~10x faster than the pure-Python one, which matters at hundreds of configs.
@@ -43,16 +44,6 @@ RUN_MARKERS = ("summary.json", ".hydra/config.yaml")
 # The root config key of a run's tags (lightning-hydra-template's `tags`): its own column and filter.
 TAGS_KEY = "tags"
 RECORD_FILES = ("summary.json", "metrics.csv", ".hydra/config.yaml", ".hydra/overrides.yaml", ".hydra/hydra.yaml")
-
-
-class _Absent:
-    """A config key a run does not have: shown as `absent`, never confused with null or blank."""
-
-    def __repr__(self) -> str:
-        return "absent"
-
-
-ABSENT = _Absent()
 
 
 @dataclass
@@ -404,18 +395,6 @@ def read_choices(path: Path) -> dict:
     return {
         str(k): "[" + ", ".join(map(str, v)) + "]" if isinstance(v, list) else v for k, v in block.items() if not str(k).startswith("hydra")
     }
-
-
-def flatten(data: dict, prefix: str = "") -> dict:
-    """Nested config -> {"model.optimizer.lr": 0.01, ...}; lists stay values, as typed on a command line."""
-    flat = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            flat.update(flatten(value, name + "."))
-        else:
-            flat[name] = value
-    return flat
 
 
 def parse_filters(filters: List[str]) -> List[Tuple[str, str]]:

@@ -6,7 +6,8 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from raydra.compare.runs import ABSENT, TAGS_KEY, Run, config_text, dig, number, read_curves, status_text
+from raydra.compare.runs import TAGS_KEY, Run, config_text, dig, number, read_curves, status_text
+from raydra.keys import ABSENT
 
 FIXED_COLUMNS = ("status", "wall_s", "samples/s")
 TAGS_COLUMN = "tags"
