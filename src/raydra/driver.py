@@ -157,7 +157,7 @@ def _continue(cfg: DictConfig, summary: Dict[str, Any], fresh_dir: Path) -> Any:
         # Kept, so that if this attempt fails too, resume=latest still finds the run.
         config_hash=previous.get("config_hash"),
         resumed=previous.get("resumed", [])
-        + [{"at": run_summary.now(), "from_status": previous.get("status"), "log": str(fresh_dir / "driver.log")}],
+        + [{"at": run_summary.now(), "from_status": previous.get("status"), "log": str(fresh_dir / run_record.DRIVER_LOG)}],
     )
     log.info(f"resuming {run_dir} (this invocation's driver.log: {fresh_dir})")
     return run_dir, previous["run_id"]

@@ -41,6 +41,7 @@ from raydra import job_process
 from raydra import summary as run_summary
 from raydra.errors import RaydraError
 from raydra.multirun_job import JobFailed, JobSettings
+from raydra.run_record import CONSOLE, JOBS_RECORD, MULTIRUN_LOG
 from raydra.schema import worker_range
 from raydra.signals import sigterm_interrupts
 
@@ -52,9 +53,6 @@ POLL_S = 0.2
 # How long stopped jobs get to record themselves interrupted (stop their workers, write summary.json)
 # before they are killed.
 STOP_WAIT_S = 120
-CONSOLE = "console.log"
-# In the sweep directory: every job's overrides, directory and outcome, rewritten as each job ends.
-JOBS_RECORD = "jobs.json"
 
 # Whether this process joined a cluster (rather than started a local Ray) for an app's jobs.
 _app_cluster_joined = False
@@ -716,7 +714,7 @@ def _console(sweep_dir: Path) -> Iterator[None]:
     sweep_dir.mkdir(parents=True, exist_ok=True)
     console = logging.StreamHandler(sys.stdout)
     console.setFormatter(logging.Formatter("%(message)s"))
-    file = logging.FileHandler(sweep_dir / "multirun.log")
+    file = logging.FileHandler(sweep_dir / MULTIRUN_LOG)
     file.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
     saved = logger.handlers[:], logger.level, logger.propagate
     logger.handlers, logger.propagate = [console, file], False

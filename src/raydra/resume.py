@@ -16,7 +16,7 @@ from typing import Any, Dict, List
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from raydra import storage
+from raydra import run_record, storage
 from raydra import summary as run_summary
 from raydra.errors import RaydraError
 from raydra.keys import flatten
@@ -41,7 +41,7 @@ def find(cfg: DictConfig) -> Path:
         run_dir = _fetch(cfg)
     else:
         run_dir = Path(cfg.resume).expanduser().resolve()
-    if not (run_dir / run_summary.SUMMARY).is_file() or not (run_dir / ".hydra" / "config.yaml").is_file():
+    if not (run_dir / run_summary.SUMMARY).is_file() or not (run_dir / run_record.CONFIG).is_file():
         raise RaydraError(
             f"resume={cfg.resume}: {run_dir} is not a raydra run directory (no summary.json and .hydra/config.yaml); "
             "pass a directory a raydra run wrote."
@@ -49,7 +49,7 @@ def find(cfg: DictConfig) -> Path:
     previous = run_summary.read(run_dir)
     if previous.get("status") == "completed":
         raise RaydraError(f"resume={cfg.resume}: {run_dir} already completed; start a new run instead of resuming it.")
-    changes = changed_keys(yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text()), cfg)
+    changes = changed_keys(yaml.safe_load((run_dir / run_record.CONFIG).read_text()), cfg)
     if changes and not cfg.resume_force:
         raise RaydraError(
             f"resume={cfg.resume}: the config differs from the one {run_dir} started with ({'; '.join(changes)}); "
@@ -72,7 +72,7 @@ def _fetch(cfg: DictConfig) -> Path:
     if not storage.exists(storage.join(uri, run_summary.SUMMARY)):
         raise RaydraError(f"resume={uri}: no summary.json there; pass the storage URI of a run directory a raydra run wrote.")
     run_dir = Path(cfg.paths.outputs, relative).resolve()
-    storage.copy_tree(uri, str(run_dir), skip=["checkpoints"])
+    storage.copy_tree(uri, str(run_dir), skip=[run_record.CHECKPOINTS])
     return run_dir
 
 

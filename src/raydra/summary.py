@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any, Dict
 
 from raydra.errors import out_of_space
+
+# The names of the record's files are run_record's; these two are read through this module too.
+from raydra.run_record import CHECKPOINT_FILE, SUMMARY  # noqa: F401
 from raydra.storage import replacing
 
-SUMMARY = "summary.json"
-# The Lightning checkpoint inside each of the run's Ray checkpoint directories (checkpoints/<run id>/checkpoint_*/);
-# the name Ray's own RayTrainReportCallback uses, so either's checkpoints load alike.
-CHECKPOINT_FILE = "checkpoint.ckpt"
 PACKAGES = ("raydra", "ray", "torch", "lightning", "pytorch-lightning", "transformers", "hydra-core", "wandb", "diffusers")
 
 

@@ -9,6 +9,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from raydra.compare.runs import Run, config_text, dig, read_curves
 from raydra.compare.table import clip
+from raydra.run_record import METRICS
 
 MAX_LEGEND = 20
 
@@ -92,7 +93,7 @@ def render_curves(runs: List[Run], metrics: List[str], keys: List[str], x: str, 
     from matplotlib.figure import Figure  # no pyplot: no global backend or figure state to leak
 
     for run in runs:
-        if not (run.dir / "metrics.csv").is_file():
+        if not (run.dir / METRICS).is_file():
             notes.append(f"{run.source} has no metrics.csv (no csv logger, or it stopped before logging); its curves are left out.")
     pngs = {}
     for metric in metrics:

@@ -22,6 +22,7 @@ from raydra.compare.groups import Grouped
 from raydra.compare.runs import Run, config_source, config_text, number, read_curves, run_files, status_text
 from raydra.compare.table import cell_text, is_numeric
 from raydra.keys import ABSENT
+from raydra.run_record import METRICS
 from raydra.storage import is_uri
 
 HERE = Path(__file__).parent
@@ -116,7 +117,7 @@ def page_data(
         "groups": [],
     }
     for i, run in enumerate(runs):
-        if not (run.dir / "metrics.csv").is_file():
+        if not (run.dir / METRICS).is_file():
             notes.append(f"{run.source} has no metrics.csv (no csv logger, or it stopped before logging); its curves are left out.")
         for metric, curve in run_curves(run, notes).items():
             data["curves"].setdefault(metric, []).append({"run": i, **curve})

@@ -1,4 +1,5 @@
-"""Finding and reading run directories, on a disk or in storage: the one place that knows the run record's files.
+"""Finding and reading run directories, on a disk or in storage: the one place that reads the run record's files back
+(their names are raydra.run_record's).
 
 
 Reads `.hydra/config.yaml`, `.hydra/overrides.yaml`, `summary.json` and `metrics.csv` and nothing
@@ -30,6 +31,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from raydra import run_record
 from raydra.keys import ABSENT, flatten
 from raydra.storage import is_uri
 
@@ -40,10 +42,10 @@ CORRUPT_SUMMARY = "unknown (corrupt summary.json)"
 # What marks a directory as a run's, and the files compare and show read. From storage only these
 # are downloaded; the rest of a run there (checkpoints, logs, samples, wandb: up to gigabytes) is
 # only listed, to say what exists.
-RUN_MARKERS = ("summary.json", ".hydra/config.yaml")
+RUN_MARKERS = (run_record.SUMMARY, run_record.CONFIG)
 # The root config key of a run's tags (lightning-hydra-template's `tags`): its own column and filter.
 TAGS_KEY = "tags"
-RECORD_FILES = ("summary.json", "metrics.csv", ".hydra/config.yaml", ".hydra/overrides.yaml", ".hydra/hydra.yaml")
+RECORD_FILES = (run_record.SUMMARY, run_record.METRICS, run_record.CONFIG, run_record.OVERRIDES, run_record.HYDRA_RECORD)
 
 
 @dataclass
@@ -164,7 +166,7 @@ def run_dirs_in(files: List[str]) -> List[str]:
                 dirs.add("")
             elif f.endswith("/" + marker):
                 dirs.add(f[: -len(marker) - 1])
-    dirs = {d for d in dirs if posixpath.join(d, "sweep.json") not in files_set}
+    dirs = {d for d in dirs if posixpath.join(d, run_record.SWEEP) not in files_set}
     if "" in dirs:
         return [""]
     dirs = {d for d in dirs if not any(part.startswith(".") for part in d.split("/"))}
@@ -245,9 +247,9 @@ def load_remote_runs(runs: Dict[str, List[str]], notes: List[str]) -> Dict[str, 
 def is_run_dir(path: str) -> bool:
     # A tune= sweep directory holds Hydra's record of the invocation too; its sweep.json says it
     # is a sweep, whose runs are below it.
-    if os.path.isfile(os.path.join(path, "sweep.json")):
+    if os.path.isfile(os.path.join(path, run_record.SWEEP)):
         return False
-    return os.path.isfile(os.path.join(path, "summary.json")) or os.path.isfile(os.path.join(path, ".hydra", "config.yaml"))
+    return any(os.path.isfile(os.path.join(path, marker)) for marker in RUN_MARKERS)
 
 
 def natural_key(text: str) -> list:
@@ -331,18 +333,20 @@ def load_run(run_dir: str, notes: List[str], source: Optional[str] = None, listi
     """A run from its directory; for a run in storage, `run_dir` is the local copy of its record
     files, `source` its URI and `listing` every file below that URI."""
     run = Run(Path(run_dir), source=source or "", listing=None if listing is None else frozenset(listing))
-    run.config = read_yaml(run.dir / ".hydra" / "config.yaml", dict, notes, run.where(".hydra/config.yaml"))
+    run.config = read_yaml(run.dir / run_record.CONFIG, dict, notes, run.where(run_record.CONFIG))
     run.flat = flatten(run.config) if run.config is not None else {}
-    overrides = read_yaml(run.dir / ".hydra" / "overrides.yaml", list, notes, run.where(".hydra/overrides.yaml"))
-    run.choices = read_choices(run.dir / ".hydra" / "hydra.yaml")
-    path = run.dir / "summary.json"
+    overrides = read_yaml(run.dir / run_record.OVERRIDES, list, notes, run.where(run_record.OVERRIDES))
+    run.choices = read_choices(run.dir / run_record.HYDRA_RECORD)
+    path = run.dir / run_record.SUMMARY
     if path.is_file():
         try:
             summary = json.loads(path.read_text())
             if not isinstance(summary, dict):
                 raise ValueError(f"it holds a JSON {type(summary).__name__}, not an object")
         except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            notes.append(f"{run.where('summary.json')} is corrupt ({one_line(error)}); the run is listed as unknown. Rewrite or delete it.")
+            notes.append(
+                f"{run.where(run_record.SUMMARY)} is corrupt ({one_line(error)}); the run is listed as unknown. Rewrite or delete it."
+            )
             run.status = CORRUPT_SUMMARY
         else:
             run.summary = summary
@@ -527,7 +531,7 @@ def read_curves(run: Run, notes: List[str]) -> Dict[str, List[Tuple[Optional[flo
     if run.curves is not None:
         return run.curves
     run.curves = {}
-    path = run.dir / "metrics.csv"
+    path = run.dir / run_record.METRICS
     if not path.is_file():
         return run.curves
     try:
@@ -545,7 +549,7 @@ def read_curves(run: Run, notes: List[str]) -> Dict[str, List[Tuple[Optional[flo
                     if value is not None:
                         points.append((step, epoch, value))
     except (OSError, UnicodeDecodeError, csv.Error) as error:
-        notes.append(f"{run.where('metrics.csv')} is not readable CSV ({one_line(error)}); its curves are left out.")
+        notes.append(f"{run.where(run_record.METRICS)} is not readable CSV ({one_line(error)}); its curves are left out.")
     return run.curves
 
 
@@ -576,16 +580,16 @@ def run_files(run: Run) -> List[Tuple[str, str, Optional[bool]]]:
         location, exists = run.locate(recorded_dir)
         if exists is not False:
             files.append(("checkpoints", location, exists))
-    elif run.has("checkpoints"):
-        files.append(("checkpoints", run.where("checkpoints"), True))
+    elif run.has(run_record.CHECKPOINTS):
+        files.append(("checkpoints", run.where(run_record.CHECKPOINTS), True))
     own = [
-        ("metrics.csv", "metrics.csv"),
-        ("samples", "samples"),
-        ("wandb", "wandb"),
-        ("driver log", "driver.log"),
-        ("logs", "logs"),
-        ("config", ".hydra/config.yaml"),
-        ("summary", "summary.json"),
+        ("metrics.csv", run_record.METRICS),
+        ("samples", run_record.SAMPLES),
+        ("wandb", run_record.WANDB),
+        ("driver log", run_record.DRIVER_LOG),
+        ("logs", run_record.LOGS),
+        ("config", run_record.CONFIG),
+        ("summary", run_record.SUMMARY),
     ]
     return files + [(what, run.where(relative), True) for what, relative in own if run.has(relative)]
 
@@ -593,6 +597,6 @@ def run_files(run: Run) -> List[Tuple[str, str, Optional[bool]]]:
 def config_source(run: Run) -> str:
     """The config as Hydra wrote it (comments and key order kept), not re-dumped."""
     try:
-        return (run.dir / ".hydra" / "config.yaml").read_text()
+        return (run.dir / run_record.CONFIG).read_text()
     except (OSError, UnicodeDecodeError):
         return ""

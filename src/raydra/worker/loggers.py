@@ -17,6 +17,7 @@ from raydra import private_apis
 from raydra.errors import out_of_space
 from raydra.project import RAYDRA_LOGGERS
 from raydra.redact import redact
+from raydra.run_record import METRICS
 from raydra.storage import replacing
 
 
@@ -80,7 +81,7 @@ def _keep_rows_up_to(csv_logger: Any, position: Optional[Dict[str, Any]]) -> Non
     """Lightning's CSV writer deletes an existing metrics.csv when it opens. A restarted or resumed
     run keeps the rows up to its checkpoint instead (through its epoch, or before its step for a
     mid-epoch checkpoint); later rows are trained again."""
-    path = Path(csv_logger.log_dir) / "metrics.csv"
+    path = Path(csv_logger.log_dir) / METRICS
     rows, fields = [], None
     if position is not None and path.exists():
         with path.open(newline="") as file:
@@ -89,7 +90,7 @@ def _keep_rows_up_to(csv_logger: Any, position: Optional[Dict[str, Any]]) -> Non
             rows = [r for r in reader if _before(r, position)]
     # Opening the writer removes an existing metrics.csv: moved aside first, so that until the kept
     # rows are whole on disk (a full disk may refuse them) the old file is there to put back.
-    aside = path.with_name(".metrics.csv.before-restart")
+    aside = path.with_name(f".{METRICS}.before-restart")
     if rows:
         os.replace(path, aside)
     writer = csv_logger.experiment
@@ -104,7 +105,7 @@ def _keep_rows_up_to(csv_logger: Any, position: Optional[Dict[str, Any]]) -> Non
                 kept.writerows(rows)
         except OSError as error:
             os.replace(aside, path)
-            full = out_of_space(error, path, "metrics.csv")
+            full = out_of_space(error, path, METRICS)
             if full:
                 raise full from None
             raise
@@ -181,7 +182,7 @@ def replace_csv_whole(writer: Any) -> None:
                     out.writerows(rows)
         except OSError as error:
             private_apis.set_csv_columns(writer, before)  # the file on disk still has the old header
-            full = out_of_space(error, path, "metrics.csv")
+            full = out_of_space(error, path, METRICS)
             if full:
                 raise full from None
             raise
