@@ -52,6 +52,19 @@ def poll_workers_often(seconds: float) -> None:
     os.environ.setdefault(RAY_TRAIN_POLL_INTERVAL_ENV, str(seconds))
 
 
+# Where Ray's State API is served, for every process that inherits this environment. Ray's own
+# clients read it first (ray.dashboard.utils.get_address_for_submission_client), before RAY_ADDRESS
+# and before /tmp/ray/ray_current_cluster; Ray Train's PlacementGroupCleaner asks the State API,
+# from inside the cluster, whether a run's controller lives. `ray start` prints it for `ray job`.
+RAY_STATE_API_ADDRESS_ENV = "RAY_API_SERVER_ADDRESS"
+
+
+def state_api_address_env(dashboard_port: int) -> Dict[str, str]:
+    """The environment that names this machine's dashboard on `dashboard_port` as the State API of
+    every process started with it (a local Ray's own processes, or `ray start`'s)."""
+    return {RAY_STATE_API_ADDRESS_ENV: f"http://127.0.0.1:{dashboard_port}"}
+
+
 # Ray's worker process setup hook travels to a worker process in this variable. Ray's public
 # `worker_process_setup_hook` is honoured only in ray.init's runtime_env (every process of the
 # job: the controller and Ray Train's helper actors too), not in an actor's own runtime_env.
@@ -339,6 +352,15 @@ def elastic_reacts_quickly(start_timeout_s: float) -> Iterator[None]:
             os.environ.pop(RAY_TRAIN_START_TIMEOUT_ENV, None)
 
 
+def worker_groups_start_within(seconds: float) -> None:
+    """Give a new worker group `seconds` to be placed and started before Ray Train fails the start
+    (unless the user set the timeout). The controller reads RAY_TRAIN_START_TIMEOUT_ENV, which the
+    driver's environment passes on to it; no public setting sets it."""
+    import os
+
+    os.environ.setdefault(RAY_TRAIN_START_TIMEOUT_ENV, str(seconds))
+
+
 def _fresh_elastic_policy_class() -> Any:
     """ElasticScalingPolicy asking for a recomputed reservation. Defined in a function, so Ray
     pickles the class itself into its controller actor (by value), rather than a name to import."""
@@ -487,6 +509,15 @@ def csv_columns(writer: Any) -> List[str]:
 def csv_saved(writer: Any) -> None:
     """Tell Lightning's CSV experiment writer that its pending rows are on disk, as its save() ends."""
     writer.metrics = []
+
+
+def apply_activation_checkpointing(module: Any, check_fn: Callable[[Any], bool]) -> None:
+    """Wrap every submodule of `module` for which `check_fn` holds so that its activations are
+    recomputed in backward instead of kept. torch's FSDP2 examples use this wrapper; it lives in
+    torch.distributed.algorithms._checkpoint (torch.utils.checkpoint has no module-wrapping API)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing as apply
+
+    apply(module, check_fn=check_fn)
 
 
 # ---------------------------------------------------------------------------------------------

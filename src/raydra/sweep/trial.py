@@ -1,6 +1,5 @@
 """One trial of a sweep: Tune's function trainable around the same fit as a single run."""
 
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -14,7 +13,7 @@ from ray.tune.integration.ray_train import TuneReportCallback
 from raydra import fit, run_record, storage
 from raydra import summary as run_summary
 from raydra.errors import RaydraError
-from raydra.private_apis import tune_stop_probe
+from raydra.private_apis import tune_stop_probe, worker_groups_start_within
 from raydra.redact import redact_hydra_records
 from raydra.schema import validate
 from raydra.sweep.space import plain
@@ -56,7 +55,7 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     # The sweep only starts as many trials as the cluster holds, so a worker group that does not
     # start is slow (a loaded node, a stopped trial's workers still leaving), not starved: Train
     # V2's 60 s default failed trials on a busy 2-CPU machine. Still an error, never a hang.
-    os.environ.setdefault("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "300")
+    worker_groups_start_within(300)
     try:
         validate(conf)
         config = fit.resolve(conf, record_dir, run_id)
