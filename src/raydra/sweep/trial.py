@@ -14,6 +14,7 @@ from raydra import fit, run_record, storage
 from raydra import summary as run_summary
 from raydra.errors import RaydraError
 from raydra.private_apis import tune_stop_probe, worker_groups_start_within
+from raydra.project import check_classes
 from raydra.redact import redact_hydra_records
 from raydra.schema import validate
 from raydra.sweep.space import plain
@@ -58,6 +59,7 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     worker_groups_start_within(300)
     try:
         validate(conf)
+        check_classes(conf)
         config = fit.resolve(conf, record_dir, run_id)
         # Named here, not recomputed from paths.outputs: this process's working directory is Ray's.
         config["run"].update(dir=run["dir"], storage=run["storage"])
