@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 
 import torch
 
-from raydra.compare import is_uri, relocated
 from raydra.errors import RaydraError
-from raydra.run_record import CHECKPOINT_FILE, SUMMARY
+from raydra.run_record import CHECKPOINT_FILE, SUMMARY, relocated
+from raydra.storage import is_uri
 
 PathLike = Union[str, Path]
 

@@ -88,6 +88,31 @@ def location(storage_root: Optional[str], outputs: str, run_dir: Path) -> Option
     return storage.join(storage_root, *relative.parts)
 
 
+def claim_directory(path: str) -> str:
+    """`path`, or `path_2`, `path_3`, ... when an earlier invocation already has it: two launches
+    in the same second (a script, a job array, a refused command and its retry) must not share a
+    run directory, where the second would overwrite the first's Hydra record. Creating the
+    directory claims it, so concurrent launches cannot both take the same one."""
+    candidate, n = Path(path), 1
+    while True:
+        try:
+            candidate.mkdir(parents=True)
+            return str(candidate)
+        except FileExistsError:
+            n += 1
+            candidate = Path(f"{path}_{n}")
+
+
+def relocated(recorded: str, recorded_run_dir: Any, run_location: str) -> str:
+    """Where a file that summary.json names lies once its run is at `run_location`: a run copied to
+    storage keeps a summary.json naming files on the disk it was written on (summary["run_dir"]);
+    the same files are below the copy. URIs and paths outside that run dir stay as recorded."""
+    if storage.is_uri(recorded) or not isinstance(recorded_run_dir, str) or not recorded_run_dir:
+        return recorded
+    base = recorded_run_dir.rstrip("/") + "/"
+    return storage.join(run_location, *recorded[len(base) :].split("/")) if recorded.startswith(base) else recorded
+
+
 def checkpoints_location(run: Dict[str, Any]) -> str:
     """Where Ray Train keeps this run's checkpoints (RunConfig storage): in storage, or the run dir."""
     return storage.join(run.get("storage") or run["dir"], CHECKPOINTS)

@@ -15,13 +15,13 @@ import importlib.util
 import math
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from raydra.errors import RaydraError
+from raydra.run_record import claim_directory
 
 
 @dataclass
@@ -358,21 +358,6 @@ def register_schemas() -> None:
     OmegaConf.register_new_resolver("raydra.unclaimed", claim_directory, use_cache=True, replace=True)
     # paths.root_dir: the directory the command runs from, where the driver resolves the config.
     OmegaConf.register_new_resolver("raydra.cwd", os.getcwd, replace=True)
-
-
-def claim_directory(path: str) -> str:
-    """`path`, or `path_2`, `path_3`, ... when an earlier invocation already has it: two launches
-    in the same second (a script, a job array, a refused command and its retry) must not share a
-    run directory, where the second would overwrite the first's Hydra record. Creating the
-    directory claims it, so concurrent launches cannot both take the same one."""
-    candidate, n = Path(path), 1
-    while True:
-        try:
-            candidate.mkdir(parents=True)
-            return str(candidate)
-        except FileExistsError:
-            n += 1
-            candidate = Path(f"{path}_{n}")
 
 
 # dataloader: each worker reads and holds its data itself. ray_data: the driver builds Ray Data

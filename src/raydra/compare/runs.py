@@ -33,6 +33,7 @@ import yaml
 
 from raydra import run_record
 from raydra.keys import ABSENT, flatten
+from raydra.run_record import relocated
 from raydra.storage import is_uri
 
 # libyaml's loader is ~10x faster than the pure-Python one, which matters at hundreds of configs.
@@ -111,16 +112,6 @@ def join_location(location: str, relative: str) -> str:
     from raydra import storage
 
     return storage.join(location, *relative.split("/"))
-
-
-def relocated(recorded: str, recorded_run_dir: Any, run_location: str) -> str:
-    """Where a file that summary.json names lies once its run is at `run_location`: a run copied to
-    storage keeps a summary.json naming files on the disk it was written on (summary["run_dir"]);
-    the same files are below the copy. URIs and paths outside that run dir stay as recorded."""
-    if is_uri(recorded) or not isinstance(recorded_run_dir, str) or not recorded_run_dir:
-        return recorded
-    base = recorded_run_dir.rstrip("/") + "/"
-    return join_location(run_location, recorded[len(base) :]) if recorded.startswith(base) else recorded
 
 
 def list_remote(uri: str, want: str = "a run or sweep directory") -> Tuple[Optional[List[str]], str]:
