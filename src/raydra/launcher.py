@@ -102,8 +102,9 @@ class Job:
         return f"#{self.num} ({' '.join(self.shown) or 'no overrides'})"
 
 
-def run(multirun: Multirun, jobs: List[Job]) -> List[Job]:
-    """Run `jobs` (composed by the plugin, each with its payload); returns them with their outcome.
+def run_jobs(multirun: Multirun, jobs: List[Job]) -> List[Job]:
+    """Run a multirun's `jobs` (composed by the plugin, each with its payload) side by side, each in its
+    own process; returns them with their outcome.
     Raises RaydraError, before any job starts, if one of them cannot run."""
     if not jobs:
         return jobs

@@ -50,7 +50,10 @@ RECORD_FILES = (run_record.SUMMARY, run_record.METRICS, run_record.CONFIG, run_r
 
 
 @dataclass
-class Run:
+class RecordedRun:
+    """One run as its record reads back (summary.json, .hydra/, metrics.csv): what compare, show
+    and the HTML report put side by side."""
+
     dir: Path
     config: Optional[dict] = None
     overrides: List[str] = field(default_factory=list)
@@ -226,7 +229,7 @@ def fetch_records(runs: Dict[str, List[str]], notes: List[str]) -> Dict[str, str
     return fetched
 
 
-def load_remote_runs(runs: Dict[str, List[str]], notes: List[str]) -> Dict[str, "Run"]:
+def load_remote_runs(runs: Dict[str, List[str]], notes: List[str]) -> Dict[str, "RecordedRun"]:
     fetched = fetch_records(runs, notes)
     return {uri: load_run(local, notes, source=uri, listing=runs[uri]) for uri, local in fetched.items()}
 
@@ -320,10 +323,10 @@ def read_yaml(path: Path, kind: type, notes: List[str], shown: Optional[str] = N
     return data
 
 
-def load_run(run_dir: str, notes: List[str], source: Optional[str] = None, listing: Optional[List[str]] = None) -> Run:
+def load_run(run_dir: str, notes: List[str], source: Optional[str] = None, listing: Optional[List[str]] = None) -> RecordedRun:
     """A run from its directory; for a run in storage, `run_dir` is the local copy of its record
     files, `source` its URI and `listing` every file below that URI."""
-    run = Run(Path(run_dir), source=source or "", listing=None if listing is None else frozenset(listing))
+    run = RecordedRun(Path(run_dir), source=source or "", listing=None if listing is None else frozenset(listing))
     run.config = read_yaml(run.dir / run_record.CONFIG, dict, notes, run.where(run_record.CONFIG))
     run.flat = flatten(run.config) if run.config is not None else {}
     overrides = read_yaml(run.dir / run_record.OVERRIDES, list, notes, run.where(run_record.OVERRIDES))
@@ -350,7 +353,7 @@ def load_run(run_dir: str, notes: List[str], source: Optional[str] = None, listi
     return run
 
 
-def read_tags(run: Run) -> List[str]:
+def read_tags(run: RecordedRun) -> List[str]:
     """summary.json's `tags`, else the recorded config's (runs from before summary.json had them):
     a list of strings, a single string as one tag, anything else as none."""
     for recorded in (run.summary.get("tags"), (run.config or {}).get(TAGS_KEY)):
@@ -402,7 +405,7 @@ def parse_filters(filters: List[str]) -> List[Tuple[str, str]]:
     return parsed
 
 
-def matches(run: Run, filters: List[Tuple[str, str]]) -> bool:
+def matches(run: RecordedRun, filters: List[Tuple[str, str]]) -> bool:
     for key, wanted in filters:
         if key in run.flat or key in run.choices:
             value = run.value(key)
@@ -428,7 +431,7 @@ class TagFilter:
     def __bool__(self) -> bool:
         return bool(self.required or self.excluded)
 
-    def matches(self, run: Run) -> bool:
+    def matches(self, run: RecordedRun) -> bool:
         tags = set(run.tags)
         return all(tags.intersection(anyof) for anyof in self.required) and not tags.intersection(self.excluded)
 
@@ -451,7 +454,7 @@ def parse_tag_filters(tags: Sequence[str] = (), exclude: Sequence[str] = ()) -> 
     return TagFilter(required, excluded)
 
 
-def tag_list(runs: List[Run]) -> str:
+def tag_list(runs: List[RecordedRun]) -> str:
     """Every tag the runs have, for a note: what to filter by instead."""
     tags = sorted({tag for run in runs for tag in run.tags})
     return "their tags are " + ", ".join(tags) if tags else "none of them has tags (the config's top-level `tags`, e.g. tags=[baseline])"
@@ -459,7 +462,7 @@ def tag_list(runs: List[Run]) -> str:
 
 def collect(
     paths: List[str], filters: List[str], notes: List[str], tags: Sequence[str] = (), exclude_tags: Sequence[str] = ()
-) -> List[Run]:
+) -> List[RecordedRun]:
     """Discover, load and filter the runs `paths` name (config --filter KEY=VALUE, --tag and
     --exclude-tag); label each relative to what they share. Raises ValueError for a malformed filter."""
     wanted = parse_filters(filters)
@@ -484,7 +487,7 @@ def collect(
     return shown
 
 
-def label_path(run: Run) -> str:
+def label_path(run: RecordedRun) -> str:
     """The path labels are cut from: a URI as /bucket/path, so runs in storage share prefixes like files."""
     if run.listing is None:
         return os.path.abspath(run.dir)
@@ -492,7 +495,7 @@ def label_path(run: Run) -> str:
     return "/" + posixpath.normpath(split.netloc + "/" + split.path.strip("/"))
 
 
-def set_labels(runs: List[Run]) -> None:
+def set_labels(runs: List[RecordedRun]) -> None:
     dirs = [label_path(r) for r in runs]
     common = os.path.commonpath(dirs) if len(dirs) > 1 else None
     for run, d in zip(runs, dirs, strict=True):
@@ -517,7 +520,7 @@ def number(value: Any) -> Optional[float]:
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
-def read_curves(run: Run, notes: List[str]) -> Dict[str, List[Tuple[Optional[float], Optional[float], float]]]:
+def read_curves(run: RecordedRun, notes: List[str]) -> Dict[str, List[Tuple[Optional[float], Optional[float], float]]]:
     """metrics.csv (Lightning's CSVLogger: one sparse row per log call) as {metric: [(step, epoch, value)]}."""
     if run.curves is not None:
         return run.curves
@@ -552,7 +555,7 @@ def to_float(text: str) -> Optional[float]:
     return None if math.isnan(value) else value
 
 
-def status_text(run: Run) -> str:
+def status_text(run: RecordedRun) -> str:
     """The status with its reason: "failed: CUDA out of memory", "interrupted by the user"."""
     if not run.error or run.status == "completed":
         return run.status
@@ -560,7 +563,7 @@ def status_text(run: Run) -> str:
     return error if error.lower().startswith(run.status.lower()) else f"{run.status}: {error}"
 
 
-def run_files(run: Run) -> List[Tuple[str, str, Optional[bool]]]:
+def run_files(run: RecordedRun) -> List[Tuple[str, str, Optional[bool]]]:
     """(what, location, exists) for the files a person looks for; paths summary.json names are kept
     even when gone (the run dir was moved), others only when present. exists is None for a URI
     outside the run's own listing: not checked."""
@@ -585,7 +588,7 @@ def run_files(run: Run) -> List[Tuple[str, str, Optional[bool]]]:
     return files + [(what, run.where(relative), True) for what, relative in own if run.has(relative)]
 
 
-def config_source(run: Run) -> str:
+def config_source(run: RecordedRun) -> str:
     """The config as Hydra wrote it (comments and key order kept), not re-dumped."""
     try:
         return (run.dir / run_record.CONFIG).read_text()

@@ -2,12 +2,12 @@
 
 from typing import List
 
-from raydra.compare.runs import Run, config_source, dig, number, run_files, status_text
+from raydra.compare.runs import RecordedRun, config_source, dig, number, run_files, status_text
 from raydra.compare.table import cell_text
 from raydra.run_record import WANDB
 
 
-def show_text(run: Run, notes: List[str]) -> str:
+def show_text(run: RecordedRun, notes: List[str]) -> str:
     s = run.summary
     lines = [f"run       {run.source}", f"status    {status_text(run)}"]
     for label, key in (("name", "name"), ("run id", "run_id"), ("started", "started_at"), ("finished", "finished_at")):
