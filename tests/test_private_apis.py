@@ -641,7 +641,7 @@ def test_nothing_outside_private_apis_reaches_into_private_modules():
     assert offenders == []
 
 
-@pytest.mark.parametrize("package", ["ray", "lightning", "transformers", "datasets", "huggingface-hub"])
+@pytest.mark.parametrize("package", ["ray", "torch", "lightning", "transformers", "datasets", "huggingface-hub"])
 def test_installed_versions_are_inside_the_caps_this_file_was_run_against(package):
     """pyproject.toml caps each library whose private API raydra reaches at the minor version this
     file passed with; an install outside the caps means nobody has run it against that version."""

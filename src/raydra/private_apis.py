@@ -1,6 +1,6 @@
 """Every reach into another library's private API, and nowhere else.
 
-Each function below leans on something Ray, Lightning or Hugging Face do not document, because
+Each function below leans on something Ray, torch, Lightning or Hugging Face do not document, because
 no public API does the job (each says why). tests/test_private_apis.py pins the behaviour raydra
 relies on, so an upgrade that moves one fails there in seconds rather than in a slow end-to-end
 test, and pyproject.toml caps those libraries at the minor versions tested: an upgrade is a
@@ -441,6 +441,19 @@ def restore_scheduler_rungs(scheduler: Any, path: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# torch
+
+
+def apply_activation_checkpointing(module: Any, check_fn: Callable[[Any], bool]) -> None:
+    """Wrap every submodule of `module` for which `check_fn` holds so that its activations are
+    recomputed in backward instead of kept. torch's FSDP2 examples use this wrapper; it lives in
+    torch.distributed.algorithms._checkpoint (torch.utils.checkpoint has no module-wrapping API)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing as apply
+
+    apply(module, check_fn=check_fn)
+
+
+# ---------------------------------------------------------------------------------------------
 # Lightning
 
 
@@ -509,15 +522,6 @@ def csv_columns(writer: Any) -> List[str]:
 def csv_saved(writer: Any) -> None:
     """Tell Lightning's CSV experiment writer that its pending rows are on disk, as its save() ends."""
     writer.metrics = []
-
-
-def apply_activation_checkpointing(module: Any, check_fn: Callable[[Any], bool]) -> None:
-    """Wrap every submodule of `module` for which `check_fn` holds so that its activations are
-    recomputed in backward instead of kept. torch's FSDP2 examples use this wrapper; it lives in
-    torch.distributed.algorithms._checkpoint (torch.utils.checkpoint has no module-wrapping API)."""
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing as apply
-
-    apply(module, check_fn=check_fn)
 
 
 # ---------------------------------------------------------------------------------------------
