@@ -102,6 +102,25 @@ def test_validation_names_the_key_and_the_fix(override, message):
         validate(composed(override))
 
 
+def test_validation_names_every_problem_of_a_config_at_once():
+    """Three mistakes, one error: each in its own sentence, naming its key, in the words each one
+    alone is refused with; a single mistake reads as it did alone."""
+    overrides = ("trainer.precision=fp8", "checkpoint.mode=up", "scale.placement_strategy=RANDOM")
+    with pytest.raises(RaydraError) as error:
+        validate(composed(*overrides))
+    text = str(error.value)
+    alone = []
+    for override in overrides:
+        with pytest.raises(RaydraError) as one:
+            validate(composed(override))
+        alone.append(str(one.value))
+        assert str(one.value) in text
+    assert "trainer.precision=fp8 is not a Lightning precision" in text
+    assert "checkpoint.mode=up must be min or max" in text
+    assert "scale.placement_strategy=RANDOM is not a Ray placement strategy" in text
+    assert text == " ".join(sorted(alone, key=text.index)) and "\n" not in text
+
+
 def test_the_trainer_group_reaches_lightnings_trainer_as_it_is(tmp_path):
     """Every trainer.* key but raydra's own is a pl.Trainer argument, passed through by name."""
     import inspect

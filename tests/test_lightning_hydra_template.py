@@ -27,10 +27,19 @@ from raydra import fit
 from raydra.callbacks import resolve as resolve_callbacks
 from raydra.entry import CONF_DIR
 from raydra.errors import RaydraError
-from raydra.project import shadowed_configs
-from raydra.schema import register_schemas, validate
+from raydra.project import check_classes, shadowed_configs
+from raydra.schema import register_schemas
+from raydra.schema import validate as validate_schema
 
 register_schemas()
+
+
+def validate(cfg):
+    """What a run checks of a composed config before Ray starts, past its callbacks (as
+    callbacks.resolve_and_validate does): the schema's checks, then the project's classes."""
+    validate_schema(cfg)
+    check_classes(cfg)
+
 
 EXAMPLE = REPO / "examples" / "lightning_hydra_template"
 # Small: a few hundred images, a global batch of 64.

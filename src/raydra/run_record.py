@@ -28,12 +28,50 @@ from typing import Any, Dict, List, Optional
 from raydra import storage
 from raydra.errors import RaydraError
 
+# The record's files, named here once: every module that writes or reads one uses these names
+# (the tests keep the literals: they check the contract on disk). A run directory (the layout above):
+SUMMARY = "summary.json"
+METRICS = "metrics.csv"
+HYDRA_DIR = ".hydra"  # Hydra's record of the invocation (hydra.output_subdir)
+CONFIG = f"{HYDRA_DIR}/config.yaml"
+OVERRIDES = f"{HYDRA_DIR}/overrides.yaml"
+HYDRA_RECORD = f"{HYDRA_DIR}/hydra.yaml"
+DRIVER_LOG = "driver.log"
+LOGS = "logs"
+RAY_LOG = f"{LOGS}/ray.log"
+CHECKPOINTS = "checkpoints"
+# The Lightning checkpoint inside each of the run's Ray checkpoint directories (checkpoints/<run id>/checkpoint_*/);
+# the name Ray's own RayTrainReportCallback uses, so either's checkpoints load alike.
+CHECKPOINT_FILE = "checkpoint.ckpt"
+SAMPLES = "samples"
+PIPELINE = "pipeline"
+WANDB = "wandb"
+# A tune= sweep's directory: its record, its trials' run directories, Tune's state, the best trial.
+SWEEP = "sweep.json"
+TRIALS = "trials"
+TRIALS_CSV = "trials.csv"
+TRIALS_MD = "trials.md"
+TUNE = "tune"
+SCHEDULER_STATE = f"{TUNE}/scheduler_state.pkl"
+BEST_CONFIG = "best_config.yaml"
+BEST_CHECKPOINT = "best_checkpoint.ckpt"
+# A multirun's directory (raydra's launcher): its lines; every job's overrides, directory and
+# outcome, rewritten as each job ends; in each job's directory, the job process's console output.
+MULTIRUN_LOG = "multirun.log"
+JOBS_RECORD = "jobs.json"
+CONSOLE = "console.log"
+
+
+def worker_log(rank: int) -> str:
+    """A worker's log, relative to the run directory."""
+    return f"{LOGS}/worker_{rank}.log"
+
+
 log = logging.getLogger("raydra")
 
 # What the process driving a run (the driver, or a Tune trial's process) writes itself.
-DRIVER_FILES = ("summary.json", ".hydra", "driver.log", "logs/ray.log")
-# Ray's checkpoints are in storage already, and read from there (raydra.load, resume).
-CHECKPOINTS = "checkpoints"
+DRIVER_FILES = (SUMMARY, HYDRA_DIR, DRIVER_LOG, RAY_LOG)
+# Ray's checkpoints (CHECKPOINTS) are in storage already, and read from there (raydra.load, resume).
 
 
 def location(storage_root: Optional[str], outputs: str, run_dir: Path) -> Optional[str]:
@@ -48,6 +86,31 @@ def location(storage_root: Optional[str], outputs: str, run_dir: Path) -> Option
     except ValueError:  # hydra.run.dir outside paths.outputs
         relative = Path("runs", Path(run_dir).name)
     return storage.join(storage_root, *relative.parts)
+
+
+def claim_directory(path: str) -> str:
+    """`path`, or `path_2`, `path_3`, ... when an earlier invocation already has it: two launches
+    in the same second (a script, a job array, a refused command and its retry) must not share a
+    run directory, where the second would overwrite the first's Hydra record. Creating the
+    directory claims it, so concurrent launches cannot both take the same one."""
+    candidate, n = Path(path), 1
+    while True:
+        try:
+            candidate.mkdir(parents=True)
+            return str(candidate)
+        except FileExistsError:
+            n += 1
+            candidate = Path(f"{path}_{n}")
+
+
+def relocated(recorded: str, recorded_run_dir: Any, run_location: str) -> str:
+    """Where a file that summary.json names lies once its run is at `run_location`: a run copied to
+    storage keeps a summary.json naming files on the disk it was written on (summary["run_dir"]);
+    the same files are below the copy. URIs and paths outside that run dir stay as recorded."""
+    if storage.is_uri(recorded) or not isinstance(recorded_run_dir, str) or not recorded_run_dir:
+        return recorded
+    base = recorded_run_dir.rstrip("/") + "/"
+    return storage.join(run_location, *recorded[len(base) :].split("/")) if recorded.startswith(base) else recorded
 
 
 def checkpoints_location(run: Dict[str, Any]) -> str:

@@ -87,7 +87,7 @@ class RaydraLauncher(Launcher):
         for job in jobs:
             job.payload = JobPayload(self.hydra_context, job.cfg, self.task_function, state, os.getcwd()).dumps()
         try:
-            launcher.run(multirun, jobs)
+            launcher.run_jobs(multirun, jobs)
         except RaydraError:
             # Already said in one sentence, as a single run says it; nothing started.
             raise SystemExit(1) from None

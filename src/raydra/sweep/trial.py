@@ -1,6 +1,5 @@
 """One trial of a sweep: Tune's function trainable around the same fit as a single run."""
 
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -11,10 +10,11 @@ import yaml
 from omegaconf import OmegaConf
 from ray.tune.integration.ray_train import TuneReportCallback
 
-from raydra import fit, storage
+from raydra import fit, run_record, storage
 from raydra import summary as run_summary
 from raydra.errors import RaydraError
-from raydra.private_apis import tune_stop_probe
+from raydra.private_apis import tune_stop_probe, worker_groups_start_within
+from raydra.project import check_classes
 from raydra.redact import redact_hydra_records
 from raydra.schema import validate
 from raydra.sweep.space import plain
@@ -29,8 +29,8 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     # Where the trial's record ends on the sweep driver's disk. With paths.storage this process
     # (on any node) writes into a scratch directory and pushes to storage, from where the sweep
     # driver pulls into record_dir: writing record_dir itself would race that pull.
-    record_dir = Path(sweep["dir"], "trials", trial_id)
-    run = {"dir": str(record_dir), "storage": storage.join(sweep["storage"], "trials", trial_id) if sweep["storage"] else None}
+    record_dir = Path(sweep["dir"], run_record.TRIALS, trial_id)
+    run = {"dir": str(record_dir), "storage": storage.join(sweep["storage"], run_record.TRIALS, trial_id) if sweep["storage"] else None}
     if run["storage"]:
         run["dir"] = str(Path(tempfile.gettempdir(), "raydra-trials", sweep["id"], trial_id))
     run_dir = Path(run["dir"])
@@ -42,9 +42,9 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     conf = OmegaConf.create(base)
     for key, value in sampled.items():
         OmegaConf.update(conf, key, value, merge=False)
-    (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
-    (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(conf))
-    (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides, sort_keys=False))
+    (run_dir / run_record.HYDRA_DIR).mkdir(parents=True, exist_ok=True)
+    (run_dir / run_record.CONFIG).write_text(OmegaConf.to_yaml(conf))
+    (run_dir / run_record.OVERRIDES).write_text(yaml.safe_dump(overrides, sort_keys=False))
     redact_hydra_records(run_dir)
     summary = fit.new_summary(conf, record_dir, run_id, overrides)
     summary["trial"] = {"sweep": sweep["id"], "id": trial_id, "sampled": sampled}
@@ -56,9 +56,10 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     # The sweep only starts as many trials as the cluster holds, so a worker group that does not
     # start is slow (a loaded node, a stopped trial's workers still leaving), not starved: Train
     # V2's 60 s default failed trials on a busy 2-CPU machine. Still an error, never a hang.
-    os.environ.setdefault("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "300")
+    worker_groups_start_within(300)
     try:
         validate(conf)
+        check_classes(conf)
         config = fit.resolve(conf, record_dir, run_id)
         # Named here, not recomputed from paths.outputs: this process's working directory is Ray's.
         config["run"].update(dir=run["dir"], storage=run["storage"])

@@ -30,9 +30,8 @@ from raydra.checkpoints import checkpoint_meta
 from raydra.console import PROGRESS_MARK
 from raydra.errors import WORKER_RANK, RaydraError
 from raydra.lightning import pl
-from raydra.run_record import WorkerMirror, checkpoints_location
+from raydra.run_record import CHECKPOINT_FILE, METRICS, WorkerMirror, checkpoints_location, worker_log
 from raydra.schema import is_elastic, lightning_trainer_arguments
-from raydra.summary import CHECKPOINT_FILE
 from raydra.worker.callbacks import build_callbacks, stop_record
 from raydra.worker.checkpoint_report import LocalCheckpoints, TimedReport
 from raydra.worker.console_progress import ConsoleProgress
@@ -63,9 +62,9 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
         config = {**_moved(config, record, str(mirror.dir)), "run": config["run"]}
     config["run"]["dir"] = str(mirror.dir)
     if rank == 0:
-        mirror.restore(["metrics.csv"])
+        mirror.restore([METRICS])
     local = config["scale"]["num_workers"] == 0
-    log_file = mirror.dir / "logs" / f"worker_{rank}.log"
+    log_file = mirror.dir / worker_log(rank)
     unroute = _route_logs(log_file, verbose=config["verbose"], local=local)
     try:
         with contextlib.ExitStack() as stack:
