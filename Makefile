@@ -6,9 +6,18 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-# The CPU build of torch: a plain `pip install torch` pulls a multi-GB CUDA build. On a GPU
-# machine: make install TORCH="torch"
+# torch's CPU build, asked for by its local version (+cpu): on Linux a plain `torch==2.13.0` from PyPI
+# is the CUDA build (several GB of nvidia-* wheels). pip takes +cpu from a wheel it already finds (a
+# find-links folder, as on the project's machines, or its cache), else from PyTorch's CPU index;
+# PyPI has no +cpu, so the first try fails in a second where none is on disk. macOS has no +cpu:
+# PyPI's build there is the CPU one. On a GPU machine: make install TORCH="torch==2.13.0" (where pip's
+# find-links hold the +cpu wheel, pip takes it for that too: a local version sorts above the plain one).
+ifeq ($(shell uname -s),Darwin)
 TORCH  ?= torch==2.13.0
+else
+TORCH  ?= torch==2.13.0+cpu
+endif
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
 .PHONY: install train test lint browser benchmark clean
@@ -18,7 +27,7 @@ install: $(STAMP)
 $(STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q "$(TORCH)" 2>/dev/null || $(PY) -m pip install -q --extra-index-url $(TORCH_INDEX) "$(TORCH)"
 	$(PY) -m pip install -q -e ".[dev]"
 	rm -f $(VENV)/.installed-*
 	touch $@

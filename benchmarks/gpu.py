@@ -135,15 +135,31 @@ def raydra_run(workload: dict, precision: str, compiled: bool, steps: int = 60) 
     }
 
 
-def main() -> None:
-    import torch
+def comma_list(allowed):
+    """An argparse type: a comma-separated list of allowed words, checked as the flag is read."""
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--workloads", default="seed002,vit_b16")
+    def check(text: str) -> str:
+        wrong = set(text.split(",")) - set(allowed)
+        if wrong:
+            raise argparse.ArgumentTypeError(f"no {', '.join(sorted(wrong))}; choose from {', '.join(allowed)}")
+        return text
+
+    return check
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--workloads", default="seed002,vit_b16", type=comma_list(WORKLOADS), help="comma-separated: " + ",".join(WORKLOADS)
+    )
     parser.add_argument("--only", choices=["plain", "raydra"])
-    parser.add_argument("--compile", default="false,true")
-    parser.add_argument("--precisions", default=",".join(PRECISIONS))
+    parser.add_argument("--compile", default="false,true", type=comma_list(("false", "true")), help="comma-separated: false (eager), true")
+    parser.add_argument(
+        "--precisions", default=",".join(PRECISIONS), type=comma_list(PRECISIONS), help="comma-separated: " + ",".join(PRECISIONS)
+    )
     args = parser.parse_args()
+    import torch  # after the arguments: --help and a wrong flag answer without loading torch
+
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}\n")
     print("| workload | precision | compile | way | samples/s | MFU | peak GiB | epoch s (50k) | vs plain |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|")

@@ -1,5 +1,6 @@
 """CIFAR-10 from real cifar-10-batches-py pickle files written on the spot (no network)."""
 
+import math
 import pickle
 
 import numpy as np
@@ -90,7 +91,10 @@ def test_trains_on_two_workers_from_the_files(ray_cluster, tmp_path):
     assert summary["status"] == "completed" and summary["epochs_completed"] == 2
     # 320 train images less 10% validation, 32 per worker per step: 4 steps an epoch.
     assert summary["global_step"] == 2 * (288 // 2 // 32)
-    assert 0 <= summary["metrics"]["final"]["test/acc"] <= 1
+    # It learns the classes' colours in 8 steps: on 64 test images, twice chance (0.1) or more, and a
+    # loss below a uniform guess's ln(10) = 2.30 (0.297 and 1.81 on this machine, 2026-11-25).
+    final = summary["metrics"]["final"]
+    assert final["test/acc"] >= 0.2 and final["test/loss"] < math.log(10), final
 
 
 @pytest.mark.e2e

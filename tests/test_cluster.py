@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import own_local_ray_env
 
 # Starts a local Ray through raydra.cluster.connect, told it has no use for the dashboard, and says
@@ -11,23 +12,34 @@ from conftest import own_local_ray_env
 # processes run. (With the dashboard, as by default, the State API answers: test_private_apis's
 # helper-actor test asks it.)
 LOCAL_RAY = """
-import json, os, time
+import glob, json, os, re, sys, time
 import psutil
 from raydra.cluster import connect
 
 connect(None, 1, False, dashboard=False)
-time.sleep(3)  # the dashboard's module processes, were any started, are up by now
+# The dashboard's head logs how many module processes it starts ("Loaded N subprocess modules")
+# before it starts them: wait for that line (its logs are under RAY_TMPDIR), then look for them.
+deadline, loaded = time.time() + 60, None
+while loaded is None:
+    if time.time() > deadline:
+        sys.exit("the dashboard's head never said which module processes it starts")
+    time.sleep(0.1)
+    text = "".join(open(path).read() for path in glob.glob(os.path.join(os.environ["RAY_TMPDIR"], "ray", "session_latest", "logs", "dashboard.log")))
+    loaded = re.search(r"Loaded (\\d+) subprocess modules", text)
 modules = [p for p in psutil.Process().children(recursive=True) if "ray-dashboard-" in " ".join(p.cmdline())]
+print("LOADED", loaded.group(1))
 print(json.dumps({"state_api": os.environ.get("RAY_API_SERVER_ADDRESS"), "dashboard_modules": len(modules)}))
 """
 
 
+@pytest.mark.e2e
 def test_a_local_ray_for_a_run_whose_process_ends_with_it_starts_no_dashboard():
     """Only Ray Train's placement-group cleaner asks the dashboard's State API, and such a run starts
     no cleaner (fit.fit_and_record's process_ends_with_run): its processes took ~1 s of the start."""
     done = subprocess.run([sys.executable, "-c", LOCAL_RAY], env=own_local_ray_env(), capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"state_api": None, "dashboard_modules": 0}
+    assert "LOADED 0" in done.stdout  # the head itself chose none, so none can start later either
 
 
 # Joins a cluster through raydra.cluster.connect and says what Ray Train's preemption-watcher
@@ -41,6 +53,7 @@ print("WATCHER", os.environ.get("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"))
 """
 
 
+@pytest.mark.e2e
 def test_runs_on_a_cluster_of_one_node_the_drivers_own_start_no_preemption_watcher(ray_cluster):
     """A drain of the only node ends the driver, the controller and the workers at once, so Ray
     Train's watcher (a process per run) has nothing to act on. (On a cluster of several nodes the

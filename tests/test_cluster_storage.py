@@ -252,7 +252,7 @@ def test_an_elastic_run_on_s3_shrinks_when_a_private_disk_node_is_lost_and_grows
     needs the extra node for its third worker; it is stopped after the first checkpoint in storage
     (the run goes on with 2 workers, from that checkpoint), started again (back to 3), and the run
     ends whole on the driver's disk with both resizes recorded."""
-    from test_elastic import _wait_for_line, wait_for_an_epoch_on
+    from helpers import wait_for_an_epoch_on, wait_for_line
 
     epochs = 40
     run = (
@@ -269,10 +269,10 @@ def test_an_elastic_run_on_s3_shrinks_when_a_private_disk_node_is_lost_and_grows
         run_storage = summary_of(run_dir)["storage"]
         _wait(lambda: _registered_checkpoints(run_storage) >= 1, driver, "a checkpoint in storage")
         stop_ray_node(extra)
-        _wait_for_line(run_dir, driver, "resized from 3 to 2 workers", timeout=240)
+        wait_for_line(run_dir, driver, "resized from 3 to 2 workers", timeout=240)
         wait_for_an_epoch_on(run_dir, driver, workers=2)
         again = start_private_node(private_disk_cluster, num_cpus=1, temp_dir=temps[1], log_path=tmp_path / "again.log")
-        _wait_for_line(run_dir, driver, "resized from 2 to 3 workers", timeout=240)
+        wait_for_line(run_dir, driver, "resized from 2 to 3 workers", timeout=240)
         out, _ = driver.communicate(timeout=600)
     finally:
         if driver is not None and driver.poll() is None:

@@ -13,122 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
+from helpers import compare, make_run
 
 from raydra.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def make_run(
-    root: Path,
-    job: str,
-    lr: float = 0.01,
-    model: str = "vit",
-    epochs: int = 3,
-    accs=(0.5, 0.7, 0.9),
-    status: str = "completed",
-    error: str = None,
-    monitor=("val/acc", "max"),
-    summary: bool = True,
-    metrics_csv: bool = True,
-    seed: int = 42,
-    choices: dict = None,
-    config_extra: dict = None,
-    tags=(),
-    tags_in_summary: bool = True,
-) -> Path:
-    """One run dir as the training core writes it; val/acc per epoch is `accs`. `choices`: the
-    config group choices Hydra records in .hydra/hydra.yaml (none written without them). `tags`:
-    the root config's tags, recorded in summary.json too unless `tags_in_summary` is false (a run
-    from before summary.json had them)."""
-    run = root / job
-    (run / ".hydra").mkdir(parents=True)
-    config = {
-        "name": "vit_digits",
-        "seed": seed,
-        "tags": list(tags),
-        "model": {
-            "_target_": f"raydra.models.{model}.Classifier",
-            "name": model,
-            "hidden_size": 64,
-            "optimizer": {"_target_": "torch.optim.AdamW", "_partial_": True, "lr": lr, "weight_decay": 0.05},
-        },
-        "data": {"batch_size": 32, "image_size": 8},
-        "strategy": {"name": "ddp", "backend": None},
-        "scale": {"num_workers": 2, "use_gpu": False, "resources_per_worker": {}},
-        "trainer": {"max_epochs": epochs, "precision": "32-true"},
-        "logger": {"csv": {"flush_logs_every_n_steps": 50}},
-    }
-    config.update(config_extra or {})
-    (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    if choices is not None:
-        # Hydra's layout: hydra.runtime.choices, its own groups (hydra/...) after the task's.
-        hydra = {
-            "hydra": {"run": {"dir": str(run)}, "runtime": {"output_dir": str(run), "choices": {**choices, "hydra/launcher": "basic"}}}
-        }
-        (run / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump(hydra, sort_keys=False))
-    overrides = [f"model.optimizer.lr={lr}", f"trainer.max_epochs={epochs}"]
-    (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
-    (run / "samples").mkdir()
-    ckpt = run / "checkpoints" / f"{job}_ab12cd" / "checkpoint_000002" / "checkpoint.ckpt"
-    ckpt.parent.mkdir(parents=True)
-    ckpt.write_bytes(b"ckpt")
-
-    rows, step = [], 0
-    for epoch, acc in enumerate(accs):
-        for _ in range(2):
-            step += 10
-            rows.append({"epoch": epoch, "step": step, "train/loss": round(2.0 / step, 4)})
-        rows.append({"epoch": epoch, "step": step, "val/acc": acc, "val/loss": round(1 - acc, 4)})
-        # raydra's own throughput diagnostics, logged at each epoch's end.
-        rows.append({"epoch": epoch, "step": step, "train/samples_per_s": 800.0 + epoch, "train/data_wait_s": 0.002})
-    if status == "completed":
-        rows.append({"epoch": len(accs), "step": step, "test/acc": accs[-1] + 0.005})
-    if metrics_csv:
-        with open(run / "metrics.csv", "w", newline="") as f:
-            columns = ["epoch", "step", "test/acc", "train/data_wait_s", "train/loss", "train/samples_per_s", "val/acc", "val/loss"]
-            writer = csv.DictWriter(f, columns)
-            writer.writeheader()
-            writer.writerows(rows)
-
-    if summary:
-        best_epoch = max(range(len(accs)), key=lambda i: accs[i])
-        done = status == "completed"
-        data = {
-            "name": "vit_digits",
-            "run_id": f"2026-11-22_15-20-01_vit_digits_{job}",
-            "run_dir": str(run),
-            "status": status,
-            "error": error,
-            "started_at": "2026-11-22T15:20:01",
-            "monitor": {"metric": monitor[0], "mode": monitor[1]},
-            **({"tags": list(tags)} if tags_in_summary else {}),
-            "world_size": 2,
-            "strategy": "ddp",
-            "config_hash": "sha256:00",
-            "git_commit": "abc123",
-            "versions": {"torch": "2.13.0"},
-        }
-        if done:
-            data.update(
-                finished_at="2026-11-22T15:21:12",
-                wall_time_s=71.3,
-                metrics={
-                    "final": {
-                        "val/acc": accs[-1],
-                        "val/loss": round(1 - accs[-1], 4),
-                        "test/acc": accs[-1] + 0.005,
-                        "epoch": len(accs) - 1,
-                        "step": step,
-                    },
-                    "best": {"val/acc": accs[best_epoch], "val/loss": round(1 - accs[best_epoch], 4)},
-                },
-                throughput={"samples_per_s": 812.4},
-                checkpoints={"best": str(ckpt), "last": str(ckpt)},
-            )
-        (run / "summary.json").write_text(json.dumps(data, indent=2))
-    return run
 
 
 @pytest.fixture
@@ -139,12 +28,6 @@ def sweep(tmp_path):
     make_run(root, "1", lr=0.01, accs=(0.6, 0.95, 0.9))
     make_run(root, "2", lr=0.1, accs=(0.3, 0.4, 0.45))
     return root
-
-
-def compare(capsys, *args):
-    code = main(["compare", *map(str, args)])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def as_json(capsys, *args):

@@ -1,13 +1,13 @@
 """`raydra compare` as a results table: group choices as one column, absent keys, seeds aggregated
 with confidence intervals, and differences to a baseline with Welch's t-test. Synthetic run
-directories (tests/test_compare.make_run) whose numbers are known, so every statistic is checked
+directories (tests/helpers.make_run) whose numbers are known, so every statistic is checked
 against a hand calculation."""
 
 import json
 import math
 
 import pytest
-from test_compare import compare, make_run
+from helpers import compare, make_run
 
 from raydra.cli import main
 

@@ -9,7 +9,7 @@ import os
 import re
 
 import pytest
-from test_compare import compare, make_run
+from helpers import compare, make_run
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 

@@ -1,7 +1,7 @@
 """A run's top-level `tags` in `raydra compare` and `raydra show`: read from summary.json (from the
 recorded config for runs older than that), shown as a column and in every export, and filtered by
 --tag (repeated: all of them; TAG,TAG: either) and --exclude-tag, composing with --filter, --sort,
-seed groups and --baseline. Synthetic run directories (tests/test_compare.make_run)."""
+seed groups and --baseline. Synthetic run directories (tests/helpers.make_run)."""
 
 import csv
 import io
@@ -9,7 +9,7 @@ import json
 import re
 
 import pytest
-from test_compare import compare, make_run
+from helpers import compare, make_run
 
 from raydra.cli import main
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 from conftest import REPO, bare_trainer
-from hydra import compose, initialize_config_dir
+from helpers import composed
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
@@ -15,11 +15,6 @@ from raydra.errors import RaydraError
 from raydra.schema import register_schemas, validate
 
 register_schemas()
-
-
-def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="train", overrides=list(overrides))
 
 
 def test_default_config_is_the_embedded_digits_vit_on_two_cpu_workers():
@@ -107,6 +102,25 @@ def test_validation_names_the_key_and_the_fix(override, message):
         validate(composed(override))
 
 
+def test_validation_names_every_problem_of_a_config_at_once():
+    """Three mistakes, one error: each in its own sentence, naming its key, in the words each one
+    alone is refused with; a single mistake reads as it did alone."""
+    overrides = ("trainer.precision=fp8", "checkpoint.mode=up", "scale.placement_strategy=RANDOM")
+    with pytest.raises(RaydraError) as error:
+        validate(composed(*overrides))
+    text = str(error.value)
+    alone = []
+    for override in overrides:
+        with pytest.raises(RaydraError) as one:
+            validate(composed(override))
+        alone.append(str(one.value))
+        assert str(one.value) in text
+    assert "trainer.precision=fp8 is not a Lightning precision" in text
+    assert "checkpoint.mode=up must be min or max" in text
+    assert "scale.placement_strategy=RANDOM is not a Ray placement strategy" in text
+    assert text == " ".join(sorted(alone, key=text.index)) and "\n" not in text
+
+
 def test_the_trainer_group_reaches_lightnings_trainer_as_it_is(tmp_path):
     """Every trainer.* key but raydra's own is a pl.Trainer argument, passed through by name."""
     import inspect
@@ -176,8 +190,9 @@ def test_help_lists_only_the_groups_a_user_can_pick():
     groups = {line.split(": ", 1)[0] for line in section.splitlines()[1:] if ": " in line}
     assert not [group for group in groups if "schema" in group]
     assert {"model", "data", "strategy", "scale", "trainer", "logger", "tune", "experiment"} <= groups
-    # Every group offered is a folder of option files under conf/ (hydra/ is Hydra's own, under --hydra-help).
-    assert groups == {path.name for path in CONF_DIR.iterdir() if path.is_dir() and path.name != "hydra"}
+    # Every group offered is a folder of option files under conf/ (hydra/ is Hydra's own, under
+    # --hydra-help; __pycache__ appears if anything imports the package raydra.conf, and Hydra skips it).
+    assert groups == {path.name for path in CONF_DIR.iterdir() if path.is_dir() and path.name not in ("hydra", "__pycache__")}
 
 
 def test_launches_in_the_same_second_each_get_their_own_run_directory(tmp_path):

@@ -8,15 +8,23 @@ import csv
 import re
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from conftest import cluster_of_nodes, run_train, summary_of
+from helpers import (
+    composed,
+    epochs_with_val,
+    logged_steps,
+    node_of,
+    start_train,
+    victim_node,
+    wait_for_an_epoch_on,
+    wait_for_checkpoint,
+    wait_for_line,
+    worker_pids,
+)
 from omegaconf import OmegaConf
 from probe import seen_per_epoch
-from test_config import composed
-from test_multinode import _node_of, _victim_node
-from test_reliability import _epochs_with_val, _logged_steps, _start, _wait_for_checkpoint, _worker_pids
 
 from raydra.errors import RaydraError
 from raydra.schema import validate
@@ -116,25 +124,25 @@ def test_an_elastic_run_shrinks_on_a_lost_node_and_grows_back(cluster, tmp_path)
     )
     assert refused.returncode == 1 and "asks for at least 3 workers" in refused.stdout + refused.stderr
 
-    driver = _start(*RUN, *ELASTIC, outputs=tmp_path, address=cluster.address, env=NO_AUTH)
+    driver = start_train(*RUN, *ELASTIC, outputs=tmp_path, address=cluster.address, env=NO_AUTH)
     try:
-        run_dir = _wait_for_checkpoint(tmp_path, driver)
-        first_workers = _worker_pids(run_dir)
-        nodes = {_node_of(cluster, pid) for pid in first_workers}
+        run_dir = wait_for_checkpoint(tmp_path, driver)
+        first_workers = worker_pids(run_dir)
+        nodes = {node_of(cluster, pid) for pid in first_workers}
         assert len(first_workers) == 2 and len(nodes) == 2
         # Not the node of Ray Train's controller: Ray restarts workers, never its controller.
-        victim = _victim_node(cluster, run_dir, nodes)
+        victim = victim_node(cluster, run_dir, nodes)
         lost_at = time.time()
         cluster.remove_node(victim, allow_graceful=False)
 
         # It continues on the one node left, without a replacement...
-        _wait_for_line(run_dir, driver, "resized from 2 to 1 workers", timeout=240)
+        wait_for_line(run_dir, driver, "resized from 2 to 1 workers", timeout=240)
         shrunk_in = time.time() - lost_at
         # ...and grows back once a node joins: after the 1-worker group's first checkpoint, which
         # carries the resize (a group restarted before it would continue from the 2-worker one).
         wait_for_an_epoch_on(run_dir, driver, workers=1)
         cluster.add_node(num_cpus=1)
-        _wait_for_line(run_dir, driver, "resized from 1 to 2 workers", timeout=240)
+        wait_for_line(run_dir, driver, "resized from 1 to 2 workers", timeout=240)
         out, _ = driver.communicate(timeout=400)
     finally:
         if driver.poll() is None:
@@ -150,7 +158,7 @@ def test_an_elastic_run_shrinks_on_a_lost_node_and_grows_back(cluster, tmp_path)
     assert 0 < first["step"] < second["step"] and first["restarted_epoch"] is None and second["restarted_epoch"] is None
     assert summary["epochs_completed"] == EPOCHS
     # Each epoch validated once: none lost, none repeated, across both resizes.
-    assert _epochs_with_val(run_dir) == list(range(EPOCHS))
+    assert epochs_with_val(run_dir) == list(range(EPOCHS))
     rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
     resized = [
         (int(float(r["resize/from_workers"])), int(float(r["resize/to_workers"])), int(r["step"]))
@@ -164,30 +172,6 @@ def test_an_elastic_run_shrinks_on_a_lost_node_and_grows_back(cluster, tmp_path)
     assert "resized from 2 to 1 workers" in out and "resized from 1 to 2 workers" in out
 
 
-def wait_for_an_epoch_on(run_dir: Path, driver, workers: int, timeout: float = 240) -> None:
-    """Until metrics.csv (flushed at each checkpoint) holds an epoch trained on `workers` workers."""
-    deadline = time.time() + timeout
-    metrics = run_dir / "metrics.csv"
-    while time.time() < deadline:
-        assert driver.poll() is None, driver.communicate()[0]
-        rows = list(csv.DictReader(metrics.open())) if metrics.exists() else []
-        if any(r.get("train/world_size") and int(float(r["train/world_size"])) == workers for r in rows):
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"no epoch on {workers} worker(s) in {metrics} within {timeout} s")
-
-
-def _wait_for_line(run_dir: Path, driver, text: str, timeout: float) -> None:
-    deadline = time.time() + timeout
-    log = run_dir / "logs" / "worker_0.log"
-    while time.time() < deadline:
-        assert driver.poll() is None, driver.communicate()[0]
-        if log.exists() and text in log.read_text():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"no '{text}' in {log} within {timeout} s")
-
-
 @pytest.mark.e2e
 def test_a_resize_inside_an_epoch_skips_exactly_the_batches_trained_on_the_old_size(cluster, tmp_path):
     """Checkpoints every 25 of an epoch's 40 steps: the node goes after one inside an epoch, and the
@@ -195,15 +179,15 @@ def test_a_resize_inside_an_epoch_skips_exactly_the_batches_trained_on_the_old_s
     epochs, every = 8, 25
     per_epoch = _steps_per_epoch(2)
     assert _steps_per_epoch(1) == per_epoch  # the same global batches an epoch on either size
-    driver = _start(
+    driver = start_train(
         "experiment=vit_digits_smoke", f"trainer.max_epochs={epochs}", "trainer.test=false", "checkpoint.num_to_keep=1",
         f"checkpoint.every_n_steps={every}", *ELASTIC, "model._target_=tests.probe.RecordingViT",
         outputs=tmp_path, address=cluster.address, env=NO_AUTH,
     )  # fmt: skip
     try:
-        run_dir = _wait_for_checkpoint(tmp_path, driver)
-        nodes = {_node_of(cluster, pid) for pid in _worker_pids(run_dir)}
-        cluster.remove_node(_victim_node(cluster, run_dir, nodes), allow_graceful=False)
+        run_dir = wait_for_checkpoint(tmp_path, driver)
+        nodes = {node_of(cluster, pid) for pid in worker_pids(run_dir)}
+        cluster.remove_node(victim_node(cluster, run_dir, nodes), allow_graceful=False)
         out, _ = driver.communicate(timeout=400)
     finally:
         if driver.poll() is None:
@@ -217,8 +201,8 @@ def test_a_resize_inside_an_epoch_skips_exactly_the_batches_trained_on_the_old_s
     assert resize["step"] % per_epoch != 0 and resize["step"] % every == 0
     assert resize["skipped_batches"] == resize["step"] - resize["epoch"] * per_epoch and resize["restarted_epoch"] is None
     assert summary["epochs_completed"] == epochs and summary["global_step"] == epochs * per_epoch
-    assert _epochs_with_val(run_dir) == list(range(epochs))
-    assert _logged_steps(run_dir) == list(range(9, epochs * per_epoch, 10))  # each logged step once, in order
+    assert epochs_with_val(run_dir) == list(range(epochs))
+    assert logged_steps(run_dir) == list(range(9, epochs * per_epoch, 10))  # each logged step once, in order
 
     # Every training sample once per epoch, the interrupted one included: the 2 workers' batches up to
     # the checkpoint (their later ones were rolled back) and the 1 worker's rest of that epoch make

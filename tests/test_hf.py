@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 import torch
 from conftest import run_dirs, run_train, summary_of
+from helpers import composed
 from PIL import Image
 from probe import seen_per_epoch
-from test_config import composed
 
 from raydra.data import hf
 from raydra.data.device_batches import crop_flip

@@ -18,19 +18,28 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import REPO, bare_trainer, run_dirs, summary_of
+from helpers import raydra_train
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf, open_dict
-from test_own_project import raydra_train
 
 from raydra import resolve
 from raydra.callbacks import resolve as resolve_callbacks
 from raydra.entry import CONF_DIR
 from raydra.errors import RaydraError, user_error
-from raydra.project import shadowed_configs
-from raydra.schema import register_schemas, validate
+from raydra.project import check_classes, shadowed_configs
+from raydra.schema import register_schemas
+from raydra.schema import validate as validate_schema
 
 register_schemas()
+
+
+def validate(cfg):
+    """What a run checks of a composed config before Ray starts, past its callbacks (as
+    callbacks.resolve_and_validate does): the schema's checks, then the project's classes."""
+    validate_schema(cfg)
+    check_classes(cfg)
+
 
 EXAMPLE = REPO / "examples" / "lightning_hydra_template"
 # Small: a few hundred images, a global batch of 64.

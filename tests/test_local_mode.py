@@ -41,12 +41,12 @@ def test_a_local_mode_run_leaves_the_run_directory_a_ray_run_leaves_without_star
     kept = sorted(run_dir.glob("checkpoints/*/checkpoint_*/checkpoint.ckpt"))
     assert 1 <= len(kept) <= 2 and not list(run_dir.glob("checkpoints/*/.checkpoint_*"))
     assert summary["checkpoints"]["best"] in map(str, kept) and summary["checkpoints"]["last"] == str(kept[-1])
-    from test_strategies import _test_accuracy
+    from helpers import digits_test_accuracy
 
     import raydra
 
     module = raydra.load(run_dir, "last")
-    assert _test_accuracy(module) == pytest.approx(summary["metrics"]["final"]["test/acc"], abs=1e-6)
+    assert digits_test_accuracy(module) == pytest.approx(summary["metrics"]["final"]["test/acc"], abs=1e-6)
 
     # No Ray: nothing started one, and the console is the driver's own, without worker prefixes.
     driver_log = (run_dir / "driver.log").read_text()

@@ -7,12 +7,11 @@ the shared storage every node reaches, as `paths.outputs` must be on a real clus
 
 import contextlib
 import math
-import re
 
 import psutil
 import pytest
 from conftest import cluster_of_nodes, summary_of
-from test_reliability import EPOCHS, RUN, _epochs_with_val, _resumed_at, _start, _wait_for_checkpoint, _worker_pids
+from helpers import EPOCHS, RUN, epochs_with_val, node_of, resumed_at, start_train, victim_node, wait_for_checkpoint, worker_pids
 
 pytestmark = pytest.mark.e2e
 
@@ -27,7 +26,7 @@ def cluster(monkeypatch):
 def test_a_spread_run_survives_losing_a_node_that_holds_a_worker(cluster, tmp_path):
     # Cluster's nodes are started from this process without an auth token, so the driver sends none
     # (with RAY_AUTH_MODE=token, as for the session cluster, its controller actor never started).
-    driver = _start(
+    driver = start_train(
         *RUN,
         "scale.placement_strategy=SPREAD",
         "failure.max_failures=1",
@@ -36,9 +35,9 @@ def test_a_spread_run_survives_losing_a_node_that_holds_a_worker(cluster, tmp_pa
         env={"RAY_AUTH_MODE": "disabled"},
     )
     try:
-        run_dir = _wait_for_checkpoint(tmp_path, driver)
-        first_workers = _worker_pids(run_dir)
-        nodes = {_node_of(cluster, pid) for pid in first_workers}
+        run_dir = wait_for_checkpoint(tmp_path, driver)
+        first_workers = worker_pids(run_dir)
+        nodes = {node_of(cluster, pid) for pid in first_workers}
         # SPREAD: the two workers run on two different nodes.
         assert len(first_workers) == 2 and len(nodes) == 2 and cluster.head_node not in nodes
         # On several nodes a drain can take some workers and leave the driver: Ray Train's
@@ -47,7 +46,7 @@ def test_a_spread_run_survives_losing_a_node_that_holds_a_worker(cluster, tmp_pa
 
         # Remove a node holding a worker, but not the one the run's controller lives on: losing the
         # controller ends the run whatever max_failures says (Ray restarts workers, not its controller).
-        victim = _victim_node(cluster, run_dir, nodes)
+        victim = victim_node(cluster, run_dir, nodes)
         cluster.remove_node(victim, allow_graceful=False)
 
         out, _ = driver.communicate(timeout=400)
@@ -59,21 +58,12 @@ def test_a_spread_run_survives_losing_a_node_that_holds_a_worker(cluster, tmp_pa
     summary = summary_of(run_dir)
     assert summary["status"] == "completed" and summary["world_size"] == 2
     assert summary["epochs_completed"] == EPOCHS and summary["global_step"] == EPOCHS * _steps_per_epoch()
-    assert _epochs_with_val(run_dir) == list(range(EPOCHS))
+    assert epochs_with_val(run_dir) == list(range(EPOCHS))
     # A new worker group, on the two nodes left, continuing from a checkpoint rather than from scratch.
-    restarted = [pid for pid in _worker_pids(run_dir) if pid not in first_workers]
+    restarted = [pid for pid in worker_pids(run_dir) if pid not in first_workers]
     assert len(restarted) == 2
-    epoch, batch, _, _ = _resumed_at(run_dir)
+    epoch, batch, _, _ = resumed_at(run_dir)
     assert epoch >= 1 and batch == 0
-
-
-def _victim_node(cluster, run_dir, nodes: set):
-    """One of `nodes` (those holding the run's workers) that does not hold Ray Train's controller:
-    losing the controller's node ends the run whatever failure.max_failures says (Ray restarts
-    workers, never its controller)."""
-    controller = re.search(r"\(TrainController pid=(\d+)", (run_dir / "logs" / "ray.log").read_text())
-    spared = _node_of(cluster, int(controller.group(1))) if controller else None
-    return next(node for node in nodes if node is not spared)
 
 
 def _actor_process_running(cluster, class_name: str) -> bool:
@@ -85,15 +75,6 @@ def _actor_process_running(cluster, class_name: str) -> bool:
                 if f"ray::{class_name}" in " ".join(process.cmdline()):
                     return True
     return False
-
-
-def _node_of(cluster, pid: int):
-    """The cluster node whose raylet started process `pid` (Ray workers are its children)."""
-    parents = {p.pid for p in psutil.Process(pid).parents()}
-    for node in [cluster.head_node, *cluster.worker_nodes]:
-        if node.all_processes["raylet"][0].process.pid in parents:
-            return node
-    raise AssertionError(f"process {pid} belongs to no node of the test cluster")
 
 
 def _steps_per_epoch() -> int:

@@ -5,13 +5,13 @@ into a temporary directory. Also what raydra needs of the user's classes (docs/o
 checked on the driver before Ray starts and on the workers at the first validation."""
 
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, S3_ENV, bare_trainer, base_env, run_dirs, summary_of
+from conftest import REPO, S3_ENV, bare_trainer, run_dirs, summary_of
+from helpers import raydra_train
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 from torch.utils.data import DataLoader, TensorDataset
@@ -44,17 +44,6 @@ def project(tmp_path) -> Path:
 def _forget_my_project() -> None:
     for name in [m for m in sys.modules if m == "my_project" or m.startswith("my_project.")]:
         del sys.modules[name]
-
-
-def raydra_train(*args: str, cwd: Path, outputs: Path, address: str = None, env: dict = None, timeout: int = 600):
-    """`raydra train ...` as a researcher types it: the console script of the environment running
-    the tests, from `cwd`, with nothing of the project on PYTHONPATH."""
-    command = shutil.which("raydra", path=str(Path(sys.executable).parent))
-    assert command, f"no raydra command beside {sys.executable}: install raydra into this environment (pip install -e .)"
-    environment = {**base_env(), **(env or {})}
-    assert str(cwd) not in environment.get("PYTHONPATH", "")
-    command_line = [command, "train", *args, f"paths.outputs={outputs}"] + ([f"ray.address={address}"] if address else [])
-    return subprocess.run(command_line, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=environment)
 
 
 def composed(config_dir: Path, *overrides: str):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_dirs, run_train, summary_of
-from test_reliability import EPOCHS, RUN, _epochs_with_val, _logged_steps, _resumed_at, _start, _wait_for_checkpoint, _worker_pids
+from helpers import EPOCHS, RUN, epochs_with_val, logged_steps, resumed_at, start_train, wait_for_checkpoint, worker_pids
 
 from raydra.worker.preemption import MAX_CHECK_EVERY
 
@@ -32,10 +32,10 @@ def reference(ray_cluster, tmp_path_factory):
 @pytest.mark.e2e
 def test_a_sigtermed_worker_checkpoints_at_the_signal_and_the_restart_continues_from_that_step(ray_cluster, reference, tmp_path):
     # No periodic checkpoint before the end: whatever the restart continues from, the notice saved.
-    driver = _start(*RUN, "failure.max_failures=1", "checkpoint.every_n_epochs=100", outputs=tmp_path, address=ray_cluster)
+    driver = start_train(*RUN, "failure.max_failures=1", "checkpoint.every_n_epochs=100", outputs=tmp_path, address=ray_cluster)
     run_dir = _wait_for_epoch(tmp_path, driver, 2)
     time.sleep(0.3)  # into the epoch
-    victim = _worker_pids(run_dir)[-1]
+    victim = worker_pids(run_dir)[-1]
     os.kill(victim, signal.SIGTERM)
     out, _ = driver.communicate(timeout=300)
     assert driver.returncode == 0, out
@@ -48,23 +48,23 @@ def test_a_sigtermed_worker_checkpoints_at_the_signal_and_the_restart_continues_
     # inside the epoch, or at the next epoch's start when that exchange fell past the epoch's last
     # batch (a signal in its last ~0.2 s; seen in the full suite, where the epoch is found late).
     at_signal, saved = _notice(run_dir)
-    epoch, batch, of, step = _resumed_at(run_dir)
+    epoch, batch, of, step = resumed_at(run_dir)
     assert step == saved and 0 <= saved - at_signal <= MAX_CHECK_EVERY, (at_signal, saved)
     assert 0 <= batch < of and step == epoch * of + batch and epoch >= 2
-    assert set(_worker_pids(run_dir)) - {victim}
+    assert set(worker_pids(run_dir)) - {victim}
     # Every epoch validated once and every logged step once, in order; the same weights as the
     # uninterrupted run (the same batches in the same order): none trained twice, none skipped.
-    assert _epochs_with_val(run_dir) == list(range(EPOCHS))
-    assert _logged_steps(run_dir) == _logged_steps(Path(reference["run_dir"]))
+    assert epochs_with_val(run_dir) == list(range(EPOCHS))
+    assert logged_steps(run_dir) == logged_steps(Path(reference["run_dir"]))
     assert summary["metrics"]["final"]["val/loss"] == pytest.approx(reference["metrics"]["final"]["val/loss"], rel=1e-4)
 
 
 @pytest.mark.e2e
 def test_sigkill_right_after_the_notice_leaves_the_previous_checkpoint_to_resume_from(ray_cluster, reference, tmp_path):
-    driver = _start(*RUN, "failure.max_failures=1", outputs=tmp_path, address=ray_cluster)
-    run_dir = _wait_for_checkpoint(tmp_path, driver)
+    driver = start_train(*RUN, "failure.max_failures=1", outputs=tmp_path, address=ray_cluster)
+    run_dir = wait_for_checkpoint(tmp_path, driver)
     time.sleep(0.3)  # into the next epoch
-    victim = _worker_pids(run_dir)[-1]
+    victim = worker_pids(run_dir)[-1]
     os.kill(victim, signal.SIGTERM)
     # The grace period ends the moment the worker says it is saving: SIGKILL, as Kubernetes sends.
     deadline = time.time() + 60
@@ -80,10 +80,10 @@ def test_sigkill_right_after_the_notice_leaves_the_previous_checkpoint_to_resume
     assert summary["epochs_completed"] == EPOCHS and summary["global_step"] == reference["global_step"]
     # The half-made notice checkpoint never counted: the restart went back to an epoch's end.
     _, saving = _notice(run_dir)
-    epoch, batch, of, step = _resumed_at(run_dir)
+    epoch, batch, of, step = resumed_at(run_dir)
     assert batch == 0 and step == epoch * of and step < saving
-    assert _epochs_with_val(run_dir) == list(range(EPOCHS))
-    assert _logged_steps(run_dir) == _logged_steps(Path(reference["run_dir"]))
+    assert epochs_with_val(run_dir) == list(range(EPOCHS))
+    assert logged_steps(run_dir) == logged_steps(Path(reference["run_dir"]))
 
 
 def _wait_for_epoch(outputs: Path, driver, epoch: int, timeout: float = 240) -> Path:
@@ -94,7 +94,7 @@ def _wait_for_epoch(outputs: Path, driver, epoch: int, timeout: float = 240) -> 
         assert driver.poll() is None, driver.communicate()[0]
         for metrics in outputs.glob("runs/*/*/metrics.csv"):
             rows = list(csv.DictReader(metrics.open()))
-            if any(r.get("val/acc") and int(r["epoch"]) >= epoch - 1 for r in rows) and _worker_pids(metrics.parent):
+            if any(r.get("val/acc") and int(r["epoch"]) >= epoch - 1 for r in rows) and worker_pids(metrics.parent):
                 return metrics.parent
         time.sleep(0.1)
     driver.kill()
@@ -114,15 +114,15 @@ def _notice(run_dir: Path, required: bool = True):
 
 @pytest.mark.e2e
 def test_with_preemption_notice_off_a_sigtermed_worker_exits_at_once_as_ray_has_it(ray_cluster, reference, tmp_path):
-    driver = _start(*RUN, "failure.max_failures=1", "failure.preemption_notice=false", outputs=tmp_path, address=ray_cluster)
-    run_dir = _wait_for_checkpoint(tmp_path, driver)
+    driver = start_train(*RUN, "failure.max_failures=1", "failure.preemption_notice=false", outputs=tmp_path, address=ray_cluster)
+    run_dir = wait_for_checkpoint(tmp_path, driver)
     time.sleep(0.3)
-    os.kill(_worker_pids(run_dir)[-1], signal.SIGTERM)
+    os.kill(worker_pids(run_dir)[-1], signal.SIGTERM)
     out, _ = driver.communicate(timeout=300)
     assert driver.returncode == 0, out
     summary = summary_of(run_dir)
     assert summary["status"] == "completed" and summary["global_step"] == reference["global_step"]
     # Ray's handler ended the process: no notice checkpoint, back to the last epoch's end.
     assert _notice(run_dir, required=False) is None
-    _, batch, _, _ = _resumed_at(run_dir)
+    _, batch, _, _ = resumed_at(run_dir)
     assert batch == 0

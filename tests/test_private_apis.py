@@ -5,9 +5,13 @@ in seconds and names the reach; the slow end-to-end tests would only fail somewh
 Each test exercises the behaviour raydra uses, not merely that a name exists.
 """
 
+import ast
 import csv
 import inspect
 import os
+import pathlib
+import re
+import sys
 
 import pytest
 import torch
@@ -109,6 +113,24 @@ def test_restored_asha_rungs_keep_the_new_schedulers_metric_and_mode(tmp_path):
 # Lightning
 
 
+def test_activation_checkpointing_wraps_the_chosen_blocks_and_keeps_their_outputs_and_gradients():
+    """FSDP's activation_checkpointing: each chosen block recomputes its activations in backward."""
+    from torch import nn
+
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    wrapped = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    wrapped.load_state_dict(plain.state_dict())
+    private_apis.apply_activation_checkpointing(wrapped, check_fn=lambda m: isinstance(m, nn.Linear))
+    assert [type(m).__name__ for m in wrapped] == ["CheckpointWrapper", "ReLU", "CheckpointWrapper"]
+    x = torch.randn(3, 4)
+    plain(x).sum().backward()
+    wrapped(x).sum().backward()
+    torch.testing.assert_close(wrapped[0]._checkpoint_wrapped_module.weight.grad, plain[0].weight.grad)
+    # The wrapper keeps the block's parameter names loadable: its prefix is dropped from state_dict.
+    assert set(wrapped.state_dict()) == set(plain.state_dict())
+
+
 def test_model_parallel_helpers_materialize_move_and_save_shards_that_load_back(tmp_path):
     import torch.distributed.checkpoint as dcp
 
@@ -185,9 +207,28 @@ def test_csv_columns_set_on_the_writer_make_it_append_under_the_kept_header(tmp_
     assert [r["val/acc"] for r in rows] == ["0.5", "0.75"]
 
 
-def test_the_csv_writer_replaces_metrics_csv_whole_at_each_save(tmp_path):
+def test_the_csv_writer_hands_over_its_pending_rows_and_columns_and_forgets_the_rows_once_saved(tmp_path):
     logger = pl.loggers.CSVLogger(save_dir=str(tmp_path), name="", version="")
-    private_apis.replace_csv_whole(logger.experiment)
+    writer = logger.experiment
+    logger.log_metrics({"train/loss": 1.0, "epoch": 0}, step=0)
+    path, pending, before, new_columns = private_apis.csv_pending(writer)
+    assert path == str(tmp_path / "metrics.csv") and before == [] and new_columns
+    assert pending == [{"train/loss": 1.0, "epoch": 0, "step": 0}]
+    # The new rows' keys are the writer's columns now, sorted, as its own save() has them.
+    assert private_apis.csv_columns(writer) == ["epoch", "step", "train/loss"]
+    private_apis.csv_saved(writer)
+    logger.log_metrics({"train/loss": 0.5, "epoch": 0}, step=1)
+    path, pending, before, new_columns = private_apis.csv_pending(writer)
+    assert pending == [{"train/loss": 0.5, "epoch": 0, "step": 1}] and before == ["epoch", "step", "train/loss"] and not new_columns
+    # The writer's own save appends under the columns it holds: what replace_csv_whole stands in for.
+    assert "_record_new_keys()" in inspect.getsource(type(writer).save)
+
+
+def test_the_csv_writer_replaces_metrics_csv_whole_at_each_save(tmp_path):
+    from raydra.worker.loggers import replace_csv_whole
+
+    logger = pl.loggers.CSVLogger(save_dir=str(tmp_path), name="", version="")
+    replace_csv_whole(logger.experiment)
     path = tmp_path / "metrics.csv"
     logger.log_metrics({"train/loss": 1.0, "epoch": 0}, step=0)
     logger.save()
@@ -252,6 +293,41 @@ def test_ray_trains_controller_polls_at_the_interval_raydra_sets_and_sends_it_on
     monkeypatch.setenv(RAY_TRAIN_POLL_INTERVAL_ENV, "3")
     poll_workers_often(0.5)
     assert constants.get_env_vars_to_propagate()[RAY_TRAIN_POLL_INTERVAL_ENV] == "3"
+
+
+def test_ray_trains_controller_gives_worker_groups_the_start_timeout_raydra_sets_and_sends_it_on(monkeypatch):
+    from ray.train.v2._internal import constants
+
+    from raydra.private_apis import RAY_TRAIN_START_TIMEOUT_ENV, worker_groups_start_within
+
+    monkeypatch.setenv(RAY_TRAIN_START_TIMEOUT_ENV, "unset")
+    monkeypatch.delenv(RAY_TRAIN_START_TIMEOUT_ENV)
+    worker_groups_start_within(300)
+    # The controller's worker group reads this very variable, and the driver passes it on.
+    assert constants.WORKER_GROUP_START_TIMEOUT_S_ENV_VAR == RAY_TRAIN_START_TIMEOUT_ENV
+    assert constants.get_env_vars_to_propagate()[RAY_TRAIN_START_TIMEOUT_ENV] == "300"
+    # A value the user set stays.
+    monkeypatch.setenv(RAY_TRAIN_START_TIMEOUT_ENV, "45")
+    worker_groups_start_within(300)
+    assert constants.get_env_vars_to_propagate()[RAY_TRAIN_START_TIMEOUT_ENV] == "45"
+
+
+def test_the_state_api_address_named_in_the_environment_is_the_one_rays_clients_and_train_ask(monkeypatch):
+    """What a local Ray's processes (Ray Train's placement-group cleaner among them) ask for the
+    State API: the dashboard named in the environment, not /tmp/ray/ray_current_cluster's."""
+    from ray.dashboard.utils import get_address_for_submission_client
+    from ray.train.v2._internal.execution.controller import placement_group_cleaner
+    from ray.train.v2._internal.state import util
+
+    env = private_apis.state_api_address_env(18265)
+    assert env == {private_apis.RAY_STATE_API_ADDRESS_ENV: "http://127.0.0.1:18265"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")  # named first, before RAY_ADDRESS
+    assert get_address_for_submission_client(None) == "http://127.0.0.1:18265"
+    # The cleaner's liveness check goes through the State API with no address of its own.
+    assert "is_actor_alive" in inspect.getsource(placement_group_cleaner)
+    assert "get_actor(actor_id, timeout=timeout)" in inspect.getsource(util.is_actor_alive)
 
 
 # A Ray Train run of one worker that reaches the two worker-side helpers the preemption notice uses.
@@ -464,31 +540,115 @@ def test_an_elastic_trainer_gets_a_policy_that_sees_the_nodes_as_they_are_now(mo
     assert set(coordinator.get_reserved_resources("train-x", recompute=True)) == {"a"}
 
 
-def test_nothing_outside_private_apis_reaches_into_private_modules():
-    """The fence itself: a new reach must be added here, with its own test, not in passing."""
-    import pathlib
-    import re
+# Environment variables of Ray and torch that their documentation names for users (docs.ray.io:
+# Ray Core's RAY_ADDRESS, usage stats, token authentication; Ray Tune's and Ray AIR's pages of
+# environment variables). Any other RAY_*, TUNE_*, TORCH_*, TORCHELASTIC_* name is an internal
+# one and is read or set in private_apis.py only.
+PUBLIC_ENV_VARS = {"RAY_ADDRESS", "RAY_USAGE_STATS_ENABLED", "RAY_AUTH_MODE", "RAY_AIR_NEW_OUTPUT", "TUNE_GLOBAL_CHECKPOINT_S"}
+PRIVATE_ENV_VAR = re.compile(r"(__)?(RAY|TUNE|TORCH|TORCHELASTIC)_[A-Z0-9_]+")
+# Attributes of other libraries' objects (not modules) that raydra reaches; a module path is found
+# by the walk below instead.
+PRIVATE_ATTRIBUTES = re.compile(r"_local_tuner|_data_fetcher|_record_new_keys|metrics_keys|metrics_file_path|HF_HUB_OFFLINE\s*=")
+OUR_PACKAGES = {"raydra", "hydra_plugins"}
 
-    root = pathlib.Path(private_apis.__file__).parent
-    pattern = re.compile(r"\._private\b|\._internal\b|_local_tuner|_data_fetcher|metrics_keys|HF_HUB_OFFLINE\s*=")
+
+def _private_segment(dotted: str) -> bool:
+    """Whether a dotted path of another library passes through a private name (`ray._private`,
+    `torch.distributed._checkpoint`); dunders (`__version__`) are public."""
+    parts = dotted.split(".")
+    return (
+        parts[0] not in OUR_PACKAGES
+        and parts[0] not in sys.stdlib_module_names
+        and any(p.startswith("_") and not p.startswith("__") for p in parts[1:])
+    )
+
+
+def fence_offences(source: str) -> list:
+    """What in `source` reaches into another library's private API: a module path with a `._name`
+    segment (imported, used as an attribute path of an imported module, or named in a string),
+    an object attribute of PRIVATE_ATTRIBUTES, or a private Ray/torch environment variable."""
+    tree = ast.parse(source)
+    modules = set()  # names bound to another library's modules or objects by an import
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if _private_segment(alias.name):
+                    found.append((node.lineno, f"import {alias.name}"))
+                modules.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                if _private_segment(f"{node.module}.{alias.name}"):
+                    found.append((node.lineno, f"from {node.module} import {alias.name}"))
+                if node.module.split(".")[0] not in OUR_PACKAGES:
+                    modules.add(alias.asname or alias.name)
+    inner_links = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and id(node) not in inner_links:  # each whole path once
+            chain, inner = [], node
+            while isinstance(inner, ast.Attribute):
+                chain.append(inner.attr)
+                inner = inner.value
+            if isinstance(inner, ast.Name) and inner.id in modules:
+                dotted = ".".join([inner.id, *reversed(chain)])
+                if _private_segment(dotted):
+                    found.append((node.lineno, dotted))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+            if re.fullmatch(r"[A-Za-z_][\w.]*", text) and "." in text and _private_segment(text):
+                found.append((node.lineno, repr(text)))
+            if PRIVATE_ENV_VAR.fullmatch(text) and text not in PUBLIC_ENV_VARS:
+                found.append((node.lineno, f"environment variable {text}"))
+    for n, line in enumerate(source.splitlines(), 1):
+        if PRIVATE_ATTRIBUTES.search(line):
+            found.append((n, line.strip()))
+    return sorted(set(found))
+
+
+def test_the_fence_sees_every_kind_of_private_reach():
+    reaches = {
+        "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing": 1,
+        "from ray._private import worker": 1,
+        "import ray._private.worker": 1,
+        "from ray.train.v2 import _internal": 1,
+        "import torch\nfsdp = torch.distributed._composable": 1,
+        "import ray.train as rt\nx = rt._internal.session": 1,
+        "import importlib\nm = importlib.import_module('ray.train.v2._internal.constants')": 1,
+        "import os\nos.environ.setdefault('RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S', '300')": 1,
+        "import os\nos.environ['RAY_API_SERVER_ADDRESS'] = 'http://127.0.0.1:8265'": 1,
+        "env = {'TORCH_NCCL_ASYNC_ERROR_HANDLING': '1', 'TORCHELASTIC_RUN_ID': 'x', '__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR': 'm.f'}": 3,
+        "loop = trainer.fit_loop._data_fetcher": 1,
+    }
+    for source, count in reaches.items():
+        assert len(fence_offences(source)) == count, source
+    public = (
+        "import os, sys\nimport torch\nfrom raydra import _private_helper\n"
+        "v = torch.__version__\nf = sys._getframe\nos.environ.get('RAY_ADDRESS')\nos.environ.setdefault('RAY_USAGE_STATS_ENABLED', '0')\n"
+        "hint = 'set RAY_AUTH_MODE=token'\nname = 'RAYDRA_MULTIRUN_JOB'\nself._cache = None\n"
+    )
+    assert fence_offences(public) == []
+
+
+def test_nothing_outside_private_apis_reaches_into_private_modules():
+    """The fence itself: a new reach must be added to private_apis.py, with its own test, not in passing."""
+    src = pathlib.Path(private_apis.__file__).parents[1]
     offenders = [
-        f"{path.relative_to(root)}:{n}"
-        for path in root.rglob("*.py")
+        f"{path.relative_to(src)}:{n}: {what}"
+        for path in sorted(src.rglob("*.py"))
         if path.name != "private_apis.py"
-        for n, line in enumerate(path.read_text().splitlines(), 1)
-        if pattern.search(line)
+        for n, what in fence_offences(path.read_text())
     ]
     assert offenders == []
 
 
-@pytest.mark.parametrize("package", ["ray", "lightning", "transformers", "datasets", "huggingface-hub"])
+@pytest.mark.parametrize("package", ["ray", "torch", "lightning", "transformers", "datasets", "huggingface-hub"])
 def test_installed_versions_are_inside_the_caps_this_file_was_run_against(package):
     """pyproject.toml caps each library whose private API raydra reaches at the minor version this
     file passed with; an install outside the caps means nobody has run it against that version."""
+    import tomllib
     from importlib import metadata
     from pathlib import Path
 
-    import tomllib
     from packaging.requirements import Requirement
 
     project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
@@ -505,9 +665,15 @@ from raydra import private_apis
 
 lean = private_apis.lean_local_ray() if sys.argv[1] == "lean" else {}
 ray.init(address="local", num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[2], **lean)
-time.sleep(3)  # the first driver's prestarted workers, if any, start within this
-raylet = glob.glob(os.path.join(sys.argv[2], "session_latest", "logs", "raylet.out"))[0]
-prestarted = open(raylet).read().count("Started worker process")
+# The raylet prestarts its idle workers as the first driver registers, before it logs that driver's
+# job as started in its worker pool: wait for that line, then count the workers started before it.
+raylet, deadline, text = glob.glob(os.path.join(sys.argv[2], "session_latest", "logs", "raylet.out"))[0], time.time() + 60, ""
+while "started in worker pool" not in text:
+    if time.time() > deadline:
+        sys.exit("the raylet never logged the driver's job as started in its worker pool: " + text[-3000:])
+    time.sleep(0.1)
+    text = open(raylet).read()
+prestarted = text.split("started in worker pool", 1)[0].count("Started worker process")
 
 
 @ray.remote
@@ -522,6 +688,7 @@ print(json.dumps({"prestarted": prestarted, **seen}))
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("mode", ["lean", "plain"])
 def test_a_lean_local_ray_prestarts_no_idle_workers_and_an_actors_setup_hook_runs_first(mode, tmp_path):
     """lean_local_ray's system config stops the idle workers Ray starts for the first driver (the

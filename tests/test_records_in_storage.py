@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import REPO, S3_ENV, bare_trainer, tiny_vit
-from test_compare import make_run
+from helpers import make_run
 
 import raydra
 from raydra import compare, storage

@@ -2,30 +2,20 @@
 resumed, and the refusals that keep resume= from retraining or mixing runs. No mocks: the runs are
 `python train.py` on the session Ray cluster with 2 CPU workers."""
 
-import csv
-import json
 import os
-import re
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 import yaml
-from conftest import REPO, base_env, run_dirs, run_train, summary_of
+from conftest import run_dirs, run_train, summary_of
+from helpers import EPOCHS, RUN, epochs_with_val, logged_steps, resumed_at, start_train, wait_for_checkpoint, worker_pids
 
 from raydra.checkpoints import checkpoint_meta
 
-# Epochs of about a second (since Ray Train's poll stopped pacing them at 2 s): eight, so a run is
-# still going when a test kills its worker, its node or its driver after the first checkpoint.
-EPOCHS = 8
 EVERY_N_STEPS = 25
-RUN = ("experiment=vit_digits_smoke", f"trainer.max_epochs={EPOCHS}", "trainer.test=false", "checkpoint.num_to_keep=1")
 SECRET = "s3cr3t-value-9f2c"
-WORKER_LINE = re.compile(r"\(RayTrainWorker pid=(\d+)\)")
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +31,7 @@ def reference(ray_cluster, tmp_path_factory):
 @pytest.mark.e2e
 def test_a_killed_worker_restarts_from_the_last_checkpoint_and_loses_no_epoch(ray_cluster, reference, tmp_path):
     # W&B too, offline, so its files are among those scanned for the secret below.
-    driver = _start(
+    driver = start_train(
         *RUN,
         "failure.max_failures=1",
         f"tags=[{SECRET}]",
@@ -50,8 +40,8 @@ def test_a_killed_worker_restarts_from_the_last_checkpoint_and_loses_no_epoch(ra
         address=ray_cluster,
         env={"MY_API_KEY": SECRET, "RAYDRA_TEST_TOKEN": SECRET[::-1]},
     )
-    run_dir = _wait_for_checkpoint(tmp_path, driver)
-    victim = _worker_pids(run_dir)[0]
+    run_dir = wait_for_checkpoint(tmp_path, driver)
+    victim = worker_pids(run_dir)[0]
     _kill_worker(victim)
     out, _ = driver.communicate(timeout=300)
     assert driver.returncode == 0, out
@@ -60,10 +50,10 @@ def test_a_killed_worker_restarts_from_the_last_checkpoint_and_loses_no_epoch(ra
     assert summary["status"] == "completed"
     assert summary["epochs_completed"] == EPOCHS and summary["global_step"] == reference["global_step"]
     # A new worker group trained on (other pids than the one killed), from an epoch's end.
-    assert set(_worker_pids(run_dir)) - {victim}
-    epoch, batch, _, step = _resumed_at(run_dir)
+    assert set(worker_pids(run_dir)) - {victim}
+    epoch, batch, _, step = resumed_at(run_dir)
     assert epoch >= 1 and batch == 0 and step == epoch * reference["global_step"] // EPOCHS
-    assert _epochs_with_val(run_dir) == list(range(EPOCHS))  # each epoch once: none lost, none repeated
+    assert epochs_with_val(run_dir) == list(range(EPOCHS))  # each epoch once: none lost, none repeated
     assert summary["metrics"]["final"]["val/acc"] == pytest.approx(reference["metrics"]["final"]["val/acc"], abs=0.03)
 
     # The secrets from the environment reached no file the run wrote, nor the console: every file,
@@ -92,9 +82,9 @@ def test_a_killed_worker_restarts_from_the_last_checkpoint_and_loses_no_epoch(ra
 @pytest.mark.e2e
 def test_a_worker_killed_after_a_mid_epoch_checkpoint_resumes_inside_the_epoch_on_the_same_batches(ray_cluster, reference, tmp_path):
     # 40 steps an epoch: every checkpoint but the last falls inside an epoch.
-    driver = _start(*RUN, "failure.max_failures=1", f"checkpoint.every_n_steps={EVERY_N_STEPS}", outputs=tmp_path, address=ray_cluster)
-    run_dir = _wait_for_checkpoint(tmp_path, driver)
-    _kill_worker(_worker_pids(run_dir)[0])
+    driver = start_train(*RUN, "failure.max_failures=1", f"checkpoint.every_n_steps={EVERY_N_STEPS}", outputs=tmp_path, address=ray_cluster)
+    run_dir = wait_for_checkpoint(tmp_path, driver)
+    _kill_worker(worker_pids(run_dir)[0])
     out, _ = driver.communicate(timeout=300)
     assert driver.returncode == 0, out
 
@@ -102,12 +92,12 @@ def test_a_worker_killed_after_a_mid_epoch_checkpoint_resumes_inside_the_epoch_o
     assert summary["status"] == "completed"
     assert summary["epochs_completed"] == EPOCHS and summary["global_step"] == reference["global_step"]
     steps_per_epoch = reference["global_step"] // EPOCHS
-    epoch, batch, of, step = _resumed_at(run_dir)
+    epoch, batch, of, step = resumed_at(run_dir)
     assert of == steps_per_epoch and step % EVERY_N_STEPS == 0 and 0 < batch < of
     assert step == epoch * steps_per_epoch + batch
     # Each epoch validated once, and every logged step once, in order: none trained twice or skipped.
-    assert _epochs_with_val(run_dir) == list(range(EPOCHS))
-    assert _logged_steps(run_dir) == _logged_steps(Path(reference["run_dir"]))
+    assert epochs_with_val(run_dir) == list(range(EPOCHS))
+    assert logged_steps(run_dir) == logged_steps(Path(reference["run_dir"]))
     # The rest of the interrupted epoch trained on the batches an uninterrupted run trains on, in
     # the same order, with the same RNG: the same weights, so the same validation loss.
     assert summary["metrics"]["final"]["val/loss"] == pytest.approx(reference["metrics"]["final"]["val/loss"], rel=1e-4)
@@ -118,9 +108,9 @@ def test_a_worker_killed_after_a_mid_epoch_checkpoint_resumes_inside_the_epoch_o
 
 @pytest.mark.e2e
 def test_sigterm_stops_the_run_and_resume_latest_finishes_it_in_the_same_dir(ray_cluster, reference, tmp_path):
-    driver = _start(*RUN, outputs=tmp_path, address=ray_cluster)
-    run_dir = _wait_for_checkpoint(tmp_path, driver)
-    workers = _worker_pids(run_dir)
+    driver = start_train(*RUN, outputs=tmp_path, address=ray_cluster)
+    run_dir = wait_for_checkpoint(tmp_path, driver)
+    workers = worker_pids(run_dir)
     driver.send_signal(signal.SIGTERM)
     out, _ = driver.communicate(timeout=120)
     assert driver.returncode != 0
@@ -143,7 +133,7 @@ def test_sigterm_stops_the_run_and_resume_latest_finishes_it_in_the_same_dir(ray
     assert summary["status"] == "completed" and summary["run_id"] == stopped["run_id"]
     assert summary["started_at"] == stopped["started_at"] and len(summary["resumed"]) == 1
     assert summary["epochs_completed"] == EPOCHS and summary["global_step"] == reference["global_step"]
-    assert _epochs_with_val(run_dir) == list(range(EPOCHS))
+    assert epochs_with_val(run_dir) == list(range(EPOCHS))
     assert summary["metrics"]["final"]["val/acc"] == pytest.approx(reference["metrics"]["final"]["val/acc"], abs=0.03)
 
     # A finished run is not trained again.
@@ -176,8 +166,8 @@ def test_an_sd_tiny_run_resumes_after_sigterm_and_no_secret_reaches_its_files(ra
     planted = "hf_" + SECRET[::-1]
     overrides = (*SD_RUN, f"+hydra.job.env_set.HF_TOKEN={planted}")
     env = {**secrets, "HF_HUB_OFFLINE": "1"}
-    driver = _start(*overrides, outputs=tmp_path, address=ray_cluster, env=env)
-    run_dir = _wait_for_checkpoint(tmp_path, driver)
+    driver = start_train(*overrides, outputs=tmp_path, address=ray_cluster, env=env)
+    run_dir = wait_for_checkpoint(tmp_path, driver)
     driver.send_signal(signal.SIGTERM)
     out, _ = driver.communicate(timeout=120)
     stopped = summary_of(run_dir)
@@ -192,7 +182,7 @@ def test_an_sd_tiny_run_resumes_after_sigterm_and_no_secret_reaches_its_files(ra
     summary = summary_of(run_dir)
     assert summary["status"] == "completed" and summary["run_id"] == stopped["run_id"]
     assert len(summary["resumed"]) == 1 and summary["epochs_completed"] == 3 and summary["global_step"] == 3 * 16
-    epoch, batch, _, _ = _resumed_at(run_dir)
+    epoch, batch, _, _ = resumed_at(run_dir)
     assert epoch >= 1 and batch == 0  # from the checkpoint the stopped run left, not from scratch
 
     # Every file of both invocations (the run dir, and the resuming one's own Hydra record and
@@ -207,46 +197,6 @@ def test_an_sd_tiny_run_resumes_after_sigterm_and_no_secret_reaches_its_files(ra
             assert secret.encode() not in path.read_bytes(), f"{path} holds a secret"
 
 
-def _start(*overrides, outputs, address, env=None):
-    args = [sys.executable, str(REPO / "train.py"), f"paths.outputs={outputs}", *overrides, f"ray.address={address}"]
-    return subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**base_env(), **(env or {})})
-
-
-def _wait_for_checkpoint(outputs: Path, driver: subprocess.Popen, timeout: float = 240) -> Path:
-    """The run dir once Ray has registered its first checkpoint and a worker pid is in its logs.
-    A checkpoint directory on disk is not enough: until the controller has recorded the report, a
-    restarted worker group would start from scratch (and still end with the right step count)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        assert driver.poll() is None, driver.communicate()[0]
-        for snapshot in outputs.glob("runs/*/*/checkpoints/*/checkpoint_manager_snapshot.json"):
-            run_dir = snapshot.parents[2]
-            try:
-                registered = json.loads(snapshot.read_text())["checkpoint_results"]
-            except (ValueError, KeyError):
-                continue  # being written
-            if registered and _worker_pids(run_dir):
-                return run_dir
-        time.sleep(0.2)
-    driver.kill()
-    pytest.fail("the run reported no checkpoint in time")
-
-
-def _resumed_at(run_dir: Path) -> tuple:
-    """(epoch, batch, batches per epoch, global step) where the restarted rank 0 picked up."""
-    found = re.search(
-        r"resumed from .* at epoch (\d+), batch (\d+) of (\d+) \(global step (\d+)\)", (run_dir / "logs" / "worker_0.log").read_text()
-    )
-    assert found, "the restarted worker group did not resume from a checkpoint"
-    return tuple(map(int, found.groups()))
-
-
-def _worker_pids(run_dir: Path) -> list:
-    log = run_dir / "logs" / "ray.log"
-    text = log.read_text() if log.exists() else ""
-    return list(dict.fromkeys(int(pid) for pid in WORKER_LINE.findall(text)))
-
-
 def _process(pid: int):
     try:
         return psutil.Process(pid)
@@ -258,16 +208,6 @@ def _kill_worker(pid: int) -> None:
     process = _process(pid)
     assert process and "RayTrainWorker" in " ".join(process.cmdline()), f"pid {pid} is not a Ray Train worker"
     os.kill(pid, signal.SIGKILL)
-
-
-def _logged_steps(run_dir: Path) -> list:
-    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
-    return [int(r["step"]) for r in rows if r.get("train/loss_step")]
-
-
-def _epochs_with_val(run_dir: Path) -> list:
-    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
-    return [int(r["epoch"]) for r in rows if r.get("val/acc")]
 
 
 def test_redact_masks_secret_env_values_keys_and_key_overrides(monkeypatch):

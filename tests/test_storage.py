@@ -35,3 +35,19 @@ def test_the_last_checkpoint_is_the_newest_checkpoint_folder_not_rays_snapshot(t
     storage.write_text(str(run / "checkpoint_2026-11-23_21-00-01.000001" / "checkpoint.ckpt"), "a")
     storage.write_text(str(run / "checkpoint_2026-11-23_21-00-09.000001" / "checkpoint.ckpt" / "meta.pt"), "sharded")
     assert last_checkpoint(tmp_path, "run-1") == str(run / "checkpoint_2026-11-23_21-00-09.000001" / "checkpoint.ckpt")
+
+
+def test_replacing_renames_the_whole_new_file_over_and_leaves_the_old_one_if_the_write_fails(tmp_path):
+    import pytest
+
+    path = tmp_path / "metrics.csv"
+    path.write_text("old\n")
+    with storage.replacing(path) as tmp:
+        assert path.read_text() == "old\n"  # a reader sees the old file until the new one is whole
+        open(tmp, "w").write("new\n")
+    assert path.read_text() == "new\n"
+    with pytest.raises(OSError):
+        with storage.replacing(path) as tmp:
+            open(tmp, "w").write("ha")
+            raise OSError(28, "No space left on device")
+    assert path.read_text() == "new\n" and sorted(p.name for p in tmp_path.iterdir()) == ["metrics.csv"]

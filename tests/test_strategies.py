@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import run_dirs, run_train, summary_of, tiny_vit
-from test_config import composed
-from test_reliability import EPOCHS, RUN, _epochs_with_val, _start, _wait_for_checkpoint
+from helpers import EPOCHS, RUN, composed, digits_test_accuracy, epochs_with_val, start_train, wait_for_checkpoint
 
 import raydra
 from raydra.errors import RaydraError
@@ -84,24 +83,11 @@ def test_ddp_wraps_the_module_only_when_there_are_replicas_to_average(monkeypatc
     assert wrapped == [module] and together.model is not module
 
 
-def _test_accuracy(module) -> float:
-    from raydra.data.digits import DigitsDataModule
-
-    data = DigitsDataModule(batch_size=64, val_fraction=0.15, test_fraction=0.15, split_seed=0, num_workers=0)
-    data.setup("test")
-    correct = total = 0
-    with torch.no_grad():
-        for images, labels in data.test_dataloader():
-            correct += int((module(images).argmax(-1) == labels).sum())
-            total += len(labels)
-    return correct / total
-
-
 @pytest.mark.e2e
 def test_fsdp_shards_state_checkpoints_per_worker_resumes_and_loads_into_a_plain_module(ray_cluster, tmp_path):
     run = (*RUN[:-2], "strategy=fsdp", "checkpoint.num_to_keep=1")  # with the test split
-    driver = _start(*run, outputs=tmp_path, address=ray_cluster)
-    run_dir = _wait_for_checkpoint(tmp_path, driver)
+    driver = start_train(*run, outputs=tmp_path, address=ray_cluster)
+    run_dir = wait_for_checkpoint(tmp_path, driver)
     driver.send_signal(signal.SIGTERM)
     out, _ = driver.communicate(timeout=120)
     assert summary_of(run_dir)["status"] == "interrupted", out
@@ -110,7 +96,7 @@ def test_fsdp_shards_state_checkpoints_per_worker_resumes_and_loads_into_a_plain
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     summary = summary_of(run_dir)
     assert summary["status"] == "completed" and summary["strategy"]["name"] == "fsdp"
-    assert _epochs_with_val(run_dir) == list(range(EPOCHS))  # no epoch lost or trained twice across the stop
+    assert epochs_with_val(run_dir) == list(range(EPOCHS))  # no epoch lost or trained twice across the stop
 
     # Each worker wrote its own shard of the checkpoint; Ray merged them into one folder.
     checkpoint = Path(summary["checkpoints"]["last"])
@@ -119,7 +105,7 @@ def test_fsdp_shards_state_checkpoints_per_worker_resumes_and_loads_into_a_plain
     # Loaded back into one process, the weights give exactly the accuracy the run's own test measured.
     module = raydra.load(run_dir, "last")
     assert type(module).__name__ == "ViTClassifier" and not module.training
-    assert _test_accuracy(module) == pytest.approx(summary["metrics"]["final"]["test/acc"], abs=1e-6)
+    assert digits_test_accuracy(module) == pytest.approx(summary["metrics"]["final"]["test/acc"], abs=1e-6)
 
     # Each worker holds about half of the parameters and AdamW's two moments, not all of them.
     full_state = sum(p.numel() * p.element_size() for p in module.parameters()) * 3
@@ -128,6 +114,7 @@ def test_fsdp_shards_state_checkpoints_per_worker_resumes_and_loads_into_a_plain
     assert all(w["peak_bytes"] > 0 for w in summary["memory_per_worker"])
 
 
+@pytest.mark.e2e
 @pytest.mark.gpu
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp", "deepspeed"])
 def test_each_strategy_trains_with_bf16_on_gpu_and_loads_back(strategy, tmp_path):
@@ -149,4 +136,4 @@ def test_each_strategy_trains_with_bf16_on_gpu_and_loads_back(strategy, tmp_path
     summary = summary_of(run_dir)
     assert summary["status"] == "completed" and summary["precision"] == "bf16-mixed"
     assert summary["metrics"]["final"]["val/acc"] > 0.5
-    assert _test_accuracy(raydra.load(run_dir, "last").float()) == pytest.approx(summary["metrics"]["final"]["test/acc"], abs=0.02)
+    assert digits_test_accuracy(raydra.load(run_dir, "last").float()) == pytest.approx(summary["metrics"]["final"]["test/acc"], abs=0.02)

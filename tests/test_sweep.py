@@ -114,6 +114,19 @@ def _trials(sweep_dir: Path) -> dict:
     return {p.parent.name: summary_of(p.parent) for p in sweep_dir.glob("trials/*/summary.json")}
 
 
+def _ended_in_tune_state(outputs: Path) -> int:
+    """How many trials the newest experiment state Tune saved in the sweep directory records as
+    ended (TERMINATED: run to the end or stopped early); what a resumed sweep keeps."""
+    states = sorted(outputs.glob("sweeps/*/*/tune/experiment_state-*.json"), key=lambda p: p.stat().st_mtime)
+    if not states:
+        return 0
+    try:
+        trials = json.loads(states[-1].read_text())["trial_data"]
+    except (ValueError, KeyError):
+        return 0  # caught while Tune writes it
+    return sum(json.loads(state)["status"] == "TERMINATED" for state, _ in trials)
+
+
 @pytest.mark.e2e
 def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_best_config_reruns(ray_cluster, tmp_path):
     """One sweep for the whole life cycle, to keep the suite short: run, SIGKILL the driver once
@@ -128,17 +141,18 @@ def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_b
     ]
     log = (tmp_path / "first.log").open("w")
     first = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=base_env())
-    # Kill once a trial has run to the end while at least two are still to finish, and after
-    # Tune's experiment-state period (5 s), so the finished trial is on record.
+    # Kill once a trial has run to the end while at least two are still to finish, and once Tune's
+    # experiment state (saved every 5 s) records every trial that ended, so they are on record.
     deadline = time.time() + 400
     while time.time() < deadline:
         printed = (tmp_path / "first.log").read_text()
         ended = printed.count(" done after ") + printed.count(" stopped early after ")
-        if " done after " in printed and ended <= 2:
+        if " done after " in printed and ended <= 2 and _ended_in_tune_state(tmp_path) >= ended:
             break
         assert first.poll() is None and ended <= 2, printed
         time.sleep(0.5)
-    time.sleep(6)
+    else:
+        pytest.fail(f"no trial finished and reached Tune's experiment state in 400 s:\n{printed}")
     (sweep_dir,) = [p.parent for p in tmp_path.glob("sweeps/*/*/sweep.json")]
     first.send_signal(signal.SIGKILL)
     first.wait()

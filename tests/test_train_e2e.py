@@ -1,4 +1,5 @@
-"""Real runs of `python train.py` on Ray with 2 CPU workers, checked through what they leave behind."""
+"""Real runs of `python train.py` on Ray with 2 CPU workers, checked through what they leave behind, and
+the refusals a run gives before it starts Ray."""
 
 import csv
 import json
@@ -8,9 +9,8 @@ import pytest
 import yaml
 from conftest import run_dirs, run_train, summary_of
 
-pytestmark = pytest.mark.e2e
 
-
+@pytest.mark.e2e
 def test_default_run_trains_the_digits_vit_and_leaves_a_self_describing_run_dir(ray_cluster, tmp_path):
     done = run_train(outputs=tmp_path, address=ray_cluster)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -57,12 +57,12 @@ def test_default_run_trains_the_digits_vit_and_leaves_a_self_describing_run_dir(
     assert summary["checkpoints"]["last"] in map(str, kept)
 
     # The last checkpoint loads back into a plain module that scores what the run's test measured.
-    from test_strategies import _test_accuracy
+    from helpers import digits_test_accuracy
 
     import raydra
 
     module = raydra.load(run_dir, "last")
-    assert _test_accuracy(module) == pytest.approx(summary["metrics"]["final"]["test/acc"], abs=1e-6)
+    assert digits_test_accuracy(module) == pytest.approx(summary["metrics"]["final"]["test/acc"], abs=1e-6)
     assert summary["strategy"]["name"] == "ddp" and len(summary["memory_per_worker"]) == 2
 
     # W&B ran offline, kept its files in the run dir, and its run file holds the logged values
@@ -81,6 +81,7 @@ def test_default_run_trains_the_digits_vit_and_leaves_a_self_describing_run_dir(
     assert "TrainController" in (run_dir / "logs" / "ray.log").read_text()
 
 
+@pytest.mark.e2e
 def test_joins_a_running_cluster_with_address_auto_and_logger_none(ray_cluster, tmp_path):
     done = run_train("experiment=vit_digits_smoke", "logger=none", "ray.address=auto", outputs=tmp_path, env={"RAY_ADDRESS": ray_cluster})
     assert done.returncode == 0, done.stdout + done.stderr
@@ -92,6 +93,7 @@ def test_joins_a_running_cluster_with_address_auto_and_logger_none(ray_cluster, 
     assert "joined the Ray cluster at " in done.stdout and f":{port} " in done.stdout
 
 
+@pytest.mark.e2e
 def test_a_request_larger_than_the_cluster_fails_in_seconds(ray_cluster, tmp_path):
     started = time.time()
     done = run_train("scale.num_workers=8", "data.batch_size=64", outputs=tmp_path, address=ray_cluster, timeout=120)
@@ -105,6 +107,7 @@ def test_a_request_larger_than_the_cluster_fails_in_seconds(ray_cluster, tmp_pat
     assert not (run_dir / "checkpoints").exists()
 
 
+@pytest.mark.e2e
 def test_gpu_workers_on_a_cluster_without_gpus_fail_clearly(ray_cluster, tmp_path):
     done = run_train("scale.use_gpu=true", outputs=tmp_path, address=ray_cluster, timeout=120)
     assert done.returncode == 1
@@ -125,6 +128,7 @@ def test_an_unreachable_cluster_is_named(tmp_path):
     assert "could not reach the Ray cluster at ray.address=127.0.0.1:1" in done.stdout
 
 
+@pytest.mark.e2e
 @pytest.mark.gpu
 def test_gpu_workers_train_with_bf16_by_default(tmp_path):
     done = run_train("scale=gpu", "logger=csv", "trainer.max_epochs=5", "data.batch_size=256", "model.optimizer.lr=3e-3", outputs=tmp_path)

@@ -2,7 +2,7 @@
 before the run's record is written and Ray starts.
 
     resolve_and_validate(cfg, overrides)
-        what a run checks before Ray starts: resolve, then the schema's checks
+        what a run checks before Ray starts: resolve, then the schema's checks, then the user's classes
     resolve(cfg, overrides)
         what raydra does itself takes the place of an entry that would do it a second time: a
         ModelCheckpoint sets checkpoint.* (monitor, mode, top-k, frequency), so one checkpointing
@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Sequence
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from raydra.errors import RaydraError
-from raydra.project import RAYDRA_LOGGERS, entries, target_class
+from raydra.project import RAYDRA_LOGGERS, check_classes, entries, target_class
 
 log = logging.getLogger("raydra")
 
@@ -39,14 +39,16 @@ LEFT_TO_THE_RECORD = ("dirpath", "filename", "save_last", "save_weights_only", "
 
 def resolve_and_validate(cfg: DictConfig, overrides: Sequence[str] = ()) -> DictConfig:
     """What a run (a single run, a sweep, each multirun job as its launcher checks it first) checks
-    before Ray starts, on `cfg` in place: resolve, then the schema's checks (raydra.schema.validate).
-    Returns the config as composed, before resolve changed it: what a resumed run is compared with
-    its record by."""
+    before Ray starts, on `cfg` in place: resolve, then the schema's checks (raydra.schema.validate),
+    then the user's classes (project.check_classes). Returns the config as composed, before resolve
+    changed it: what a resumed run is compared with its record by."""
     from raydra.schema import validate
 
     composed = copy.deepcopy(cfg)
     resolve(cfg, overrides)
     validate(cfg)
+    # Last: it imports the user's classes, which is worth doing only for an otherwise valid config.
+    check_classes(cfg)
     return composed
 
 

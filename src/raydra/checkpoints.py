@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 from urllib.parse import urlsplit
 
 from raydra import run_record, storage
-from raydra.compare import is_uri, relocated
 from raydra.errors import RaydraError
 from raydra.private_apis import registered_checkpoint_names
+from raydra.run_record import CHECKPOINT_FILE, SUMMARY, relocated
 from raydra.spec import Place
-from raydra.summary import CHECKPOINT_FILE
+from raydra.storage import is_uri
 
 if TYPE_CHECKING:
     import torch
@@ -131,7 +131,7 @@ def locate(location: str, which: str = "best") -> str:
     if is_uri(location):
         return _locate_in_storage(location, which)
     path = Path(location)
-    summary_file = path / "summary.json"
+    summary_file = path / SUMMARY
     if not summary_file.is_file():
         if path.name == CHECKPOINT_FILE and path.exists():
             return str(path)
@@ -157,7 +157,7 @@ def _locate_in_storage(location: str, which: str, missing: str = "") -> str:
     from raydra import storage
 
     try:
-        summary_location = storage.join(location, "summary.json")
+        summary_location = storage.join(location, SUMMARY)
         if storage.exists(summary_location):
             summary = json.loads(storage.read_text(summary_location))
             if which not in ("best", "last"):

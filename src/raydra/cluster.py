@@ -13,7 +13,7 @@ import ray
 
 from raydra.console import take_over_worker_output
 from raydra.errors import RaydraError
-from raydra.private_apis import lean_local_ray, leave_out_preemption_watcher
+from raydra.private_apis import lean_local_ray, leave_out_preemption_watcher, state_api_address_env
 from raydra.schema import ScaleConfig
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def connect(
         # measured) or another live one, whose "no such actor" reads as a dead controller. The local
         # Ray's processes inherit this environment, so name its own dashboard for them.
         dashboard_port = free_port()
-        os.environ["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{dashboard_port}"
+        os.environ.update(state_api_address_env(dashboard_port))
     lean = lean_local_ray() if not address else {}
     try:
         ray.init(

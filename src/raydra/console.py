@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from raydra.private_apis import RAY_PRINT_LOGS_HANDLER, worker_stdstream_dispatcher
+from raydra.run_record import LOGS, RAY_LOG
 
 # Rank 0 prefixes the lines meant for the researcher with this; the driver strips it.
 PROGRESS_MARK = "[raydra] "
@@ -30,8 +31,8 @@ class WorkerOutput:
 
     def start_run(self, run_dir: Path) -> None:
         with self._lock:
-            (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-            self._file = open(run_dir / "logs" / "ray.log", "a", buffering=1)
+            (run_dir / LOGS).mkdir(parents=True, exist_ok=True)
+            self._file = open(run_dir / RAY_LOG, "a", buffering=1)
 
     def end_run(self) -> None:
         with self._lock:

@@ -15,7 +15,6 @@ Hydra multirun job, a script or a test can call `train_run` directly.
 import contextlib
 import importlib
 import logging
-import signal
 import threading
 import time
 import uuid
@@ -34,6 +33,7 @@ from raydra.console import worker_output
 from raydra.errors import RaydraError, one_line
 from raydra.multirun_job import JobSettings
 from raydra.redact import redact, redact_hydra_records
+from raydra.signals import sigterm_interrupts
 from raydra.spec import Place, RunSpec
 
 log = logging.getLogger("raydra")
@@ -85,7 +85,7 @@ def train_run(
             )
         # After connecting: ray.init installs its own SIGTERM handler, which would end the process
         # without a summary.
-        restore_sigterm = _sigterm_interrupts()
+        restore_sigterm = sigterm_interrupts()
         marks["ray_ready"] = time.time()
         spec = resolve.resolve(cfg, run_dir, run_id, wandb_group=job.wandb_group if job else None)
         place = spec.place
@@ -158,7 +158,7 @@ def _continue(cfg: DictConfig, record: Dict[str, Any], fresh_dir: Path) -> Any:
         # Kept, so that if this attempt fails too, resume=latest still finds the run.
         config_hash=previous.get("config_hash"),
         resumed=previous.get("resumed", [])
-        + [{"at": summary.now(), "from_status": previous.get("status"), "log": str(fresh_dir / "driver.log")}],
+        + [{"at": summary.now(), "from_status": previous.get("status"), "log": str(fresh_dir / run_record.DRIVER_LOG)}],
     )
     log.info(f"resuming {run_dir} (this invocation's driver.log: {fresh_dir})")
     return run_dir, previous["run_id"]
@@ -175,19 +175,6 @@ def _check_same_storage(cfg: DictConfig, run_dir: Path, location: Optional[str])
         raise RaydraError(
             f"resume={cfg.resume}: the run kept its checkpoints in {before or 'its run directory'}, not {location or 'the run directory'}; {hint}."
         )
-
-
-def _sigterm_interrupts() -> Any:
-    """SIGTERM (a scheduler's or `kill`'s stop) ends the run the way Ctrl-C does: workers stopped,
-    summary.json marked interrupted. Returns the function that puts the old handler back."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def _fail(record: Dict[str, Any], place: Place, started: float, reason: str, status: str = "failed") -> None:

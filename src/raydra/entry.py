@@ -1,11 +1,12 @@
 """The command: `python train.py` and `raydra train` both call `hydra_main`, which composes the config
-from raydra's groups (shipped in the package, CONF_DIR) and any `--config-dir` of the user's, and
+from raydra's groups (the top-level conf/, shipped in the package as raydra.conf: CONF_DIR) and any `--config-dir` of the user's, and
 hands it to `main`: a Tune sweep when `tune` is set, else one run.
 
 The only place that reads Hydra's runtime state and turns errors into exit codes: everything
 below it (raydra.driver, raydra.sweep, raydra.fit) takes plain arguments and raises.
 """
 
+import importlib.util
 import logging
 from pathlib import Path
 from typing import Optional
@@ -20,11 +21,28 @@ from raydra.project import shadowed_configs
 
 log = logging.getLogger("raydra")
 
+
+def _config_groups() -> Path:
+    """The directory of raydra's config groups (the top-level conf/ of raydra's repository, which
+    pyproject.toml ships as the package `raydra.conf`).
+
+    raydra imported from a source tree (an editable install, or PYTHONPATH=src with no install):
+    that tree's conf/, beside its src/. Installed from a wheel: the package raydra.conf, where the
+    import system finds it (found, not imported: nothing in it runs)."""
+    here = Path(__file__).resolve().parent
+    if here.parent.name == "src" and (here.parent.parent / "conf" / "train.yaml").is_file():
+        return here.parent.parent / "conf"
+    spec = importlib.util.find_spec("raydra.conf")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations))).resolve()
+    return here / "conf"  # where a wheel puts it; missing, the command says so
+
+
 # raydra's own config groups (model, data, strategy, scale, trainer, logger, callbacks, tune, hydra,
-# experiment), inside the package so that an installed raydra has them: a user's `--config-dir` adds
-# groups and options beside them (Hydra searches it after this primary config's directory, so a file
-# of the same group and name as raydra's is never read: project.shadowed_configs says so).
-CONF_DIR = Path(__file__).resolve().parent / "conf"
+# experiment), the one answer to where they are: a user's `--config-dir` adds groups and options
+# beside them (Hydra searches it after this primary config's directory, so a file of the same group
+# and name as raydra's is never read: project.shadowed_configs says so).
+CONF_DIR = _config_groups()
 
 
 def hydra_main() -> None:

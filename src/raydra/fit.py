@@ -22,7 +22,7 @@ from raydra.private_apis import (
     elastic_reacts_quickly,
     poll_workers_often,
     torch_trainer_class,
-    worker_group_start_timeout,
+    worker_groups_start_within,
     worker_setup_hook_env,
 )
 from raydra.spec import RunSpec, WorkerOutcome
@@ -152,14 +152,10 @@ def _fit(spec: RunSpec, datasets: Any, tune_trial: bool, callbacks: List[Any], m
         ),
     )
     marks["fit_started"] = time.time()
-    if scale.elastic:
-        starting = elastic_reacts_quickly(ELASTIC_START_TIMEOUT_S)
-    elif tune_trial:
-        starting = worker_group_start_timeout(TRIAL_START_TIMEOUT_S)
-    else:
-        starting = contextlib.nullcontext()
+    if tune_trial:
+        worker_groups_start_within(TRIAL_START_TIMEOUT_S)
     try:
-        with starting:
+        with elastic_reacts_quickly(ELASTIC_START_TIMEOUT_S) if scale.elastic else contextlib.nullcontext():
             result = trainer.fit()
     except Exception as error:
         friendly = user_error(error) or storage_failure(spec.place.storage and spec.paths.storage, error)

@@ -27,9 +27,7 @@ import math
 import multiprocessing.connection
 import os
 import shlex
-import signal
 import sys
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -42,7 +40,9 @@ from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
 from raydra import job_process, summary
 from raydra.errors import RaydraError
 from raydra.multirun_job import JobFailed, JobSettings
+from raydra.run_record import CONSOLE, JOBS_RECORD, MULTIRUN_LOG
 from raydra.schema import data_loader
+from raydra.signals import sigterm_interrupts
 
 log = logging.getLogger("raydra")
 
@@ -52,9 +52,6 @@ POLL_S = 0.2
 # How long stopped jobs get to record themselves interrupted (stop their workers, write summary.json)
 # before they are killed.
 STOP_WAIT_S = 120
-CONSOLE = "console.log"
-# In the sweep directory: every job's overrides, directory and outcome, rewritten as each job ends.
-JOBS_RECORD = "jobs.json"
 
 # Whether this process joined a cluster (rather than started a local Ray) for an app's jobs.
 _app_cluster_joined = False
@@ -104,8 +101,9 @@ class Job:
         return f"#{self.num} ({' '.join(self.shown) or 'no overrides'})"
 
 
-def run(multirun: Multirun, jobs: List[Job]) -> List[Job]:
-    """Run `jobs` (composed by the plugin, each with its payload); returns them with their outcome.
+def run_jobs(multirun: Multirun, jobs: List[Job]) -> List[Job]:
+    """Run a multirun's `jobs` (composed by the plugin, each with its payload) side by side, each in its
+    own process; returns them with their outcome.
     Raises RaydraError, before any job starts, if one of them cannot run."""
     if not jobs:
         return jobs
@@ -119,11 +117,14 @@ def run(multirun: Multirun, jobs: List[Job]) -> List[Job]:
         except RaydraError as error:
             log.error(f"error: {error}")
             raise
+        # Installed after connecting (in _prepare): ray.init's own SIGTERM handler would end this
+        # process at once, leaving the jobs running.
+        restore_sigterm = sigterm_interrupts()
         try:
-            with _sigterm_interrupts():
-                _schedule(multirun, jobs)
-                _join_processes(jobs)
+            _schedule(multirun, jobs)
+            _join_processes(jobs)
         finally:
+            restore_sigterm()
             _record(multirun, jobs)
             if not multirun.raydra_runs:
                 _leave_joined_cluster()
@@ -714,7 +715,7 @@ def _console(sweep_dir: Path) -> Iterator[None]:
     sweep_dir.mkdir(parents=True, exist_ok=True)
     console = logging.StreamHandler(sys.stdout)
     console.setFormatter(logging.Formatter("%(message)s"))
-    file = logging.FileHandler(sweep_dir / "multirun.log")
+    file = logging.FileHandler(sweep_dir / MULTIRUN_LOG)
     file.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
     saved = logger.handlers[:], logger.level, logger.propagate
     logger.handlers, logger.propagate = [console, file], False
@@ -725,22 +726,3 @@ def _console(sweep_dir: Path) -> Iterator[None]:
         file.close()
         logger.handlers, logger.propagate = saved[0], saved[2]
         logger.setLevel(saved[1])
-
-
-@contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM (a scheduler's or `kill`'s stop) stops the multirun as Ctrl-C does. Installed after
-    connecting: ray.init puts in a SIGTERM handler of its own that would end this process at once,
-    leaving the jobs running."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

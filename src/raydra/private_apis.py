@@ -1,6 +1,6 @@
 """Every reach into another library's private API, and nowhere else.
 
-Each function below leans on something Ray, Lightning or Hugging Face do not document, because
+Each function below leans on something Ray, torch, Lightning or Hugging Face do not document, because
 no public API does the job (each says why). tests/test_private_apis.py pins the behaviour raydra
 relies on, so an upgrade that moves one fails there in seconds rather than in a slow end-to-end
 test, and pyproject.toml caps those libraries at the minor versions tested: an upgrade is a
@@ -14,7 +14,7 @@ import contextlib
 import functools
 import os
 import sys
-from typing import Any, Callable, Dict, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 # ---------------------------------------------------------------------------------------------
 # Ray
@@ -50,6 +50,19 @@ def poll_workers_often(seconds: float) -> None:
     import os
 
     os.environ.setdefault(RAY_TRAIN_POLL_INTERVAL_ENV, str(seconds))
+
+
+# Where Ray's State API is served, for every process that inherits this environment. Ray's own
+# clients read it first (ray.dashboard.utils.get_address_for_submission_client), before RAY_ADDRESS
+# and before /tmp/ray/ray_current_cluster; Ray Train's PlacementGroupCleaner asks the State API,
+# from inside the cluster, whether a run's controller lives. `ray start` prints it for `ray job`.
+RAY_STATE_API_ADDRESS_ENV = "RAY_API_SERVER_ADDRESS"
+
+
+def state_api_address_env(dashboard_port: int) -> Dict[str, str]:
+    """The environment that names this machine's dashboard on `dashboard_port` as the State API of
+    every process started with it (a local Ray's own processes, or `ray start`'s)."""
+    return {RAY_STATE_API_ADDRESS_ENV: f"http://127.0.0.1:{dashboard_port}"}
 
 
 # Ray's worker process setup hook travels to a worker process in this variable. Ray's public
@@ -317,6 +330,8 @@ def elastic_reacts_quickly(start_timeout_s: float) -> Iterator[None]:
     Ray's own detection of the dead node (its GCS health check, about 15 s) stands in the way;
     a start tried before that detection fails after `start_timeout_s` and is decided again.
     """
+    import os
+
     from ray.train.v2.api import data_parallel_trainer
 
     original = data_parallel_trainer.create_scaling_policy
@@ -325,29 +340,25 @@ def elastic_reacts_quickly(start_timeout_s: float) -> Iterator[None]:
     def create(scaling_config: Any) -> Any:
         return policy_class(scaling_config) if scaling_config.elasticity_enabled else original(scaling_config)
 
-    data_parallel_trainer.create_scaling_policy = create
-    try:
-        with worker_group_start_timeout(start_timeout_s):
-            yield
-    finally:
-        data_parallel_trainer.create_scaling_policy = original
-
-
-@contextlib.contextmanager
-def worker_group_start_timeout(seconds: float) -> Iterator[None]:
-    """While a TorchTrainer is created and fit: Ray Train fails a worker group that has not started
-    after `seconds` (Ray 2.60's default: 60 s), unless the user set RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S.
-    Ray Train reads it from the driver's environment, which it propagates to its controller."""
-    import os
-
     user_set = RAY_TRAIN_START_TIMEOUT_ENV in os.environ
     if not user_set:
-        os.environ[RAY_TRAIN_START_TIMEOUT_ENV] = str(seconds)
+        os.environ[RAY_TRAIN_START_TIMEOUT_ENV] = str(start_timeout_s)
+    data_parallel_trainer.create_scaling_policy = create
     try:
         yield
     finally:
+        data_parallel_trainer.create_scaling_policy = original
         if not user_set:
             os.environ.pop(RAY_TRAIN_START_TIMEOUT_ENV, None)
+
+
+def worker_groups_start_within(seconds: float) -> None:
+    """Give a new worker group `seconds` to be placed and started before Ray Train fails the start
+    (unless the user set the timeout). The controller reads RAY_TRAIN_START_TIMEOUT_ENV, which the
+    driver's environment passes on to it; no public setting sets it."""
+    import os
+
+    os.environ.setdefault(RAY_TRAIN_START_TIMEOUT_ENV, str(seconds))
 
 
 def _fresh_elastic_policy_class() -> Any:
@@ -430,6 +441,19 @@ def restore_scheduler_rungs(scheduler: Any, path: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# torch
+
+
+def apply_activation_checkpointing(module: Any, check_fn: Callable[[Any], bool]) -> None:
+    """Wrap every submodule of `module` for which `check_fn` holds so that its activations are
+    recomputed in backward instead of kept. torch's FSDP2 examples use this wrapper; it lives in
+    torch.distributed.algorithms._checkpoint (torch.utils.checkpoint has no module-wrapping API)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing as apply
+
+    apply(module, check_fn=check_fn)
+
+
+# ---------------------------------------------------------------------------------------------
 # Lightning
 
 
@@ -480,52 +504,24 @@ def set_csv_columns(writer: Any, columns: List[str]) -> None:
     writer.metrics_keys = list(columns)
 
 
-def replace_csv_whole(writer: Any) -> None:
-    """Make Lightning's CSV experiment writer replace metrics.csv whole at each save (written beside
-    and renamed over) instead of appending to it, so a full disk or a kill mid-write leaves the
-    previous complete file, never a truncated row. Its save() appends in place, and the writer's
-    rows and columns (`metrics`, `metrics_keys`, `_record_new_keys`) have no public handle.
+def csv_pending(writer: Any) -> Tuple[str, List[Dict[str, Any]], List[str], bool]:
+    """What Lightning's CSV experiment writer holds for its next save: (metrics.csv's path, the rows
+    logged since its last save, its columns before them, whether those rows bring new columns).
+    The new rows' keys join the writer's columns (sorted), as its own save() does first. The
+    writer's rows and columns have no public handle, and `_record_new_keys` is its own step."""
+    before = list(writer.metrics_keys)
+    new_keys = writer._record_new_keys()
+    return writer.metrics_file_path, writer.metrics, before, bool(new_keys)
 
-    Each save copies the file once more; metrics.csv stays small (one row per logged step)."""
-    import csv
-    import os
-    import shutil
 
-    from raydra.errors import out_of_space
+def csv_columns(writer: Any) -> List[str]:
+    """The columns Lightning's CSV experiment writer writes metrics.csv under."""
+    return list(writer.metrics_keys)
 
-    def save() -> None:
-        if not writer.metrics:
-            return
-        path, keys = writer.metrics_file_path, list(writer.metrics_keys)
-        new_keys = writer._record_new_keys()
-        exists = os.path.isfile(path)
-        tmp = f"{path}.tmp-{os.getpid()}"
-        try:
-            if exists and not new_keys:
-                shutil.copyfile(path, tmp)
-                rows, mode = writer.metrics, "a"
-            else:
-                # New columns: the header changes, so every row is written again under it.
-                with open(path, newline="") if exists else contextlib.nullcontext([]) as file:
-                    rows = list(csv.DictReader(file)) + writer.metrics
-                mode = "w"
-            with open(tmp, mode, newline="") as file:
-                out = csv.DictWriter(file, fieldnames=writer.metrics_keys)
-                if mode == "w":
-                    out.writeheader()
-                out.writerows(rows)
-            os.replace(tmp, path)
-        except OSError as error:
-            writer.metrics_keys = keys  # the file on disk still has the old header
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-            full = out_of_space(error, path, "metrics.csv")
-            if full:
-                raise full from None
-            raise
-        writer.metrics = []
 
-    writer.save = save
+def csv_saved(writer: Any) -> None:
+    """Tell Lightning's CSV experiment writer that its pending rows are on disk, as its save() ends."""
+    writer.metrics = []
 
 
 # ---------------------------------------------------------------------------------------------

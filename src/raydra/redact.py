@@ -23,6 +23,8 @@ from typing import Any, List
 
 import yaml
 
+from raydra.run_record import HYDRA_DIR
+
 MASK = "***"
 # Shorter values (e.g. "1" in SOME_KEY=1) are flags, not secrets, and would mask half the text.
 MIN_SECRET_LENGTH = 6
@@ -100,7 +102,7 @@ def _mask_assignment(match: re.Match) -> str:
 def redact_hydra_records(run_dir: Path) -> None:
     """Hydra writes .hydra/{config,overrides,hydra}.yaml before raydra runs; mask secrets there too."""
     secrets = secret_values()
-    for path in Path(run_dir, ".hydra").glob("*.yaml"):
+    for path in Path(run_dir, HYDRA_DIR).glob("*.yaml"):
         text = path.read_text()
         data = yaml.safe_load(text)
         cleaned = redact(data, secrets)

@@ -15,6 +15,7 @@ from typing import List
 
 import yaml
 
+from raydra import run_record
 from raydra.entry import CONF_DIR
 
 PRIMARY = "recorded"
@@ -33,14 +34,14 @@ def mark(new_run_dir: Path, reproduces: str) -> None:
         record = summary.read(new_run_dir)
         record["reproduces"] = reproduces
         summary.write(new_run_dir, record)
-    overrides = new_run_dir / ".hydra" / "overrides.yaml"
+    overrides = new_run_dir / run_record.OVERRIDES
     if overrides.is_file():
         overrides.write_text(f"# raydra rerun of {reproduces}\n" + overrides.read_text())
 
 
 def rerun(run_dir: str, overrides: List[str]) -> int:
     source = Path(run_dir).expanduser().resolve()
-    config_file = source / ".hydra" / "config.yaml"
+    config_file = source / run_record.CONFIG
     if not config_file.is_file():
         print(f"raydra rerun: {run_dir} has no .hydra/config.yaml; pass the directory of one recorded run.", file=sys.stderr)
         return 1

@@ -16,8 +16,9 @@ from typing import Any, Dict, List
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from raydra import storage, summary
+from raydra import run_record, storage, summary
 from raydra.errors import RaydraError
+from raydra.keys import flatten
 from raydra.redact import redact
 
 # Keys that say how or where to run, not what is trained: changing them does not change the run.
@@ -39,7 +40,7 @@ def find(cfg: DictConfig) -> Path:
         run_dir = _fetch(cfg)
     else:
         run_dir = Path(cfg.resume).expanduser().resolve()
-    if not (run_dir / summary.SUMMARY).is_file() or not (run_dir / ".hydra" / "config.yaml").is_file():
+    if not (run_dir / summary.SUMMARY).is_file() or not (run_dir / run_record.CONFIG).is_file():
         raise RaydraError(
             f"resume={cfg.resume}: {run_dir} is not a raydra run directory (no summary.json and .hydra/config.yaml); "
             "pass a directory a raydra run wrote."
@@ -47,7 +48,7 @@ def find(cfg: DictConfig) -> Path:
     previous = summary.read(run_dir)
     if previous.get("status") == "completed":
         raise RaydraError(f"resume={cfg.resume}: {run_dir} already completed; start a new run instead of resuming it.")
-    changes = changed_keys(yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text()), cfg)
+    changes = changed_keys(yaml.safe_load((run_dir / run_record.CONFIG).read_text()), cfg)
     if changes and not cfg.resume_force:
         raise RaydraError(
             f"resume={cfg.resume}: the config differs from the one {run_dir} started with ({'; '.join(changes)}); "
@@ -70,7 +71,7 @@ def _fetch(cfg: DictConfig) -> Path:
     if not storage.exists(storage.join(uri, summary.SUMMARY)):
         raise RaydraError(f"resume={uri}: no summary.json there; pass the storage URI of a run directory a raydra run wrote.")
     run_dir = Path(cfg.paths.outputs, relative).resolve()
-    storage.copy_tree(uri, str(run_dir), skip=["checkpoints"])
+    storage.copy_tree(uri, str(run_dir), skip=[run_record.CHECKPOINTS])
     return run_dir
 
 
@@ -91,21 +92,12 @@ def changed_keys(old: Dict[str, Any], cfg: DictConfig) -> List[str]:
     error message. `cfg` is masked the same way first: the record holds *** for a secret, so the
     secret itself would otherwise read as a change (and be printed in the refusal)."""
     new = redact(OmegaConf.to_container(cfg, resolve=False))
-    before, after = _flat(old), _flat(new)
+    before, after = flatten(old), flatten(new)
     return [
         f"{key}: {before.get(key, '<unset>')} -> {after.get(key, '<unset>')}"
         for key in sorted(set(before) | set(after))
         if key.split(".")[0] not in NOT_THE_RUN and before.get(key) != after.get(key)
     ]
-
-
-def _flat(tree: Any, prefix: str = "") -> Dict[str, Any]:
-    if isinstance(tree, dict) and tree:
-        flat: Dict[str, Any] = {}
-        for key, value in tree.items():
-            flat.update(_flat(value, f"{prefix}{key}."))
-        return flat
-    return {prefix[:-1]: tree}
 
 
 def _started(run_dir: Path, name: str) -> bool:

@@ -27,14 +27,51 @@ from typing import Any, Dict, List, Optional
 
 from raydra import storage
 from raydra.errors import RaydraError, storage_error
-from raydra.spec import Place
+
+# The record's files, named here once: every module that writes or reads one uses these names
+# (the tests keep the literals: they check the contract on disk). A run directory (the layout above):
+SUMMARY = "summary.json"
+METRICS = "metrics.csv"
+HYDRA_DIR = ".hydra"  # Hydra's record of the invocation (hydra.output_subdir)
+CONFIG = f"{HYDRA_DIR}/config.yaml"
+OVERRIDES = f"{HYDRA_DIR}/overrides.yaml"
+HYDRA_RECORD = f"{HYDRA_DIR}/hydra.yaml"
+DRIVER_LOG = "driver.log"
+LOGS = "logs"
+RAY_LOG = f"{LOGS}/ray.log"
+CHECKPOINTS = "checkpoints"
+# The Lightning checkpoint inside each of the run's Ray checkpoint directories (checkpoints/<run id>/checkpoint_*/);
+# the name Ray's own RayTrainReportCallback uses, so either's checkpoints load alike.
+CHECKPOINT_FILE = "checkpoint.ckpt"
+SAMPLES = "samples"
+PIPELINE = "pipeline"
+WANDB = "wandb"
+# A tune= sweep's directory: its record, its trials' run directories, Tune's state, the best trial.
+SWEEP = "sweep.json"
+TRIALS = "trials"
+TRIALS_CSV = "trials.csv"
+TRIALS_MD = "trials.md"
+TUNE = "tune"
+SCHEDULER_STATE = f"{TUNE}/scheduler_state.pkl"
+BEST_CONFIG = "best_config.yaml"
+BEST_CHECKPOINT = "best_checkpoint.ckpt"
+# A multirun's directory (raydra's launcher): its lines; every job's overrides, directory and
+# outcome, rewritten as each job ends; in each job's directory, the job process's console output.
+MULTIRUN_LOG = "multirun.log"
+JOBS_RECORD = "jobs.json"
+CONSOLE = "console.log"
+
+
+def worker_log(rank: int) -> str:
+    """A worker's log, relative to the run directory."""
+    return f"{LOGS}/worker_{rank}.log"
+
 
 log = logging.getLogger("raydra")
 
 # What the process driving a run (the driver, or a Tune trial's process) writes itself.
-DRIVER_FILES = ("summary.json", ".hydra", "driver.log", "logs/ray.log")
-# Ray's checkpoints are in storage already, and read from there (raydra.load, resume).
-CHECKPOINTS = "checkpoints"
+DRIVER_FILES = (SUMMARY, HYDRA_DIR, DRIVER_LOG, RAY_LOG)
+# Ray's checkpoints (CHECKPOINTS) are in storage already, and read from there (raydra.load, resume).
 
 
 def location(storage_root: Optional[str], outputs: str, run_dir: Path) -> Optional[str]:
@@ -51,12 +88,39 @@ def location(storage_root: Optional[str], outputs: str, run_dir: Path) -> Option
     return storage.join(storage_root, *relative.parts)
 
 
-def checkpoints_location(place: Place) -> str:
+def claim_directory(path: str) -> str:
+    """`path`, or `path_2`, `path_3`, ... when an earlier invocation already has it: two launches
+    in the same second (a script, a job array, a refused command and its retry) must not share a
+    run directory, where the second would overwrite the first's Hydra record. Creating the
+    directory claims it, so concurrent launches cannot both take the same one."""
+    candidate, n = Path(path), 1
+    while True:
+        try:
+            candidate.mkdir(parents=True)
+            return str(candidate)
+        except FileExistsError:
+            n += 1
+            candidate = Path(f"{path}_{n}")
+
+
+def relocated(recorded: str, recorded_run_dir: Any, run_location: str) -> str:
+    """Where a file that summary.json names lies once its run is at `run_location`: a run copied to
+    storage keeps a summary.json naming files on the disk it was written on (summary["run_dir"]);
+    the same files are below the copy. URIs and paths outside that run dir stay as recorded."""
+    if storage.is_uri(recorded) or not isinstance(recorded_run_dir, str) or not recorded_run_dir:
+        return recorded
+    base = recorded_run_dir.rstrip("/") + "/"
+    return storage.join(run_location, *recorded[len(base) :].split("/")) if recorded.startswith(base) else recorded
+
+
+# `place` below: the run's raydra.spec.Place (read for its dir, id and storage; not imported, since
+# the schema that spec.py imports imports this module).
+def checkpoints_location(place: Any) -> str:
     """Where Ray Train keeps this run's checkpoints (RunConfig storage): in storage, or the run dir."""
     return storage.join(place.storage or place.dir, CHECKPOINTS)
 
 
-def push_driver_files(place: Place) -> None:
+def push_driver_files(place: Any) -> None:
     """Copy what this process wrote of the record (summary.json, .hydra/, logs) to storage."""
     if place.storage:
         for name in DRIVER_FILES:
@@ -67,7 +131,7 @@ def push_driver_files(place: Place) -> None:
                 storage.write_bytes(storage.join(place.storage, name), Path(source).read_bytes())
 
 
-def pull(place: Place, seen: Optional[Dict[str, Any]] = None, skip: tuple = DRIVER_FILES + (CHECKPOINTS,)) -> List[str]:
+def pull(place: Any, seen: Optional[Dict[str, Any]] = None, skip: tuple = DRIVER_FILES + (CHECKPOINTS,)) -> List[str]:
     """Copy what other processes wrote to storage into this process's run directory."""
     if not place.storage:
         return []
@@ -79,7 +143,7 @@ class Follower:
     run goes on (metrics.csv follows at least every epoch: workers push at each report), and once
     more when stopped."""
 
-    def __init__(self, place: Place, every_s: float = 5.0, skip: tuple = DRIVER_FILES + (CHECKPOINTS,)) -> None:
+    def __init__(self, place: Any, every_s: float = 5.0, skip: tuple = DRIVER_FILES + (CHECKPOINTS,)) -> None:
         self.place, self.every_s, self.skip = place, every_s, skip
         self._seen: Dict[str, Any] = {}
         self._stop = threading.Event()
@@ -112,7 +176,7 @@ class WorkerMirror:
     """A worker's side: with storage, the worker writes its part of the record into a scratch
     directory on its own node and pushes it to storage at every report and at the end."""
 
-    def __init__(self, place: Place, rank: int) -> None:
+    def __init__(self, place: Any, rank: int) -> None:
         self.storage = place.storage
         self._seen: Dict[str, Any] = {}
         if self.storage:

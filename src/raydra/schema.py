@@ -7,7 +7,7 @@ a wrong type fails while Hydra composes, before Ray starts.
 `model` and `data` stay open: they are `_target_` + constructor arguments of the user's classes.
 
 These dataclasses are the one home of the fixed groups' defaults and of what each key means: a
-YAML option under raydra/conf/ selects its schema and sets only what that option changes, and
+YAML option under conf/ selects its schema and sets only what that option changes, and
 `python train.py --cfg job` prints every key with the value it ends up with.
 """
 
@@ -15,14 +15,13 @@ import importlib.util
 import math
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from raydra.errors import RaydraError
-from raydra.project import check_classes
+from raydra.run_record import claim_directory
 
 
 @dataclass
@@ -294,7 +293,7 @@ class TuneConfig:
 @dataclass
 class PathsConfig:
     # Runs land in <outputs>/runs/<date>/<time>_<name>, multiruns and tune= sweeps in
-    # <outputs>/sweeps/<date>/<time>_<name>/<job> (raydra/conf/hydra/default.yaml).
+    # <outputs>/sweeps/<date>/<time>_<name>/<job> (conf/hydra/default.yaml).
     outputs: str = "outputs"
     # Where checkpoints, Tune's state and every file a worker writes go, for clusters whose nodes
     # share no disk: s3://bucket/prefix, gs://bucket/prefix, an NFS path every node mounts. A run's
@@ -371,27 +370,12 @@ def register_schemas() -> None:
     for name, node in STRATEGY_SCHEMAS.items():
         cs.store(name=f"strategy_{name}_schema", node=node)
     cs.store(name="tune_schema", node=TuneConfig)
-    # raydra/conf/hydra/default.yaml puts a tune= sweep under sweeps/, next to -m multiruns.
+    # conf/hydra/default.yaml puts a tune= sweep under sweeps/, next to -m multiruns.
     OmegaConf.register_new_resolver("raydra.runs_or_sweeps", lambda tune: "runs" if tune is None else "sweeps", replace=True)
     # Cached so the run directory resolves once per invocation, as Hydra's own ${now:} does.
     OmegaConf.register_new_resolver("raydra.unclaimed", claim_directory, use_cache=True, replace=True)
     # paths.root_dir: the directory the command runs from, where the driver resolves the config.
     OmegaConf.register_new_resolver("raydra.cwd", os.getcwd, replace=True)
-
-
-def claim_directory(path: str) -> str:
-    """`path`, or `path_2`, `path_3`, ... when an earlier invocation already has it: two launches
-    in the same second (a script, a job array, a refused command and its retry) must not share a
-    run directory, where the second would overwrite the first's Hydra record. Creating the
-    directory claims it, so concurrent launches cannot both take the same one."""
-    candidate, n = Path(path), 1
-    while True:
-        try:
-            candidate.mkdir(parents=True)
-            return str(candidate)
-        except FileExistsError:
-            n += 1
-            candidate = Path(f"{path}_{n}")
 
 
 # dataloader: each worker reads and holds its data itself. ray_data: the driver builds Ray Data
@@ -425,28 +409,29 @@ def is_elastic(num_workers: Any) -> bool:
     return not isinstance(num_workers, int)
 
 
-def _check_num_workers(cfg: Any) -> None:
+def _check_num_workers(cfg: Any) -> Iterator[str]:
     """scale.num_workers is a count, or [min, max] with 1 <= min <= max."""
     value = cfg.scale.num_workers
     shown = f"scale.num_workers={_shown(value)}"
     if isinstance(value, bool) or not (isinstance(value, int) or _is_pair_of_ints(value)):
-        raise RaydraError(f"{shown} is neither a count of workers nor [min, max]; use e.g. scale.num_workers=4 or scale.num_workers=[2,4].")
+        yield (f"{shown} is neither a count of workers nor [min, max]; use e.g. scale.num_workers=4 or scale.num_workers=[2,4].")
+        return
     if isinstance(value, int):
         if value < 0:
-            raise RaydraError(f"{shown} is negative; ask for 1 or more workers, or 0 for local mode.")
+            yield (f"{shown} is negative; ask for 1 or more workers, or 0 for local mode.")
         return
     low, high = worker_range(value)
     if low < 1:
-        raise RaydraError(f"{shown} must start at 1 or more workers (local mode, 0, cannot grow); use e.g. [1,{max(high, 1)}].")
+        yield (f"{shown} must start at 1 or more workers (local mode, 0, cannot grow); use e.g. [1,{max(high, 1)}].")
     if low > high:
-        raise RaydraError(f"{shown} has min {low} above max {high}; write it as [min, max], e.g. [{high},{low}].")
+        yield (f"{shown} has min {low} above max {high}; write it as [min, max], e.g. [{high},{low}].")
     if cfg.get("tune") is not None:
-        raise RaydraError(
+        yield (
             f"{shown} (elastic) cannot run inside a Tune sweep, whose trials reserve a fixed share of the cluster; "
             f"give a plain count, e.g. scale.num_workers={high}, or drop tune."
         )
     if cfg.failure.max_failures == 0:
-        raise RaydraError(
+        yield (
             f"{shown} continues after losing a node by restarting its workers, which failure.max_failures=0 forbids; "
             "set failure.max_failures to the losses to survive (e.g. 3, or -1 for no limit)."
         )
@@ -465,78 +450,87 @@ def _shown(value: Any) -> str:
 
 
 def validate(cfg: Any) -> None:
-    """Checks that need more than one key or a value range; raises RaydraError on the first problem."""
+    """Checks that need more than one key or a value range. Raises one RaydraError that names every
+    problem of the config, one sentence each (each naming its key), so that one attempt shows them all."""
+    problems = list(problems_of(cfg))
+    if problems:
+        raise RaydraError(" ".join(problems))
+
+
+def problems_of(cfg: Any) -> Iterator[str]:
+    """Each problem validate() finds in `cfg`, as a sentence that names its key, in a fixed order."""
     scale, trainer, ckpt = cfg.scale, cfg.trainer, cfg.checkpoint
-    _check_template_keys(cfg)
-    _check_num_workers(cfg)
+    yield from _check_template_keys(cfg)
+    yield from _check_num_workers(cfg)
+    countable = not isinstance(scale.num_workers, bool) and (isinstance(scale.num_workers, int) or _is_pair_of_ints(scale.num_workers))
     if scale.num_workers == 0:
-        _validate_local_mode(cfg)
-    if is_elastic(scale.num_workers):
-        _positive("scale.resize_check_s", scale.resize_check_s)
-    _positive("scale.cpus_per_worker", scale.cpus_per_worker)
+        yield from _validate_local_mode(cfg)
+    if countable and is_elastic(scale.num_workers):
+        yield from _positive("scale.resize_check_s", scale.resize_check_s)
+    yield from _positive("scale.cpus_per_worker", scale.cpus_per_worker)
     if scale.use_gpu:
-        _positive("scale.gpus_per_worker", scale.gpus_per_worker)
+        yield from _positive("scale.gpus_per_worker", scale.gpus_per_worker)
     for key, value in scale.resources_per_worker.items():
         if value < 0:
-            raise RaydraError(f"scale.resources_per_worker.{key}={value} is negative; ask for 0 or more.")
+            yield f"scale.resources_per_worker.{key}={value} is negative; ask for 0 or more."
     if scale.placement_strategy not in {"PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"}:
-        raise RaydraError(
+        yield (
             f"scale.placement_strategy={scale.placement_strategy} is not a Ray placement strategy; "
             "use PACK, SPREAD, STRICT_PACK or STRICT_SPREAD."
         )
     if trainer.max_epochs < 1 and trainer.max_steps < 1:
-        raise RaydraError("trainer.max_epochs and trainer.max_steps are both below 1; set one of them to a positive count.")
-    _positive("trainer.accumulate_grad_batches", trainer.accumulate_grad_batches)
-    _positive("trainer.check_val_every_n_epoch", trainer.check_val_every_n_epoch)
-    _positive("trainer.log_every_n_steps", trainer.log_every_n_steps)
+        yield "trainer.max_epochs and trainer.max_steps are both below 1; set one of them to a positive count."
+    yield from _positive("trainer.accumulate_grad_batches", trainer.accumulate_grad_batches)
+    yield from _positive("trainer.check_val_every_n_epoch", trainer.check_val_every_n_epoch)
+    yield from _positive("trainer.log_every_n_steps", trainer.log_every_n_steps)
     if not 0 < trainer.val_check_interval <= 1:
-        raise RaydraError(f"trainer.val_check_interval={trainer.val_check_interval} must be a fraction of an epoch in (0, 1].")
+        yield f"trainer.val_check_interval={trainer.val_check_interval} must be a fraction of an epoch in (0, 1]."
     precision = str(trainer.precision)
     if precision not in PRECISIONS:
-        raise RaydraError(f"trainer.precision={precision} is not a Lightning precision; use one of 32, bf16-mixed, 16-mixed, bf16-true.")
+        yield f"trainer.precision={precision} is not a Lightning precision; use one of 32, bf16-mixed, 16-mixed, bf16-true."
     if precision in GPU_ONLY_PRECISIONS and not scale.use_gpu:
-        raise RaydraError(
+        yield (
             f"trainer.precision={precision} needs GPU workers; on CPU use trainer.precision=bf16-mixed or 32, or set scale.use_gpu=true."
         )
-    _validate_strategy(cfg.strategy, scale, precision)
+    yield from _validate_strategy(cfg.strategy, scale, precision)
     if ckpt.num_to_keep is not None and ckpt.num_to_keep < 1:
-        raise RaydraError(f"checkpoint.num_to_keep={ckpt.num_to_keep} must be at least 1, or null to keep all.")
+        yield f"checkpoint.num_to_keep={ckpt.num_to_keep} must be at least 1, or null to keep all."
     if ckpt.upload not in {"auto", "background", "wait"}:
-        raise RaydraError(f"checkpoint.upload={ckpt.upload} must be auto, background or wait.")
+        yield f"checkpoint.upload={ckpt.upload} must be auto, background or wait."
     if ckpt.mode not in {"min", "max"}:
-        raise RaydraError(f"checkpoint.mode={ckpt.mode} must be min or max.")
+        yield f"checkpoint.mode={ckpt.mode} must be min or max."
     if ckpt.every_n_epochs is not None and ckpt.every_n_steps is not None:
-        raise RaydraError(
+        yield (
             f"checkpoint.every_n_epochs={ckpt.every_n_epochs} and checkpoint.every_n_steps={ckpt.every_n_steps} are both set; "
             "keep one and set the other to null."
         )
     for key in ("every_n_epochs", "every_n_steps"):
         if ckpt[key] is not None:
-            _positive(f"checkpoint.{key}", ckpt[key])
+            yield from _positive(f"checkpoint.{key}", ckpt[key])
     if cfg.failure.max_failures < -1:
-        raise RaydraError(f"failure.max_failures={cfg.failure.max_failures} must be -1 (no limit) or a count from 0.")
+        yield f"failure.max_failures={cfg.failure.max_failures} must be -1 (no limit) or a count from 0."
     if cfg.get("tune") is not None:
-        _validate_tune(cfg.tune)
+        yield from _validate_tune(cfg.tune)
     loader = cfg.data.get("loader")
     if loader is not None:
         if loader not in LOADERS:
-            raise RaydraError(f"data.loader={loader} is not a loader raydra knows; use one of {', '.join(LOADERS)}.")
+            yield f"data.loader={loader} is not a loader raydra knows; use one of {', '.join(LOADERS)}."
         if loader == "ray_data" and trainer.num_sanity_val_steps != 0:
             # A sanity pass reads part of a split validation shard; Ray's split coordinator then
             # waits for the rest of that epoch, and the first real validation never starts.
-            raise RaydraError(
+            yield (
                 f"trainer.num_sanity_val_steps={trainer.num_sanity_val_steps} with data.loader=ray_data would stall on "
                 "the split validation shard; set trainer.num_sanity_val_steps=0."
             )
     batch_size = cfg.data.get("batch_size")
     if batch_size is not None:
-        _positive("data.batch_size", batch_size)
-        _check_batch_splits(batch_size, scale.num_workers)
-    # Last: it imports the user's classes, which is worth doing only for an otherwise valid config.
-    check_classes(cfg)
+        not_positive = list(_positive("data.batch_size", batch_size))
+        yield from not_positive
+        if countable and not not_positive:
+            yield from _check_batch_splits(batch_size, scale.num_workers)
 
 
-def _check_template_keys(cfg: Any) -> None:
+def _check_template_keys(cfg: Any) -> Iterator[str]:
     """lightning-hydra-template's trainer keys whose job raydra does through its own keys: one
     sentence naming raydra's key for each. Read unresolved: `default_root_dir: ${paths.output_dir}`
     resolves to null until the run starts."""
@@ -545,17 +539,15 @@ def _check_template_keys(cfg: Any) -> None:
     if found:
         named = ", ".join(f"trainer.{key}={_shown(value)}" for key, value in found)
         instead = "; ".join(f"for trainer.{key}, {TEMPLATE_TRAINER_KEYS[key]}" for key, _ in found)
-        raise RaydraError(
-            f"{named}: raydra sets {'these' if len(found) > 1 else 'this'} itself; {instead} (docs/from-lightning-hydra-template.md)."
-        )
+        yield (f"{named}: raydra sets {'these' if len(found) > 1 else 'this'} itself; {instead} (docs/from-lightning-hydra-template.md).")
     if cfg.paths.output_dir is not None:
-        raise RaydraError(
+        yield (
             f"paths.output_dir={cfg.paths.output_dir} is the run's own directory, which raydra fills in; choose where runs go "
             "with paths.outputs (or hydra.run.dir) and leave paths.output_dir unset."
         )
 
 
-def _check_batch_splits(batch_size: int, num_workers: Any) -> None:
+def _check_batch_splits(batch_size: int, num_workers: Any) -> Iterator[str]:
     """The global batch must split evenly over every size the group can take, so an elastic run is
     refused here, before it starts, rather than at a resize."""
     low, high = worker_range(num_workers)
@@ -564,101 +556,100 @@ def _check_batch_splits(batch_size: int, num_workers: Any) -> None:
     if not uneven:
         return
     if not is_elastic(num_workers):
-        raise RaydraError(
+        yield (
             f"data.batch_size={batch_size} (the global batch) does not split evenly over "
             f"scale.num_workers={num_workers}; pick a multiple of {num_workers}."
         )
+        return
     every = math.lcm(*sizes)
-    raise RaydraError(
+    yield (
         f"data.batch_size={batch_size} (the global batch) does not split evenly over {', '.join(map(str, uneven))} "
         f"worker(s), sizes scale.num_workers={_shown(num_workers)} may take; pick a multiple of {every}, or narrow the range."
     )
 
 
-def _validate_local_mode(cfg: Any) -> None:
+def _validate_local_mode(cfg: Any) -> Iterator[str]:
     """scale.num_workers=0 trains in the driver's process on one device, without Ray: what needs
     workers, a cluster or storage for them is refused by name."""
     why = "scale.num_workers=0 (local mode) trains in this process on one device"
     if cfg.strategy.name != "ddp":
-        raise RaydraError(
-            f"{why}; strategy={cfg.strategy.name} shards over workers: keep strategy=ddp or set scale.num_workers to 1 or more."
-        )
+        yield (f"{why}; strategy={cfg.strategy.name} shards over workers: keep strategy=ddp or set scale.num_workers to 1 or more.")
     if cfg.get("tune") is not None:
-        raise RaydraError(f"{why}; a Tune sweep runs its trials on Ray workers: set scale.num_workers to 1 or more, or drop tune.")
+        yield (f"{why}; a Tune sweep runs its trials on Ray workers: set scale.num_workers to 1 or more, or drop tune.")
     if cfg.paths.storage:
-        raise RaydraError(f"{why} and writes its record into its run directory; drop paths.storage or set scale.num_workers to 1 or more.")
+        yield (f"{why} and writes its record into its run directory; drop paths.storage or set scale.num_workers to 1 or more.")
     if data_loader(cfg.data) == "ray_data":
-        raise RaydraError(f"{why}; data.loader=ray_data streams from Ray Data tasks: use data.loader=dataloader or scale.num_workers>=1.")
+        yield (f"{why}; data.loader=ray_data streams from Ray Data tasks: use data.loader=dataloader or scale.num_workers>=1.")
 
 
-def _validate_strategy(strategy: Any, scale: Any, precision: str) -> None:
+def _validate_strategy(strategy: Any, scale: Any, precision: str) -> Iterator[str]:
     if strategy.name == "fsdp":
         if strategy.sharding not in {"full", "grad_op", "hybrid"}:
-            raise RaydraError(f"strategy.sharding={strategy.sharding} is not an FSDP sharding; use full, grad_op or hybrid.")
+            yield (f"strategy.sharding={strategy.sharding} is not an FSDP sharding; use full, grad_op or hybrid.")
         if strategy.checkpoint_layout not in {"sharded", "full"}:
-            raise RaydraError(f"strategy.checkpoint_layout={strategy.checkpoint_layout} must be sharded or full.")
+            yield (f"strategy.checkpoint_layout={strategy.checkpoint_layout} must be sharded or full.")
         if strategy.mixed_precision not in {None, "bf16", "fp16"}:
-            raise RaydraError(f"strategy.mixed_precision={strategy.mixed_precision} must be null, bf16 or fp16.")
+            yield (f"strategy.mixed_precision={strategy.mixed_precision} must be null, bf16 or fp16.")
         if strategy.cpu_offload and not scale.use_gpu:
-            raise RaydraError(
+            yield (
                 "strategy.cpu_offload=true moves GPU memory to the host, but these workers are CPU workers; "
                 "drop it, or set scale.use_gpu=true."
             )
         if precision in {"16-mixed", "16-true"}:
             # Lightning's fp16 loss scaler checks only this worker's gradient shard for overflow, so the
             # workers would disagree on which steps to skip.
-            raise RaydraError(
+            yield (
                 f"trainer.precision={precision} is not supported with strategy=fsdp; use trainer.precision=bf16-mixed, "
                 "or strategy.mixed_precision=fp16 with trainer.precision=32."
             )
     if strategy.name == "deepspeed":
         if strategy.stage not in {1, 2, 3}:
-            raise RaydraError(f"strategy.stage={strategy.stage} is not a ZeRO stage; use 1, 2 or 3.")
+            yield (f"strategy.stage={strategy.stage} is not a ZeRO stage; use 1, 2 or 3.")
         if strategy.offload_parameters and strategy.stage != 3:
-            raise RaydraError("strategy.offload_parameters=true needs strategy.stage=3 (only stage 3 shards parameters).")
+            yield ("strategy.offload_parameters=true needs strategy.stage=3 (only stage 3 shards parameters).")
         if not scale.use_gpu:
-            raise RaydraError(
+            yield (
                 "strategy=deepspeed runs on CUDA GPUs only (Lightning's DeepSpeed integration refuses CPU devices); "
                 "use strategy=fsdp for sharded training on CPU workers, or scale=gpu."
             )
         if importlib.util.find_spec("deepspeed") is None:
-            raise RaydraError("strategy=deepspeed needs the deepspeed package; install it with `pip install raydra[deepspeed]`.")
+            yield ("strategy=deepspeed needs the deepspeed package; install it with `pip install raydra[deepspeed]`.")
 
 
 SEARCHES = ("random", "optuna")
 SCHEDULERS = ("asha", "fifo")
 
 
-def _validate_tune(tune: Any) -> None:
+def _validate_tune(tune: Any) -> Iterator[str]:
     if tune.num_samples < 1:
-        raise RaydraError(f"tune.num_samples={tune.num_samples} must be at least 1.")
+        yield (f"tune.num_samples={tune.num_samples} must be at least 1.")
     if tune.search not in SEARCHES:
-        raise RaydraError(f"tune.search={tune.search} is not a search raydra knows; use one of {', '.join(SEARCHES)}.")
+        yield (f"tune.search={tune.search} is not a search raydra knows; use one of {', '.join(SEARCHES)}.")
     if tune.scheduler == "pbt":
         # Measured on Ray 2.60: TuneReportCallback hands Tune metrics and a checkpoint *path*, never
         # a Tune checkpoint, so PBT's exploit step would restart a trial from scratch.
-        raise RaydraError(
+        yield (
             "tune.scheduler=pbt is not supported: under Ray Train V2 a trial reports no Tune checkpoint for PBT "
             "to clone; use tune.scheduler=asha or fifo."
         )
-    if tune.scheduler not in SCHEDULERS:
-        raise RaydraError(f"tune.scheduler={tune.scheduler} is not a scheduler raydra knows; use one of {', '.join(SCHEDULERS)}.")
+    elif tune.scheduler not in SCHEDULERS:
+        yield (f"tune.scheduler={tune.scheduler} is not a scheduler raydra knows; use one of {', '.join(SCHEDULERS)}.")
     if tune.mode is not None and tune.mode not in {"min", "max"}:
-        raise RaydraError(f"tune.mode={tune.mode} must be min or max (or null for checkpoint.mode).")
+        yield (f"tune.mode={tune.mode} must be min or max (or null for checkpoint.mode).")
     if tune.max_concurrent is not None:
         _positive("tune.max_concurrent", tune.max_concurrent)
     _positive("tune.asha.grace_period", tune.asha.grace_period)
     if tune.asha.reduction_factor <= 1:
-        raise RaydraError(f"tune.asha.reduction_factor={tune.asha.reduction_factor} must be above 1.")
+        yield (f"tune.asha.reduction_factor={tune.asha.reduction_factor} must be above 1.")
     if tune.asha.max_t is not None and tune.asha.max_t < tune.asha.grace_period:
-        raise RaydraError(f"tune.asha.max_t={tune.asha.max_t} is below tune.asha.grace_period={tune.asha.grace_period}.")
+        yield (f"tune.asha.max_t={tune.asha.max_t} is below tune.asha.grace_period={tune.asha.grace_period}.")
     if not tune.space and not tune.resume:
-        raise RaydraError(
+        yield (
             "tune.space is empty, so there is nothing to search; add keys, e.g. "
             "'tune.space={model.optimizer.lr: {loguniform: [1e-4, 1e-1]}}'."
         )
 
 
-def _positive(key: str, value: float) -> None:
+def _positive(key: str, value: float) -> Iterator[str]:
     if value <= 0:
-        raise RaydraError(f"{key}={value} must be positive.")
+        yield (f"{key}={value} must be positive.")

@@ -10,9 +10,11 @@ so `raydra compare` tells a URI from a path without loading it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit, urlunsplit
 
 if TYPE_CHECKING:
@@ -85,17 +87,26 @@ def write_bytes(location: str, data: bytes) -> None:
     fs, path = filesystem(location)
     fs.create_dir(posixpath.dirname(path), recursive=True)
     if isinstance(fs, pafs.LocalFileSystem):
-        tmp = f"{path}.tmp-{os.getpid()}"
-        try:
-            with fs.open_output_stream(tmp) as stream:
-                stream.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            _remove(tmp)  # a full disk, say: no half-written file is left beside the whole one
-            raise
+        with replacing(path) as tmp, fs.open_output_stream(tmp) as stream:
+            stream.write(data)
         return
     with fs.open_output_stream(path) as stream:
         stream.write(data)
+
+
+@contextmanager
+def replacing(path: "str | os.PathLike[str]") -> Iterator[str]:
+    """The one way raydra replaces a local file whole: write the new one to the path this yields
+    (beside `path`), and on leaving the block it is renamed over `path`, so a reader, a kill or a
+    full disk never leaves half a file where the whole one was. If the block raises, the partial
+    file is removed and `path` stays as it was."""
+    tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        _remove(tmp)
+        raise
 
 
 def write_text(location: str, text: str) -> None:
@@ -142,20 +153,13 @@ def copy_tree(
             continue
         target = posixpath.join(destination_path, relative)
         destination_fs.create_dir(posixpath.dirname(target), recursive=True)
-        # A local copy is written beside and renamed over, as write_bytes does: a reader (or a full
-        # disk) never leaves half a metrics.csv where the whole one was.
+        # A local copy replaces the file whole, as write_bytes does: a reader (or a full disk) never
+        # leaves half a metrics.csv where the whole one was.
         local = isinstance(destination_fs, pafs.LocalFileSystem)
-        written = f"{target}.tmp-{os.getpid()}" if local else target
-        try:
+        with replacing(target) if local else contextlib.nullcontext(target) as written:
             pafs.copy_files(
                 posixpath.join(source_path, relative), written, source_filesystem=source_fs, destination_filesystem=destination_fs
             )
-            if local:
-                os.replace(written, target)
-        except BaseException:
-            if local:
-                _remove(written)
-            raise
         if seen is not None:
             seen[relative] = stamp
         copied.append(relative)

@@ -7,7 +7,6 @@ never leaves a file that looks complete. Every function here reads or writes tha
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -19,12 +18,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from raydra import run_record, storage
 from raydra.errors import out_of_space
-from raydra.spec import Place, RunSpec, WorkerOutcome
 
-SUMMARY = "summary.json"
-# The Lightning checkpoint inside each of the run's Ray checkpoint directories (checkpoints/<run id>/checkpoint_*/);
-# the name Ray's own RayTrainReportCallback uses, so either's checkpoints load alike.
-CHECKPOINT_FILE = "checkpoint.ckpt"
+# The names of the record's files are run_record's; these two are read through this module too.
+from raydra.run_record import CHECKPOINT_FILE, SUMMARY  # noqa: F401
+from raydra.spec import Place, RunSpec, WorkerOutcome
+from raydra.storage import replacing
+
 PACKAGES = ("raydra", "ray", "torch", "lightning", "pytorch-lightning", "transformers", "hydra-core", "wandb", "diffusers")
 
 
@@ -34,13 +33,11 @@ def write(run_dir: Path, summary: Dict[str, Any], name: str = SUMMARY) -> None:
     # Overrides and errors can carry a key typed on the command line.
     summary = redact(summary)
     path = Path(run_dir) / name
-    tmp = path.with_suffix(".json.tmp")
     try:
-        tmp.write_text(json.dumps(summary, indent=2, sort_keys=False, default=str) + "\n")
-        os.replace(tmp, path)
+        # The previous summary.json stays whole until the new one is; a half-written one goes.
+        with replacing(path) as tmp:
+            Path(tmp).write_text(json.dumps(summary, indent=2, sort_keys=False, default=str) + "\n")
     except OSError as error:
-        # The previous summary.json stays whole; the half-written one goes.
-        tmp.unlink(missing_ok=True)
         full = out_of_space(error, path, name)
         if full:
             raise full from None

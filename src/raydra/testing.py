@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Dict, Optional, Sequence, Tuple
 
 from raydra.cluster import free_port
+from raydra.private_apis import state_api_address_env
 
 __all__ = ["free_port", "start_ray_head", "start_s3_server", "stop_process_tree", "stop_ray_node"]
 
@@ -36,7 +37,7 @@ def start_ray_head(
     dashboard_port = free_port()
     # The cluster's own processes find its State API here, not through /tmp/ray/ray_current_cluster,
     # which names whichever cluster was started last on this machine (see raydra.cluster.connect).
-    env = {**env, "RAY_API_SERVER_ADDRESS": f"http://127.0.0.1:{dashboard_port}"}
+    env = {**env, **state_api_address_env(dashboard_port)}
     cmd = [
         str(Path(sys.executable).parent / "ray"), "start", "--head", "--block",
         f"--port={free_port()}", f"--dashboard-port={dashboard_port}", f"--ray-client-server-port={free_port()}",

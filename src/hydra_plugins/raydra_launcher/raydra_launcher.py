@@ -1,7 +1,7 @@
 """raydra's Hydra launcher: the jobs of a multirun side by side on the Ray cluster, for raydra's own
 `python train.py -m ...` and for any Hydra app (`hydra/launcher=raydra`).
 
-Selected in raydra/conf/hydra/default.yaml; `hydra/launcher=basic` on the command line brings back
+Selected in conf/hydra/default.yaml; `hydra/launcher=basic` on the command line brings back
 Hydra's one-after-another launcher. Each job is composed here as Hydra's basic launcher composes it
 and runs through Hydra's own run_job in a process of its own (raydra.multirun_job); the scheduling,
 the checks and the record are in raydra.launcher. Hydra imports every module under hydra_plugins
@@ -87,7 +87,7 @@ class RaydraLauncher(Launcher):
         for job in jobs:
             job.payload = JobPayload(self.hydra_context, job.cfg, self.task_function, state, os.getcwd()).dumps()
         try:
-            launcher.run(multirun, jobs)
+            launcher.run_jobs(multirun, jobs)
         except RaydraError:
             # Already said in one sentence, as a single run says it; nothing started.
             raise SystemExit(1) from None

@@ -11,7 +11,7 @@ from raydra.compare.curves import render_curves, write_plots
 from raydra.compare.groups import aggregate, render_groups
 from raydra.compare.report import render_html
 from raydra.compare.runs import (
-    Run,
+    RecordedRun,
     collect,
     config_source,
     is_run_dir,
@@ -19,7 +19,6 @@ from raydra.compare.runs import (
     list_remote,
     load_remote_runs,
     load_run,
-    relocated,
     run_dirs_in,
     runs_below,
 )
@@ -30,7 +29,7 @@ __all__ = [
     "aggregate",
     "render_groups",
     "RENDERERS",
-    "Run",
+    "RecordedRun",
     "build_table",
     "choose_metrics",
     "collect",
@@ -42,7 +41,6 @@ __all__ = [
     "list_remote",
     "load_remote_runs",
     "load_run",
-    "relocated",
     "render_curves",
     "render_html",
     "render_table",

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from raydra.compare.runs import Run, config_text, dig, read_curves
+from raydra.compare.runs import RecordedRun, config_text, dig, read_curves
 from raydra.compare.table import clip
+from raydra.run_record import METRICS
 
 MAX_LEGEND = 20
 
@@ -42,7 +43,7 @@ class Plot:
     diagnostic: bool  # one of raydra's DIAGNOSTIC_METRICS
 
 
-def monitored(runs: Sequence[Run]) -> List[str]:
+def monitored(runs: Sequence[RecordedRun]) -> List[str]:
     """The metrics the runs' checkpointing monitored (summary.json's monitor, else the config's
     checkpoint.monitor), each once, in the runs' order."""
     names = [dig(run.summary, "monitor", "metric") or run.flat.get("checkpoint.monitor") for run in runs]
@@ -66,13 +67,13 @@ def plot_order(points: Dict[str, List[int]], first: Sequence[str] = ()) -> List[
     return head + rest
 
 
-def run_title(run: Run, keys: List[str]) -> str:
+def run_title(run: RecordedRun, keys: List[str]) -> str:
     """A legend entry: the run, and what it set when that is short enough to read (a sweep's axes)."""
     settings = ", ".join(f"{k.rsplit('.', 1)[-1]}={config_text(run.flat[k])}" for k in keys if k in run.flat)
     return f"{clip(run.label, 40)}  {clip(settings, 50, keep_end=False)}" if settings and len(keys) <= 3 else clip(run.label, 60)
 
 
-def curve_points(run: Run, metric: str, x: str, notes: List[str]) -> Tuple[List[float], List[float]]:
+def curve_points(run: RecordedRun, metric: str, x: str, notes: List[str]) -> Tuple[List[float], List[float]]:
     points = read_curves(run, notes).get(metric, [])
     if x == "step":
         pairs = [(step, value) for step, _, value in points if step is not None]
@@ -86,13 +87,13 @@ def curve_points(run: Run, metric: str, x: str, notes: List[str]) -> Tuple[List[
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
-def render_curves(runs: List[Run], metrics: List[str], keys: List[str], x: str, notes: List[str]) -> Dict[str, bytes]:
+def render_curves(runs: List[RecordedRun], metrics: List[str], keys: List[str], x: str, notes: List[str]) -> Dict[str, bytes]:
     """{metric: PNG bytes}, one figure per metric with every run that logged it in metrics.csv; a
     metric with one point per run (a test metric) as one bar per run."""
     from matplotlib.figure import Figure  # no pyplot: no global backend or figure state to leak
 
     for run in runs:
-        if not (run.dir / "metrics.csv").is_file():
+        if not (run.dir / METRICS).is_file():
             notes.append(f"{run.source} has no metrics.csv (no csv logger, or it stopped before logging); its curves are left out.")
     pngs = {}
     for metric in metrics:

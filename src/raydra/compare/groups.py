@@ -11,8 +11,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from raydra.compare.runs import ABSENT, Run, config_text
+from raydra.compare.runs import RecordedRun, config_text
 from raydra.compare.table import metric_mode, metric_values
+from raydra.keys import ABSENT
 
 SEED_KEY = "seed"
 CONFIDENCE = 0.95
@@ -38,7 +39,7 @@ class Difference:
 @dataclass
 class Group:
     key: Tuple[Tuple[str, Any], ...]  # ((config key, value), ...) the group's runs share
-    runs: List[Run] = field(default_factory=list)
+    runs: List[RecordedRun] = field(default_factory=list)
     values: Dict[str, List[float]] = field(default_factory=dict)  # metric -> one value per run that has it
     stats: Dict[str, Stats] = field(default_factory=dict)
     vs_baseline: Dict[str, Difference] = field(default_factory=dict)
@@ -53,7 +54,7 @@ def default_group_by(keys: List[str]) -> Optional[List[str]]:
     return [k for k in keys if k != SEED_KEY] if SEED_KEY in keys else None
 
 
-def run_value(run: Run, metric: str, mode: str, notes: List[str]) -> Optional[float]:
+def run_value(run: RecordedRun, metric: str, mode: str, notes: List[str]) -> Optional[float]:
     final, best = metric_values(run, metric, mode, notes)
     return best if best is not None else final
 
@@ -95,7 +96,7 @@ def welch(group: Sequence[float], baseline: Sequence[float], mode: str) -> Diffe
     return Difference(diff, (diff - half, diff + half), p, verdict)
 
 
-def build_groups(runs: List[Run], by: List[str], metrics: List[str], notes: List[str]) -> List[Group]:
+def build_groups(runs: List[RecordedRun], by: List[str], metrics: List[str], notes: List[str]) -> List[Group]:
     """Runs grouped by their values of `by` (a run without a key is in its own `absent` group), in
     order of first appearance, each with its metrics' statistics."""
     modes = {m: metric_mode(m, runs) for m in metrics}
@@ -135,7 +136,7 @@ def find_baseline(groups: List[Group], asked: str) -> Group:
     return found[0]
 
 
-def compare_to(groups: List[Group], baseline: Group, metrics: List[str], runs: List[Run]) -> None:
+def compare_to(groups: List[Group], baseline: Group, metrics: List[str], runs: List[RecordedRun]) -> None:
     for metric in metrics:
         base = baseline.values.get(metric, [])
         mode = metric_mode(metric, runs)
@@ -187,7 +188,7 @@ def group_rows(groups: List[Group], by: List[str], metrics: List[str], baseline:
     return rows
 
 
-def choose_group_by(asked: Optional[List[str]], keys: List[str], runs: List[Run], notes: List[str]) -> Optional[List[str]]:
+def choose_group_by(asked: Optional[List[str]], keys: List[str], runs: List[RecordedRun], notes: List[str]) -> Optional[List[str]]:
     """The keys to group by: as asked (`none` turns grouping off), else the default."""
     if not asked:
         return default_group_by(keys)
@@ -230,7 +231,7 @@ class Grouped:
 
 
 def aggregate(
-    runs: List[Run], keys: List[str], metrics: List[str], asked: Optional[List[str]], baseline: Optional[str], notes: List[str]
+    runs: List[RecordedRun], keys: List[str], metrics: List[str], asked: Optional[List[str]], baseline: Optional[str], notes: List[str]
 ) -> Optional[Grouped]:
     """The grouped view `raydra compare` shows, or None for one row per run. Raises ValueError for
     a --baseline that names no group."""

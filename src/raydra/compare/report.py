@@ -19,8 +19,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from raydra.compare.curves import monitored, plot_order
 from raydra.compare.groups import Grouped
-from raydra.compare.runs import ABSENT, Run, config_source, config_text, number, read_curves, run_files, status_text
+from raydra.compare.runs import RecordedRun, config_source, config_text, number, read_curves, run_files, status_text
 from raydra.compare.table import cell_text, is_numeric
+from raydra.keys import ABSENT
+from raydra.run_record import METRICS
 from raydra.storage import is_uri
 
 HERE = Path(__file__).parent
@@ -44,7 +46,7 @@ summary { cursor: pointer; font-weight: 600; } pre { background: #f6f8fa; paddin
 """
 
 
-def status_class(run: Run) -> str:
+def status_class(run: RecordedRun) -> str:
     word = run.status.split()[0] if run.status else "unknown"
     return word if word in ("completed", "failed", "running", "interrupted", "stopped") else "unknown"
 
@@ -58,7 +60,7 @@ def file_link(location: str, exists: Optional[bool]) -> str:
     return f'<a href="{html.escape(Path(location).resolve().as_uri())}">{text}</a>'
 
 
-def run_curves(run: Run, notes: List[str]) -> Dict[str, Dict[str, list]]:
+def run_curves(run: RecordedRun, notes: List[str]) -> Dict[str, Dict[str, list]]:
     """{metric: {"step": [...], "epoch": [...], "time": [...], "y": [...]}} from metrics.csv. metrics.csv
     has no clock, so wall time is estimated as step x (the run's wall time / its last step): labelled so."""
     curves = read_curves(run, notes)
@@ -87,7 +89,12 @@ def json_value(value: Any) -> Any:
 
 
 def page_data(
-    rows: List[Tuple[Run, dict]], columns: List[str], keys: List[str], metrics: List[str], grouped: Optional[Grouped], notes: List[str]
+    rows: List[Tuple[RecordedRun, dict]],
+    columns: List[str],
+    keys: List[str],
+    metrics: List[str],
+    grouped: Optional[Grouped],
+    notes: List[str],
 ) -> Dict[str, Any]:
     runs = [run for run, _ in rows]
     numeric = {c: is_numeric(c, rows) for c in columns}
@@ -115,7 +122,7 @@ def page_data(
         "groups": [],
     }
     for i, run in enumerate(runs):
-        if not (run.dir / "metrics.csv").is_file():
+        if not (run.dir / METRICS).is_file():
             notes.append(f"{run.source} has no metrics.csv (no csv logger, or it stopped before logging); its curves are left out.")
         for metric, curve in run_curves(run, notes).items():
             data["curves"].setdefault(metric, []).append({"run": i, **curve})
@@ -138,7 +145,7 @@ def group_table(grouped: Grouped) -> str:
 
 
 def render_html(
-    rows: List[Tuple[Run, dict]],
+    rows: List[Tuple[RecordedRun, dict]],
     columns: List[str],
     keys: List[str],
     metrics: List[str],

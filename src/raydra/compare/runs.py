@@ -1,4 +1,5 @@
-"""Finding and reading run directories, on a disk or in storage: the one place that knows the run record's files.
+"""Finding and reading run directories, on a disk or in storage: the one place that reads the run record's files back
+(their names are raydra.run_record's).
 
 
 Reads `.hydra/config.yaml`, `.hydra/overrides.yaml`, `summary.json` and `metrics.csv` and nothing
@@ -30,6 +31,9 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from raydra import run_record
+from raydra.keys import ABSENT, flatten
+from raydra.run_record import relocated
 from raydra.storage import is_uri
 
 # libyaml's loader is ~10x faster than the pure-Python one, which matters at hundreds of configs.
@@ -39,24 +43,17 @@ CORRUPT_SUMMARY = "unknown (corrupt summary.json)"
 # What marks a directory as a run's, and the files compare and show read. From storage only these
 # are downloaded; the rest of a run there (checkpoints, logs, samples, wandb: up to gigabytes) is
 # only listed, to say what exists.
-RUN_MARKERS = ("summary.json", ".hydra/config.yaml")
+RUN_MARKERS = (run_record.SUMMARY, run_record.CONFIG)
 # The root config key of a run's tags (lightning-hydra-template's `tags`): its own column and filter.
 TAGS_KEY = "tags"
-RECORD_FILES = ("summary.json", "metrics.csv", ".hydra/config.yaml", ".hydra/overrides.yaml", ".hydra/hydra.yaml")
-
-
-class _Absent:
-    """A config key a run does not have: shown as `absent`, never confused with null or blank."""
-
-    def __repr__(self) -> str:
-        return "absent"
-
-
-ABSENT = _Absent()
+RECORD_FILES = (run_record.SUMMARY, run_record.METRICS, run_record.CONFIG, run_record.OVERRIDES, run_record.HYDRA_RECORD)
 
 
 @dataclass
-class Run:
+class RecordedRun:
+    """One run as its record reads back (summary.json, .hydra/, metrics.csv): what compare, show
+    and the HTML report put side by side."""
+
     dir: Path
     config: Optional[dict] = None
     overrides: List[str] = field(default_factory=list)
@@ -120,16 +117,6 @@ def join_location(location: str, relative: str) -> str:
     return storage.join(location, *relative.split("/"))
 
 
-def relocated(recorded: str, recorded_run_dir: Any, run_location: str) -> str:
-    """Where a file that summary.json names lies once its run is at `run_location`: a run copied to
-    storage keeps a summary.json naming files on the disk it was written on (summary["run_dir"]);
-    the same files are below the copy. URIs and paths outside that run dir stay as recorded."""
-    if is_uri(recorded) or not isinstance(recorded_run_dir, str) or not recorded_run_dir:
-        return recorded
-    base = recorded_run_dir.rstrip("/") + "/"
-    return join_location(run_location, recorded[len(base) :]) if recorded.startswith(base) else recorded
-
-
 def list_remote(uri: str, want: str = "a run or sweep directory") -> Tuple[Optional[List[str]], str]:
     """(every file below `uri`, relative to it; "") or (None, why not: the end of a sentence
     that names the problem and what to do, for "<uri> ...")."""
@@ -173,7 +160,7 @@ def run_dirs_in(files: List[str]) -> List[str]:
                 dirs.add("")
             elif f.endswith("/" + marker):
                 dirs.add(f[: -len(marker) - 1])
-    dirs = {d for d in dirs if posixpath.join(d, "sweep.json") not in files_set}
+    dirs = {d for d in dirs if posixpath.join(d, run_record.SWEEP) not in files_set}
     if "" in dirs:
         return [""]
     dirs = {d for d in dirs if not any(part.startswith(".") for part in d.split("/"))}
@@ -242,7 +229,7 @@ def fetch_records(runs: Dict[str, List[str]], notes: List[str]) -> Dict[str, str
     return fetched
 
 
-def load_remote_runs(runs: Dict[str, List[str]], notes: List[str]) -> Dict[str, "Run"]:
+def load_remote_runs(runs: Dict[str, List[str]], notes: List[str]) -> Dict[str, "RecordedRun"]:
     fetched = fetch_records(runs, notes)
     return {uri: load_run(local, notes, source=uri, listing=runs[uri]) for uri, local in fetched.items()}
 
@@ -254,9 +241,9 @@ def load_remote_runs(runs: Dict[str, List[str]], notes: List[str]) -> Dict[str, 
 def is_run_dir(path: str) -> bool:
     # A tune= sweep directory holds Hydra's record of the invocation too; its sweep.json says it
     # is a sweep, whose runs are below it.
-    if os.path.isfile(os.path.join(path, "sweep.json")):
+    if os.path.isfile(os.path.join(path, run_record.SWEEP)):
         return False
-    return os.path.isfile(os.path.join(path, "summary.json")) or os.path.isfile(os.path.join(path, ".hydra", "config.yaml"))
+    return any(os.path.isfile(os.path.join(path, marker)) for marker in RUN_MARKERS)
 
 
 def natural_key(text: str) -> list:
@@ -336,22 +323,24 @@ def read_yaml(path: Path, kind: type, notes: List[str], shown: Optional[str] = N
     return data
 
 
-def load_run(run_dir: str, notes: List[str], source: Optional[str] = None, listing: Optional[List[str]] = None) -> Run:
+def load_run(run_dir: str, notes: List[str], source: Optional[str] = None, listing: Optional[List[str]] = None) -> RecordedRun:
     """A run from its directory; for a run in storage, `run_dir` is the local copy of its record
     files, `source` its URI and `listing` every file below that URI."""
-    run = Run(Path(run_dir), source=source or "", listing=None if listing is None else frozenset(listing))
-    run.config = read_yaml(run.dir / ".hydra" / "config.yaml", dict, notes, run.where(".hydra/config.yaml"))
+    run = RecordedRun(Path(run_dir), source=source or "", listing=None if listing is None else frozenset(listing))
+    run.config = read_yaml(run.dir / run_record.CONFIG, dict, notes, run.where(run_record.CONFIG))
     run.flat = flatten(run.config) if run.config is not None else {}
-    overrides = read_yaml(run.dir / ".hydra" / "overrides.yaml", list, notes, run.where(".hydra/overrides.yaml"))
-    run.choices = read_choices(run.dir / ".hydra" / "hydra.yaml")
-    path = run.dir / "summary.json"
+    overrides = read_yaml(run.dir / run_record.OVERRIDES, list, notes, run.where(run_record.OVERRIDES))
+    run.choices = read_choices(run.dir / run_record.HYDRA_RECORD)
+    path = run.dir / run_record.SUMMARY
     if path.is_file():
         try:
             summary = json.loads(path.read_text())
             if not isinstance(summary, dict):
                 raise ValueError(f"it holds a JSON {type(summary).__name__}, not an object")
         except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            notes.append(f"{run.where('summary.json')} is corrupt ({one_line(error)}); the run is listed as unknown. Rewrite or delete it.")
+            notes.append(
+                f"{run.where(run_record.SUMMARY)} is corrupt ({one_line(error)}); the run is listed as unknown. Rewrite or delete it."
+            )
             run.status = CORRUPT_SUMMARY
         else:
             run.summary = summary
@@ -364,7 +353,7 @@ def load_run(run_dir: str, notes: List[str], source: Optional[str] = None, listi
     return run
 
 
-def read_tags(run: Run) -> List[str]:
+def read_tags(run: RecordedRun) -> List[str]:
     """summary.json's `tags`, else the recorded config's (runs from before summary.json had them):
     a list of strings, a single string as one tag, anything else as none."""
     for recorded in (run.summary.get("tags"), (run.config or {}).get(TAGS_KEY)):
@@ -406,18 +395,6 @@ def read_choices(path: Path) -> dict:
     }
 
 
-def flatten(data: dict, prefix: str = "") -> dict:
-    """Nested config -> {"model.optimizer.lr": 0.01, ...}; lists stay values, as typed on a command line."""
-    flat = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            flat.update(flatten(value, name + "."))
-        else:
-            flat[name] = value
-    return flat
-
-
 def parse_filters(filters: List[str]) -> List[Tuple[str, str]]:
     parsed = []
     for item in filters:
@@ -428,7 +405,7 @@ def parse_filters(filters: List[str]) -> List[Tuple[str, str]]:
     return parsed
 
 
-def matches(run: Run, filters: List[Tuple[str, str]]) -> bool:
+def matches(run: RecordedRun, filters: List[Tuple[str, str]]) -> bool:
     for key, wanted in filters:
         if key in run.flat or key in run.choices:
             value = run.value(key)
@@ -454,7 +431,7 @@ class TagFilter:
     def __bool__(self) -> bool:
         return bool(self.required or self.excluded)
 
-    def matches(self, run: Run) -> bool:
+    def matches(self, run: RecordedRun) -> bool:
         tags = set(run.tags)
         return all(tags.intersection(anyof) for anyof in self.required) and not tags.intersection(self.excluded)
 
@@ -477,7 +454,7 @@ def parse_tag_filters(tags: Sequence[str] = (), exclude: Sequence[str] = ()) -> 
     return TagFilter(required, excluded)
 
 
-def tag_list(runs: List[Run]) -> str:
+def tag_list(runs: List[RecordedRun]) -> str:
     """Every tag the runs have, for a note: what to filter by instead."""
     tags = sorted({tag for run in runs for tag in run.tags})
     return "their tags are " + ", ".join(tags) if tags else "none of them has tags (the config's top-level `tags`, e.g. tags=[baseline])"
@@ -485,7 +462,7 @@ def tag_list(runs: List[Run]) -> str:
 
 def collect(
     paths: List[str], filters: List[str], notes: List[str], tags: Sequence[str] = (), exclude_tags: Sequence[str] = ()
-) -> List[Run]:
+) -> List[RecordedRun]:
     """Discover, load and filter the runs `paths` name (config --filter KEY=VALUE, --tag and
     --exclude-tag); label each relative to what they share. Raises ValueError for a malformed filter."""
     wanted = parse_filters(filters)
@@ -510,7 +487,7 @@ def collect(
     return shown
 
 
-def label_path(run: Run) -> str:
+def label_path(run: RecordedRun) -> str:
     """The path labels are cut from: a URI as /bucket/path, so runs in storage share prefixes like files."""
     if run.listing is None:
         return os.path.abspath(run.dir)
@@ -518,7 +495,7 @@ def label_path(run: Run) -> str:
     return "/" + posixpath.normpath(split.netloc + "/" + split.path.strip("/"))
 
 
-def set_labels(runs: List[Run]) -> None:
+def set_labels(runs: List[RecordedRun]) -> None:
     dirs = [label_path(r) for r in runs]
     common = os.path.commonpath(dirs) if len(dirs) > 1 else None
     for run, d in zip(runs, dirs, strict=True):
@@ -543,12 +520,12 @@ def number(value: Any) -> Optional[float]:
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
-def read_curves(run: Run, notes: List[str]) -> Dict[str, List[Tuple[Optional[float], Optional[float], float]]]:
+def read_curves(run: RecordedRun, notes: List[str]) -> Dict[str, List[Tuple[Optional[float], Optional[float], float]]]:
     """metrics.csv (Lightning's CSVLogger: one sparse row per log call) as {metric: [(step, epoch, value)]}."""
     if run.curves is not None:
         return run.curves
     run.curves = {}
-    path = run.dir / "metrics.csv"
+    path = run.dir / run_record.METRICS
     if not path.is_file():
         return run.curves
     try:
@@ -566,7 +543,7 @@ def read_curves(run: Run, notes: List[str]) -> Dict[str, List[Tuple[Optional[flo
                     if value is not None:
                         points.append((step, epoch, value))
     except (OSError, UnicodeDecodeError, csv.Error) as error:
-        notes.append(f"{run.where('metrics.csv')} is not readable CSV ({one_line(error)}); its curves are left out.")
+        notes.append(f"{run.where(run_record.METRICS)} is not readable CSV ({one_line(error)}); its curves are left out.")
     return run.curves
 
 
@@ -578,7 +555,7 @@ def to_float(text: str) -> Optional[float]:
     return None if math.isnan(value) else value
 
 
-def status_text(run: Run) -> str:
+def status_text(run: RecordedRun) -> str:
     """The status with its reason: "failed: CUDA out of memory", "interrupted by the user"."""
     if not run.error or run.status == "completed":
         return run.status
@@ -586,7 +563,7 @@ def status_text(run: Run) -> str:
     return error if error.lower().startswith(run.status.lower()) else f"{run.status}: {error}"
 
 
-def run_files(run: Run) -> List[Tuple[str, str, Optional[bool]]]:
+def run_files(run: RecordedRun) -> List[Tuple[str, str, Optional[bool]]]:
     """(what, location, exists) for the files a person looks for; paths summary.json names are kept
     even when gone (the run dir was moved), others only when present. exists is None for a URI
     outside the run's own listing: not checked."""
@@ -597,23 +574,23 @@ def run_files(run: Run) -> List[Tuple[str, str, Optional[bool]]]:
         location, exists = run.locate(recorded_dir)
         if exists is not False:
             files.append(("checkpoints", location, exists))
-    elif run.has("checkpoints"):
-        files.append(("checkpoints", run.where("checkpoints"), True))
+    elif run.has(run_record.CHECKPOINTS):
+        files.append(("checkpoints", run.where(run_record.CHECKPOINTS), True))
     own = [
-        ("metrics.csv", "metrics.csv"),
-        ("samples", "samples"),
-        ("wandb", "wandb"),
-        ("driver log", "driver.log"),
-        ("logs", "logs"),
-        ("config", ".hydra/config.yaml"),
-        ("summary", "summary.json"),
+        ("metrics.csv", run_record.METRICS),
+        ("samples", run_record.SAMPLES),
+        ("wandb", run_record.WANDB),
+        ("driver log", run_record.DRIVER_LOG),
+        ("logs", run_record.LOGS),
+        ("config", run_record.CONFIG),
+        ("summary", run_record.SUMMARY),
     ]
     return files + [(what, run.where(relative), True) for what, relative in own if run.has(relative)]
 
 
-def config_source(run: Run) -> str:
+def config_source(run: RecordedRun) -> str:
     """The config as Hydra wrote it (comments and key order kept), not re-dumped."""
     try:
-        return (run.dir / ".hydra" / "config.yaml").read_text()
+        return (run.dir / run_record.CONFIG).read_text()
     except (OSError, UnicodeDecodeError):
         return ""

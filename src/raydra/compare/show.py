@@ -2,11 +2,12 @@
 
 from typing import List
 
-from raydra.compare.runs import Run, config_source, dig, number, run_files, status_text
+from raydra.compare.runs import RecordedRun, config_source, dig, number, run_files, status_text
 from raydra.compare.table import cell_text
+from raydra.run_record import WANDB
 
 
-def show_text(run: Run, notes: List[str]) -> str:
+def show_text(run: RecordedRun, notes: List[str]) -> str:
     s = run.summary
     lines = [f"run       {run.source}", f"status    {status_text(run)}"]
     for label, key in (("name", "name"), ("run id", "run_id"), ("started", "started_at"), ("finished", "finished_at")):
@@ -48,10 +49,10 @@ def show_text(run: Run, notes: List[str]) -> str:
     for what, location, exists in run_files(run):
         lines.append(f"  {what:<16}{location}{'  (missing)' if exists is False else ''}")
     if run.listing is None:
-        if sorted((run.dir / "wandb").glob("offline-run-*")):
-            lines.append(f"  upload W&B with: wandb sync {run.dir / 'wandb'}/offline-run-*")
-    elif any(f.startswith("wandb/offline-run-") for f in run.listing):
-        lines.append(f"  upload W&B: copy {run.where('wandb')} to a disk, then run wandb sync on its offline-run-* folders")
+        if sorted((run.dir / WANDB).glob("offline-run-*")):
+            lines.append(f"  upload W&B with: wandb sync {run.dir / WANDB}/offline-run-*")
+    elif any(f.startswith(f"{WANDB}/offline-run-") for f in run.listing):
+        lines.append(f"  upload W&B: copy {run.where(WANDB)} to a disk, then run wandb sync on its offline-run-* folders")
     config = config_source(run)
     lines += ["", "config (.hydra/config.yaml)"] + ([f"  {line}" for line in config.rstrip().splitlines()] or ["  (none)"])
     return "\n".join(lines)

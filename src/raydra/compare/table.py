@@ -6,14 +6,15 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from raydra.compare.runs import ABSENT, TAGS_KEY, Run, config_text, dig, number, read_curves, status_text
+from raydra.compare.runs import TAGS_KEY, RecordedRun, config_text, dig, number, read_curves, status_text
+from raydra.keys import ABSENT
 
 FIXED_COLUMNS = ("status", "wall_s", "samples/s")
 TAGS_COLUMN = "tags"
 MAX_CELL = 48
 
 
-def metric_mode(metric: str, runs: List[Run]) -> str:
+def metric_mode(metric: str, runs: List[RecordedRun]) -> str:
     """max or min: the monitor mode of a run that monitored this metric, else a guess from its name."""
     for run in runs:
         mode = dig(run.summary, "monitor", "mode")
@@ -22,7 +23,7 @@ def metric_mode(metric: str, runs: List[Run]) -> str:
     return "min" if re.search(r"loss|err|perplexity|time", metric) else "max"
 
 
-def metric_values(run: Run, metric: str, mode: str, notes: List[str]) -> Tuple[Optional[float], Optional[float]]:
+def metric_values(run: RecordedRun, metric: str, mode: str, notes: List[str]) -> Tuple[Optional[float], Optional[float]]:
     """(final, best) from summary.json; from metrics.csv when the summary lacks the metric (a run that
     is still running, failed, or predates the summary)."""
     final = number(dig(run.summary, "metrics", "final", metric))
@@ -34,7 +35,7 @@ def metric_values(run: Run, metric: str, mode: str, notes: List[str]) -> Tuple[O
     return final, best
 
 
-def choose_metrics(runs: List[Run], asked: Optional[List[str]], notes: List[str]) -> List[str]:
+def choose_metrics(runs: List[RecordedRun], asked: Optional[List[str]], notes: List[str]) -> List[str]:
     if not asked:
         monitors = [dig(r.summary, "monitor", "metric") for r in runs]
         chosen = list(dict.fromkeys(m for m in monitors if isinstance(m, str) and m))
@@ -52,7 +53,7 @@ def choose_metrics(runs: List[Run], asked: Optional[List[str]], notes: List[str]
     return chosen
 
 
-def known_metrics(runs: List[Run], notes: List[str]) -> List[str]:
+def known_metrics(runs: List[RecordedRun], notes: List[str]) -> List[str]:
     names = {}
     for run in runs:
         for part in ("final", "best"):
@@ -65,7 +66,7 @@ def known_metrics(runs: List[Run], notes: List[str]) -> List[str]:
 # The table
 
 
-def differing_keys(runs: List[Run]) -> List[str]:
+def differing_keys(runs: List[RecordedRun]) -> List[str]:
     """The columns that tell the runs apart: config group choices that differ (`model`, `logger`),
     then config keys whose value is not the same in every run that has a config (a key some lack
     differs). A key under a differing group is left out when the choice explains it: runs with the
@@ -97,7 +98,7 @@ def differing_keys(runs: List[Run]) -> List[str]:
     return groups + [k for k in differing if not explained(k)]
 
 
-def has_tags(runs: List[Run]) -> bool:
+def has_tags(runs: List[RecordedRun]) -> bool:
     return any(run.tags for run in runs)
 
 
@@ -109,8 +110,8 @@ def table_columns(keys: List[str], metrics: List[str], tags: bool = False) -> Li
 
 
 def build_table(
-    runs: List[Run], metrics: List[str], keys: List[str], notes: List[str], sort: bool = False, descending: Optional[bool] = None
-) -> List[Tuple[Run, Dict[str, Any]]]:
+    runs: List[RecordedRun], metrics: List[str], keys: List[str], notes: List[str], sort: bool = False, descending: Optional[bool] = None
+) -> List[Tuple[RecordedRun, Dict[str, Any]]]:
     """One (run, {column: raw value}) per run, in discovery order or sorted by the first metric."""
     rows = []
     modes = {m: metric_mode(m, runs) for m in metrics}
@@ -169,12 +170,12 @@ def clip(text: str, width: int = MAX_CELL, keep_end: bool = True) -> str:
     return text[:head] + "..." + text[len(text) - (width - 3 - head) :]
 
 
-def is_numeric(column: str, rows: List[Tuple[Run, dict]]) -> bool:
+def is_numeric(column: str, rows: List[Tuple[RecordedRun, dict]]) -> bool:
     values = [row[column] for _, row in rows if row[column] is not None and row[column] is not ABSENT]
     return bool(values) and all(number(v) is not None for v in values)
 
 
-def render_table(columns: List[str], rows: List[Tuple[Run, dict]], keys: List[str]) -> str:
+def render_table(columns: List[str], rows: List[Tuple[RecordedRun, dict]], keys: List[str]) -> str:
     # A failure reason reads from its start; names and paths differ at their ends.
     shorten = lambda c, text: clip(text, 64, keep_end=False) if c in ("status", "vs baseline") else clip(text)  # noqa: E731
     cells = [[shorten(c, cell_text(c, row[c], keys)) for c in columns] for _, row in rows]
@@ -187,7 +188,7 @@ def render_table(columns: List[str], rows: List[Tuple[Run, dict]], keys: List[st
     return "\n".join([fmt(columns), "  ".join("-" * w for w in widths), *(fmt(line) for line in cells)])
 
 
-def render_markdown(columns: List[str], rows: List[Tuple[Run, dict]], keys: List[str]) -> str:
+def render_markdown(columns: List[str], rows: List[Tuple[RecordedRun, dict]], keys: List[str]) -> str:
     escape = lambda text: text.replace("|", "\\|").replace("\n", " ")  # noqa: E731
     lines = ["| " + " | ".join(escape(c) for c in columns) + " |"]
     lines.append("|" + "|".join("---:" if is_numeric(c, rows) else "---" for c in columns) + "|")
@@ -195,7 +196,7 @@ def render_markdown(columns: List[str], rows: List[Tuple[Run, dict]], keys: List
     return "\n".join(lines)
 
 
-def render_csv(columns: List[str], rows: List[Tuple[Run, dict]], keys: List[str]) -> str:
+def render_csv(columns: List[str], rows: List[Tuple[RecordedRun, dict]], keys: List[str]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([*columns, "run_dir"])
@@ -203,7 +204,7 @@ def render_csv(columns: List[str], rows: List[Tuple[Run, dict]], keys: List[str]
     return out.getvalue().rstrip("\n")
 
 
-def render_json(columns: List[str], rows: List[Tuple[Run, dict]], keys: List[str]) -> str:
+def render_json(columns: List[str], rows: List[Tuple[RecordedRun, dict]], keys: List[str]) -> str:
     # A key the run does not have is not in its record (null is a value).
     records = [
         {**{c: row[c] for c in columns if row[c] is not ABSENT}, "run_dir": run.source, "overrides": run.overrides} for run, row in rows

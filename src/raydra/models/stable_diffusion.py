@@ -26,6 +26,8 @@ from raydra.errors import RaydraError
 from raydra.lightning import pl
 from raydra.models import partial_of
 from raydra.models.stable_diffusion_parts import build_parts, clip_tokenizer, fit_vae, load_parts, train_caption_bpe
+from raydra.run_record import PIPELINE, SAMPLES
+from raydra.storage import replacing
 
 
 class StableDiffusion(pl.LightningModule):
@@ -293,11 +295,10 @@ class StableDiffusion(pl.LightningModule):
         name = f"epoch_{self.current_epoch:03d}"
         if self.trainer.val_check_interval != 1.0:  # several validations per epoch: one file each
             name += f"_step_{self.global_step:07d}"
-        path = Path(self.trainer.default_root_dir) / "samples" / f"{name}.png"
+        path = Path(self.trainer.default_root_dir) / SAMPLES / f"{name}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.partial")
-        grid.save(partial, format="PNG")
-        os.replace(partial, path)
+        with replacing(path) as partial:
+            grid.save(partial, format="PNG")
         for logger in self.trainer.loggers:
             if type(logger).__name__ == "WandbLogger":
                 caption = " | ".join(self.hparams.sample_prompts)
@@ -305,7 +306,7 @@ class StableDiffusion(pl.LightningModule):
 
     def on_fit_end(self) -> None:
         if self.global_rank == 0 and self.hparams.export_pipeline:
-            export(self.pipeline(), Path(self.trainer.default_root_dir) / "pipeline")
+            export(self.pipeline(), Path(self.trainer.default_root_dir) / PIPELINE)
 
 
 def export(pipe: StableDiffusionPipeline, target: Path) -> None:

@@ -13,13 +13,11 @@ import ray.tune
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from raydra import storage, summary
+from raydra import run_record, storage, summary
 from raydra.checkpoints import last_checkpoint
 from raydra.errors import one_line
 
 log = logging.getLogger("raydra")
-
-SWEEP = "sweep.json"
 
 
 class Progress(ray.tune.Callback):
@@ -37,9 +35,8 @@ class Progress(ray.tune.Callback):
         # Called after the scheduler has seen the result, so its rungs include it.
         if self.scheduler is None or self.scheduler_state is None or not self.scheduler_state.parent.is_dir():
             return
-        tmp = self.scheduler_state.with_suffix(".tmp")
-        self.scheduler.save(str(tmp))
-        os.replace(tmp, self.scheduler_state)
+        with storage.replacing(self.scheduler_state) as tmp:
+            self.scheduler.save(tmp)
 
     def on_step_end(self, iteration: int, trials: List[Any], **info: Any) -> None:
         self.statuses = {trial.trial_id: trial.status for trial in trials}
@@ -81,7 +78,7 @@ def settle_trials(
     statuses = progress.statuses
     rows = []
     seen = set()
-    for run_dir in sorted(Path(sweep_dir, "trials").glob("*/" + summary.SUMMARY)):
+    for run_dir in sorted(Path(sweep_dir, run_record.TRIALS).glob("*/" + summary.SUMMARY)):
         run_dir = run_dir.parent
         record = summary.read(run_dir)
         trial_id = record.get("trial", {}).get("id", run_dir.name)
@@ -190,7 +187,7 @@ def write_tables(sweep_dir: Path, rows: List[Dict[str, Any]], metric: str) -> No
         ]
         for row in rows
     ]
-    with (sweep_dir / "trials.csv").open("w", newline="") as file:
+    with (sweep_dir / run_record.TRIALS_CSV).open("w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(header)
         writer.writerows(table)
@@ -202,7 +199,7 @@ def write_tables(sweep_dir: Path, rows: List[Dict[str, Any]], metric: str) -> No
 
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell(v) for v in line) + " |" for line in table]
-    (sweep_dir / "trials.md").write_text("\n".join(lines) + "\n")
+    (sweep_dir / run_record.TRIALS_MD).write_text("\n".join(lines) + "\n")
 
 
 def write_best(cfg: DictConfig, sweep_dir: Path, best: Dict[str, Any], metric: str, config_dir: Optional[str]) -> Dict[str, Any]:
@@ -222,9 +219,9 @@ def write_best(cfg: DictConfig, sweep_dir: Path, best: Dict[str, Any], metric: s
         + yaml.safe_dump(head, sort_keys=False)
         + OmegaConf.to_yaml(config)
     )
-    (sweep_dir / "best_config.yaml").write_text(text)
+    (sweep_dir / run_record.BEST_CONFIG).write_text(text)
     checkpoint = (best["summary"].get("checkpoints") or {}).get("best")
-    link = sweep_dir / "best_checkpoint.ckpt"
+    link = sweep_dir / run_record.BEST_CHECKPOINT
     if link.is_symlink() or link.exists():
         link.unlink()
     # A checkpoint in object storage has no path to link to; sweep.json names its URI.
@@ -236,13 +233,13 @@ def write_best(cfg: DictConfig, sweep_dir: Path, best: Dict[str, Any], metric: s
         "sampled": best["sampled"],
         "run_dir": str(sweep_dir / best["run_dir"]),
         "checkpoint": checkpoint,
-        "config": str(sweep_dir / "best_config.yaml"),
+        "config": str(sweep_dir / run_record.BEST_CONFIG),
     }
 
 
 def write_record(sweep_dir: Path, record: Dict[str, Any]) -> None:
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    summary.write(sweep_dir, record, name=SWEEP)
+    summary.write(sweep_dir, record, name=run_record.SWEEP)
 
 
 def end(record: Dict[str, Any], sweep_dir: Path, started: float, status: str, reason: Optional[str]) -> None:

@@ -9,6 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from raydra.errors import RaydraError
+from raydra.keys import ABSENT
 from raydra.schema import validate
 
 # Tune's sampling functions by the name used in tune.space; `grid` is tune.grid_search.
@@ -42,8 +43,8 @@ def parse_space(cfg: DictConfig) -> Dict[str, Tuple[str, List[Any]]]:
             path = f"{prefix}{key}"
             if spec is None:
                 continue
-            target = OmegaConf.select(cfg, path, default=_ABSENT, throw_on_resolution_failure=False)
-            if target is _ABSENT:
+            target = OmegaConf.select(cfg, path, default=ABSENT, throw_on_resolution_failure=False)
+            if target is ABSENT:
                 raise RaydraError(
                     f"tune.space: {path} is not a key of the composed config; check its spelling "
                     "(python train.py --cfg job prints every key)."
@@ -71,13 +72,6 @@ def parse_space(cfg: DictConfig) -> Dict[str, Tuple[str, List[Any]]]:
     if not space:
         raise RaydraError("tune.space leaves no key to search; give at least one key a distribution.")
     return space
-
-
-class _Absent:
-    pass
-
-
-_ABSENT = _Absent()
 
 
 def domain(key: str, name: str, args: List[Any]) -> Any:

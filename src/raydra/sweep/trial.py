@@ -10,9 +10,10 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from ray.tune.integration.ray_train import TuneReportCallback
 
-from raydra import fit, resolve, storage, summary
+from raydra import fit, resolve, run_record, storage, summary
 from raydra.errors import RaydraError, one_line
 from raydra.private_apis import tune_stop_probe
+from raydra.project import check_classes
 from raydra.redact import redact_hydra_records
 from raydra.schema import STRATEGY_SCHEMAS, RaydraConfig, validate
 from raydra.spec import Place
@@ -28,8 +29,8 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     # Where the trial's record ends on the sweep driver's disk. With paths.storage this process
     # (on any node) writes into a scratch directory and pushes to storage, from where the sweep
     # driver pulls into record_dir: writing record_dir itself would race that pull.
-    record_dir = Path(sweep["dir"], "trials", trial_id)
-    trial_storage = storage.join(sweep["storage"], "trials", trial_id) if sweep["storage"] else None
+    record_dir = Path(sweep["dir"], run_record.TRIALS, trial_id)
+    trial_storage = storage.join(sweep["storage"], run_record.TRIALS, trial_id) if sweep["storage"] else None
     run_dir = Path(tempfile.gettempdir(), "raydra-trials", sweep["id"], trial_id) if trial_storage else record_dir
     run_id = f"{sweep['id']}_{trial_id}"
     # Where a refusal before the spec exists is recorded.
@@ -41,9 +42,9 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     conf = _typed(base)
     for key, value in sampled.items():
         OmegaConf.update(conf, key, value, merge=False)
-    (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
-    (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(conf))
-    (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides, sort_keys=False))
+    (run_dir / run_record.HYDRA_DIR).mkdir(parents=True, exist_ok=True)
+    (run_dir / run_record.CONFIG).write_text(OmegaConf.to_yaml(conf))
+    (run_dir / run_record.OVERRIDES).write_text(yaml.safe_dump(overrides, sort_keys=False))
     redact_hydra_records(run_dir)
     record = summary.new_summary(conf, record_dir, run_id, overrides)
     record["trial"] = {"sweep": sweep["id"], "id": trial_id, "sampled": sampled}
@@ -54,6 +55,7 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
         record["resumed"] = previous.get("resumed", []) + [{"at": summary.now(), "from_status": previous.get("status")}]
     try:
         validate(conf)
+        check_classes(conf)
         spec = resolve.resolve(conf, record_dir, run_id)
         # Named here, not recomputed from paths.outputs: this process's working directory is Ray's.
         spec = spec.with_place(dir=place.dir, storage=place.storage)

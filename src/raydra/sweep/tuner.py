@@ -6,8 +6,6 @@ import logging
 import os
 import posixpath
 import re
-import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -24,9 +22,10 @@ from raydra.errors import RaydraError, one_line
 from raydra.redact import redact_hydra_records
 from raydra.resolve import wandb_mode
 from raydra.resume import changed_keys
+from raydra.signals import sigterm_interrupts
 from raydra.spec import Place
 from raydra.sweep import report
-from raydra.sweep.report import SWEEP, Progress
+from raydra.sweep.report import Progress
 from raydra.sweep.space import check_samples, domain, parse_space
 from raydra.sweep.trial import run_trial
 
@@ -71,7 +70,7 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
     restore_sigterm = lambda: None  # noqa: E731
     progress = Progress(metric, cfg.trainer.max_epochs)
     try:
-        if (fresh_dir / SWEEP).exists():
+        if (fresh_dir / run_record.SWEEP).exists():
             raise RaydraError(f"{fresh_dir} already holds a sweep; give this one its own hydra.run.dir.")
         # A ModelCheckpoint among the callbacks sets checkpoint.*, and with it what the sweep optimises.
         composed = resolve_and_validate(cfg, overrides)
@@ -97,7 +96,8 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
             record["storage"] = sweep_place.storage
 
         connect(cfg.ray.address, cfg.ray.num_cpus, cfg.verbose, project.runtime_env(cfg))
-        restore_sigterm = _sigterm_stops_tune()
+        # Tune ends its trials and saves its state on SIGINT, so tune.resume= can continue the sweep.
+        restore_sigterm = sigterm_interrupts(as_sigint=True)
         check_fits(OmegaConf.to_object(cfg.scale))
         if not sweep_place.storage:
             run_record.check_shared(sweep_dir)
@@ -107,7 +107,7 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
             f"sweep {record['id']}: {tune_cfg.num_samples} trials of {cfg.name}, {concurrency} at a time, "
             f"{tune_cfg.search} search, {tune_cfg.scheduler} scheduler, {mode} {metric}\n  dir  {sweep_dir}"
         )
-        progress.scheduler_state = sweep_dir / "tune" / "scheduler_state.pkl"
+        progress.scheduler_state = sweep_dir / run_record.SCHEDULER_STATE
         # The driver's own file, here even when Tune keeps its state in storage.
         progress.scheduler_state.parent.mkdir(parents=True, exist_ok=True)
         tuner = _tuner(cfg, sweep_dir, sweep_place.storage, record, concurrency, progress)
@@ -115,7 +115,7 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
         # Concurrent trials' epoch lines would interleave; _Progress prints one line per trial event.
         echo, worker_output.echo_progress = worker_output.echo_progress, False
         try:
-            with run_record.Follower(sweep_place, skip=("tune", run_record.CHECKPOINTS)):
+            with run_record.Follower(sweep_place, skip=(run_record.TUNE, run_record.CHECKPOINTS)):
                 grid = tuner.fit()
         except Exception as error:
             friendly = _tune_error(error, metric)
@@ -154,7 +154,7 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
         f"sweep done in {record['wall_time_s']:.1f} s: {record['trials']['completed']} completed, "
         f"{record['trials']['stopped']} stopped early, {record['trials']['failed']} failed\n"
         f"  best trial {best['trial']}  {metric} {best['metric']:.4f}  {report.fmt_sampled(best['sampled'])}\n"
-        f"  trials  {sweep_dir / 'trials.md'}\n"
+        f"  trials  {sweep_dir / run_record.TRIALS_MD}\n"
         f"  rerun   python train.py --config-path {sweep_dir} --config-name best_config"
     )
     return record
@@ -163,15 +163,15 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
 def _continue(cfg: DictConfig, fresh_dir: Path) -> Tuple[Path, Dict[str, Any]]:
     """The sweep tune.resume names, checked to be an unfinished raydra sweep of the same config."""
     sweep_dir = Path(cfg.tune.resume).expanduser().resolve()
-    if not (sweep_dir / SWEEP).is_file() or not (sweep_dir / "tune").is_dir():
+    if not (sweep_dir / run_record.SWEEP).is_file() or not (sweep_dir / run_record.TUNE).is_dir():
         raise RaydraError(
             f"tune.resume={cfg.tune.resume}: {sweep_dir} is not a raydra sweep directory (no sweep.json and tune/); "
             "pass the directory a tune= run printed."
         )
-    record = summary.read(sweep_dir, SWEEP)
+    record = summary.read(sweep_dir, run_record.SWEEP)
     if record.get("status") == "completed":
         raise RaydraError(f"tune.resume={cfg.tune.resume}: {sweep_dir} already completed; start a new sweep instead.")
-    old = yaml.safe_load((sweep_dir / ".hydra" / "config.yaml").read_text())
+    old = yaml.safe_load((sweep_dir / run_record.CONFIG).read_text())
     changes = [c for c in changed_keys(old, cfg) if not c.startswith(RESUMABLE_CHANGES)]
     if changes:
         raise RaydraError(
@@ -180,7 +180,7 @@ def _continue(cfg: DictConfig, fresh_dir: Path) -> Tuple[Path, Dict[str, Any]]:
         )
     record.update(status="running", error=None)
     record["resumed"] = record.get("resumed", []) + [
-        {"at": summary.now(), "from_status": record.get("status"), "log": str(fresh_dir / "driver.log")}
+        {"at": summary.now(), "from_status": record.get("status"), "log": str(fresh_dir / run_record.DRIVER_LOG)}
     ]
     # The invocation's own Hydra directory points at the sweep it continued, so it never reads as a sweep of its own.
     report.write_record(fresh_dir, {"kind": "tune sweep resume", "status": "resumed elsewhere", "sweep_dir": str(sweep_dir)})
@@ -218,7 +218,7 @@ def _tuner(
     trainable = tune.with_resources(tune.with_parameters(run_trial, base=_trial_base(cfg, record["id"]), sweep=sweep), {"CPU": TRIAL_CPU})
     if cfg.tune.resume:
         tuner = tune.Tuner.restore(
-            posixpath.join(tune_root, "tune"),
+            posixpath.join(tune_root, run_record.TUNE),
             trainable,
             resume_unfinished=True,
             resume_errored=False,
@@ -252,7 +252,11 @@ def _tuner(
             reuse_actors=False,
         ),
         run_config=tune.RunConfig(
-            name="tune", storage_path=tune_root, storage_filesystem=filesystem, verbose=1 if cfg.verbose else 0, callbacks=[progress]
+            name=run_record.TUNE,
+            storage_path=tune_root,
+            storage_filesystem=filesystem,
+            verbose=1 if cfg.verbose else 0,
+            callbacks=[progress],
         ),
     )
 
@@ -310,15 +314,6 @@ def _freeze_resolver_calls(node: Any, plain: Any) -> None:
         elif isinstance(value, str) and RESOLVER_CALL.search(value):
             resolved = node[key]
             plain[key] = OmegaConf.to_container(resolved, resolve=True) if isinstance(resolved, (DictConfig, ListConfig)) else resolved
-
-
-def _sigterm_stops_tune() -> Any:
-    """SIGTERM stops the sweep the way Ctrl-C does: Tune ends its trials and saves its state, so
-    tune.resume= can continue it. Returns the function that puts the old handler back."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))
-    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def _tune_error(error: BaseException, metric: str) -> Optional[RaydraError]:

@@ -14,7 +14,7 @@ import ray.train
 
 from raydra.errors import out_of_space
 from raydra.lightning import pl
-from raydra.summary import CHECKPOINT_FILE
+from raydra.run_record import CHECKPOINT_FILE
 
 
 class TimedReport(pl.Callback):

@@ -6,16 +6,20 @@ goes for any `_target_` logger's package. Every logger gets the run's config (se
 its hyperparameters, and W&B and MLflow the run's tags.
 """
 
+import contextlib
 import csv
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from raydra import private_apis
 from raydra.errors import out_of_space
-from raydra.private_apis import replace_csv_whole, set_csv_columns
 from raydra.project import RAYDRA_LOGGERS
 from raydra.redact import redact
+from raydra.run_record import METRICS
 from raydra.spec import RunSpec
+from raydra.storage import replacing
 
 
 def build_loggers(spec: RunSpec, rank: int, resumed_from: Optional[Dict[str, Any]] = None) -> List[Any]:
@@ -74,7 +78,7 @@ def _keep_rows_up_to(csv_logger: Any, position: Optional[Dict[str, Any]]) -> Non
     """Lightning's CSV writer deletes an existing metrics.csv when it opens. A restarted or resumed
     run keeps the rows up to its checkpoint instead (through its epoch, or before its step for a
     mid-epoch checkpoint); later rows are trained again."""
-    path = Path(csv_logger.log_dir) / "metrics.csv"
+    path = Path(csv_logger.log_dir) / METRICS
     rows, fields = [], None
     if position is not None and path.exists():
         with path.open(newline="") as file:
@@ -83,25 +87,22 @@ def _keep_rows_up_to(csv_logger: Any, position: Optional[Dict[str, Any]]) -> Non
             rows = [r for r in reader if _before(r, position)]
     # Opening the writer removes an existing metrics.csv: moved aside first, so that until the kept
     # rows are whole on disk (a full disk may refuse them) the old file is there to put back.
-    aside = path.with_name(".metrics.csv.before-restart")
+    aside = path.with_name(f".{METRICS}.before-restart")
     if rows:
         os.replace(path, aside)
     writer = csv_logger.experiment
     replace_csv_whole(writer)
     if rows:
         # The writer appends to an existing file only with the header it knows about.
-        set_csv_columns(writer, sorted(fields))
-        tmp = path.with_name(".metrics.csv.kept")
+        private_apis.set_csv_columns(writer, sorted(fields))
         try:
-            with tmp.open("w", newline="") as file:
+            with replacing(path) as tmp, open(tmp, "w", newline="") as file:
                 kept = csv.DictWriter(file, fieldnames=sorted(fields))
                 kept.writeheader()
                 kept.writerows(rows)
-            os.replace(tmp, path)
         except OSError as error:
-            tmp.unlink(missing_ok=True)
             os.replace(aside, path)
-            full = out_of_space(error, path, "metrics.csv")
+            full = out_of_space(error, path, METRICS)
             if full:
                 raise full from None
             raise
@@ -147,3 +148,41 @@ def _wandb_logger(spec: RunSpec, settings: Dict[str, Any], run_dir: Path) -> Any
 def _logged(spec: RunSpec) -> Dict[str, Any]:
     """The config as the driver masked it (Place.logged_config), with this process's own secrets masked too."""
     return redact(spec.place.logged_config)
+
+
+def replace_csv_whole(writer: Any) -> None:
+    """Make Lightning's CSV experiment writer replace metrics.csv whole at each save (written beside
+    and renamed over) instead of appending to it, so a full disk or a kill mid-write leaves the
+    previous complete file, never a truncated row. Each save copies the file once more; metrics.csv
+    stays small (one row per logged step)."""
+
+    def save() -> None:
+        path, pending, before, new_columns = private_apis.csv_pending(writer)
+        if not pending:
+            return
+        columns = private_apis.csv_columns(writer)
+        exists = os.path.isfile(path)
+        try:
+            with replacing(path) as tmp:
+                if exists and not new_columns:
+                    shutil.copyfile(path, tmp)
+                    rows, mode = pending, "a"
+                else:
+                    # New columns: the header changes, so every row is written again under it.
+                    with open(path, newline="") if exists else contextlib.nullcontext([]) as file:
+                        rows = list(csv.DictReader(file)) + pending
+                    mode = "w"
+                with open(tmp, mode, newline="") as file:
+                    out = csv.DictWriter(file, fieldnames=columns)
+                    if mode == "w":
+                        out.writeheader()
+                    out.writerows(rows)
+        except OSError as error:
+            private_apis.set_csv_columns(writer, before)  # the file on disk still has the old header
+            full = out_of_space(error, path, METRICS)
+            if full:
+                raise full from None
+            raise
+        private_apis.csv_saved(writer)
+
+    writer.save = save

@@ -31,10 +31,9 @@ from raydra.checkpoints import checkpoint_meta
 from raydra.console import PROGRESS_MARK
 from raydra.errors import WORKER_RANK, RaydraError
 from raydra.lightning import pl
-from raydra.run_record import WorkerMirror, checkpoints_location
+from raydra.run_record import CHECKPOINT_FILE, METRICS, WorkerMirror, checkpoints_location, worker_log
 from raydra.schema import lightning_trainer_arguments
 from raydra.spec import RunSpec, WorkerOutcome
-from raydra.summary import CHECKPOINT_FILE
 from raydra.worker.callbacks import build_callbacks, stop_record
 from raydra.worker.checkpoint_report import LocalCheckpoints, TimedReport
 from raydra.worker.console_progress import ConsoleProgress
@@ -67,8 +66,8 @@ def train_loop(config: Dict[str, Any]) -> WorkerOutcome:
         spec = dataclasses.replace(_moved(spec, record, str(mirror.dir)), place=spec.place)
     spec = spec.with_place(dir=str(mirror.dir))
     if rank == 0:
-        mirror.restore(["metrics.csv"])
-    log_file = mirror.dir / "logs" / f"worker_{rank}.log"
+        mirror.restore([METRICS])
+    log_file = mirror.dir / worker_log(rank)
     unroute = _route_logs(log_file, verbose=spec.verbose, local=spec.local)
     try:
         with contextlib.ExitStack() as stack:

@@ -129,10 +129,8 @@ class RayFSDP2Strategy(ModelParallelStrategy):
                 "name the class of its repeated blocks (e.g. ViTLayer), or [] to shard the model as one unit."
             )
         if self.settings.activation_checkpointing:
-            from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
-
             # Recompute each block's activations in backward instead of keeping them.
-            apply_activation_checkpointing(module, check_fn=lambda m: type(m).__name__ in set(self.shard_blocks))
+            private_apis.apply_activation_checkpointing(module, check_fn=lambda m: type(m).__name__ in set(self.shard_blocks))
         options: Dict[str, Any] = {"mesh": self._mesh()}
         # grad_op keeps gathered parameters between forward and backward (ZeRO-2): less communication,
         # more memory. full frees them after each block's forward (ZeRO-3).

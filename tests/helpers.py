@@ -1,0 +1,300 @@
+"""Helpers that several test modules share: plain functions and constants, imported as
+`from helpers import ...` (the fixtures stay in conftest.py). A helper that one module alone uses
+stays in that module."""
+
+import csv
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from conftest import REPO, base_env
+from hydra import compose, initialize_config_dir
+
+from raydra.cli import main
+from raydra.entry import CONF_DIR
+from raydra.schema import register_schemas
+
+register_schemas()
+
+
+# ---------------------------------------------------------------------------------------------
+# raydra's own config, composed as the entry composes it
+
+
+def composed(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="train", overrides=list(overrides))
+
+
+# ---------------------------------------------------------------------------------------------
+# A digits run to stop, kill and resume (test_reliability, test_preemption, test_multinode, test_elastic,
+# test_strategies, test_cluster_storage)
+
+
+# Epochs of about a second (since Ray Train's poll stopped pacing them at 2 s): eight, so a run is
+# still going when a test kills its worker, its node or its driver after the first checkpoint.
+EPOCHS = 8
+RUN = ("experiment=vit_digits_smoke", f"trainer.max_epochs={EPOCHS}", "trainer.test=false", "checkpoint.num_to_keep=1")
+WORKER_LINE = re.compile(r"\(RayTrainWorker pid=(\d+)\)")
+
+
+def start_train(*overrides, outputs, address, env=None):
+    args = [sys.executable, str(REPO / "train.py"), f"paths.outputs={outputs}", *overrides, f"ray.address={address}"]
+    return subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**base_env(), **(env or {})})
+
+
+def wait_for_checkpoint(outputs: Path, driver: subprocess.Popen, timeout: float = 240) -> Path:
+    """The run dir once Ray has registered its first checkpoint and a worker pid is in its logs.
+    A checkpoint directory on disk is not enough: until the controller has recorded the report, a
+    restarted worker group would start from scratch (and still end with the right step count)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert driver.poll() is None, driver.communicate()[0]
+        for snapshot in outputs.glob("runs/*/*/checkpoints/*/checkpoint_manager_snapshot.json"):
+            run_dir = snapshot.parents[2]
+            try:
+                registered = json.loads(snapshot.read_text())["checkpoint_results"]
+            except (ValueError, KeyError):
+                continue  # being written
+            if registered and worker_pids(run_dir):
+                return run_dir
+        time.sleep(0.2)
+    driver.kill()
+    pytest.fail("the run reported no checkpoint in time")
+
+
+def resumed_at(run_dir: Path) -> tuple:
+    """(epoch, batch, batches per epoch, global step) where the restarted rank 0 picked up."""
+    found = re.search(
+        r"resumed from .* at epoch (\d+), batch (\d+) of (\d+) \(global step (\d+)\)", (run_dir / "logs" / "worker_0.log").read_text()
+    )
+    assert found, "the restarted worker group did not resume from a checkpoint"
+    return tuple(map(int, found.groups()))
+
+
+def worker_pids(run_dir: Path) -> list:
+    log = run_dir / "logs" / "ray.log"
+    text = log.read_text() if log.exists() else ""
+    return list(dict.fromkeys(int(pid) for pid in WORKER_LINE.findall(text)))
+
+
+def logged_steps(run_dir: Path) -> list:
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    return [int(r["step"]) for r in rows if r.get("train/loss_step")]
+
+
+def epochs_with_val(run_dir: Path) -> list:
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    return [int(r["epoch"]) for r in rows if r.get("val/acc")]
+
+
+# ---------------------------------------------------------------------------------------------
+# The nodes of a ray.cluster_utils.Cluster (conftest.cluster_of_nodes)
+
+
+def victim_node(cluster, run_dir, nodes: set):
+    """One of `nodes` (those holding the run's workers) that does not hold Ray Train's controller:
+    losing the controller's node ends the run whatever failure.max_failures says (Ray restarts
+    workers, never its controller)."""
+    controller = re.search(r"\(TrainController pid=(\d+)", (run_dir / "logs" / "ray.log").read_text())
+    spared = node_of(cluster, int(controller.group(1))) if controller else None
+    return next(node for node in nodes if node is not spared)
+
+
+def node_of(cluster, pid: int):
+    """The cluster node whose raylet started process `pid` (Ray workers are its children)."""
+    parents = {p.pid for p in psutil.Process(pid).parents()}
+    for node in [cluster.head_node, *cluster.worker_nodes]:
+        if node.all_processes["raylet"][0].process.pid in parents:
+            return node
+    raise AssertionError(f"process {pid} belongs to no node of the test cluster")
+
+
+# ---------------------------------------------------------------------------------------------
+# Waiting on a run as it trains
+
+
+def wait_for_an_epoch_on(run_dir: Path, driver, workers: int, timeout: float = 240) -> None:
+    """Until metrics.csv (flushed at each checkpoint) holds an epoch trained on `workers` workers."""
+    deadline = time.time() + timeout
+    metrics = run_dir / "metrics.csv"
+    while time.time() < deadline:
+        assert driver.poll() is None, driver.communicate()[0]
+        rows = list(csv.DictReader(metrics.open())) if metrics.exists() else []
+        if any(r.get("train/world_size") and int(float(r["train/world_size"])) == workers for r in rows):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no epoch on {workers} worker(s) in {metrics} within {timeout} s")
+
+
+def wait_for_line(run_dir: Path, driver, text: str, timeout: float) -> None:
+    deadline = time.time() + timeout
+    log = run_dir / "logs" / "worker_0.log"
+    while time.time() < deadline:
+        assert driver.poll() is None, driver.communicate()[0]
+        if log.exists() and text in log.read_text():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no '{text}' in {log} within {timeout} s")
+
+
+# ---------------------------------------------------------------------------------------------
+# `raydra train` as a researcher types it
+
+
+def raydra_train(*args: str, cwd: Path, outputs: Path, address: str = None, env: dict = None, timeout: int = 600):
+    """`raydra train ...` as a researcher types it: the console script of the environment running
+    the tests, from `cwd`, with nothing of the project on PYTHONPATH."""
+    command = shutil.which("raydra", path=str(Path(sys.executable).parent))
+    assert command, f"no raydra command beside {sys.executable}: install raydra into this environment (pip install -e .)"
+    environment = {**base_env(), **(env or {})}
+    assert str(cwd) not in environment.get("PYTHONPATH", "")
+    command_line = [command, "train", *args, f"paths.outputs={outputs}"] + ([f"ray.address={address}"] if address else [])
+    return subprocess.run(command_line, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=environment)
+
+
+# ---------------------------------------------------------------------------------------------
+# Run directories written to the run-dir contract, and `raydra compare` on them
+
+
+def make_run(
+    root: Path,
+    job: str,
+    lr: float = 0.01,
+    model: str = "vit",
+    epochs: int = 3,
+    accs=(0.5, 0.7, 0.9),
+    status: str = "completed",
+    error: str = None,
+    monitor=("val/acc", "max"),
+    summary: bool = True,
+    metrics_csv: bool = True,
+    seed: int = 42,
+    choices: dict = None,
+    config_extra: dict = None,
+    tags=(),
+    tags_in_summary: bool = True,
+) -> Path:
+    """One run dir as the training core writes it; val/acc per epoch is `accs`. `choices`: the
+    config group choices Hydra records in .hydra/hydra.yaml (none written without them). `tags`:
+    the root config's tags, recorded in summary.json too unless `tags_in_summary` is false (a run
+    from before summary.json had them)."""
+    run = root / job
+    (run / ".hydra").mkdir(parents=True)
+    config = {
+        "name": "vit_digits",
+        "seed": seed,
+        "tags": list(tags),
+        "model": {
+            "_target_": f"raydra.models.{model}.Classifier",
+            "name": model,
+            "hidden_size": 64,
+            "optimizer": {"_target_": "torch.optim.AdamW", "_partial_": True, "lr": lr, "weight_decay": 0.05},
+        },
+        "data": {"batch_size": 32, "image_size": 8},
+        "strategy": {"name": "ddp", "backend": None},
+        "scale": {"num_workers": 2, "use_gpu": False, "resources_per_worker": {}},
+        "trainer": {"max_epochs": epochs, "precision": "32-true"},
+        "logger": {"csv": {"flush_logs_every_n_steps": 50}},
+    }
+    config.update(config_extra or {})
+    (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    if choices is not None:
+        # Hydra's layout: hydra.runtime.choices, its own groups (hydra/...) after the task's.
+        hydra = {
+            "hydra": {"run": {"dir": str(run)}, "runtime": {"output_dir": str(run), "choices": {**choices, "hydra/launcher": "basic"}}}
+        }
+        (run / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump(hydra, sort_keys=False))
+    overrides = [f"model.optimizer.lr={lr}", f"trainer.max_epochs={epochs}"]
+    (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    (run / "samples").mkdir()
+    ckpt = run / "checkpoints" / f"{job}_ab12cd" / "checkpoint_000002" / "checkpoint.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"ckpt")
+
+    rows, step = [], 0
+    for epoch, acc in enumerate(accs):
+        for _ in range(2):
+            step += 10
+            rows.append({"epoch": epoch, "step": step, "train/loss": round(2.0 / step, 4)})
+        rows.append({"epoch": epoch, "step": step, "val/acc": acc, "val/loss": round(1 - acc, 4)})
+        # raydra's own throughput diagnostics, logged at each epoch's end.
+        rows.append({"epoch": epoch, "step": step, "train/samples_per_s": 800.0 + epoch, "train/data_wait_s": 0.002})
+    if status == "completed":
+        rows.append({"epoch": len(accs), "step": step, "test/acc": accs[-1] + 0.005})
+    if metrics_csv:
+        with open(run / "metrics.csv", "w", newline="") as f:
+            columns = ["epoch", "step", "test/acc", "train/data_wait_s", "train/loss", "train/samples_per_s", "val/acc", "val/loss"]
+            writer = csv.DictWriter(f, columns)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    if summary:
+        best_epoch = max(range(len(accs)), key=lambda i: accs[i])
+        done = status == "completed"
+        data = {
+            "name": "vit_digits",
+            "run_id": f"2026-11-22_15-20-01_vit_digits_{job}",
+            "run_dir": str(run),
+            "status": status,
+            "error": error,
+            "started_at": "2026-11-22T15:20:01",
+            "monitor": {"metric": monitor[0], "mode": monitor[1]},
+            **({"tags": list(tags)} if tags_in_summary else {}),
+            "world_size": 2,
+            "strategy": "ddp",
+            "config_hash": "sha256:00",
+            "git_commit": "abc123",
+            "versions": {"torch": "2.13.0"},
+        }
+        if done:
+            data.update(
+                finished_at="2026-11-22T15:21:12",
+                wall_time_s=71.3,
+                metrics={
+                    "final": {
+                        "val/acc": accs[-1],
+                        "val/loss": round(1 - accs[-1], 4),
+                        "test/acc": accs[-1] + 0.005,
+                        "epoch": len(accs) - 1,
+                        "step": step,
+                    },
+                    "best": {"val/acc": accs[best_epoch], "val/loss": round(1 - accs[best_epoch], 4)},
+                },
+                throughput={"samples_per_s": 812.4},
+                checkpoints={"best": str(ckpt), "last": str(ckpt)},
+            )
+        (run / "summary.json").write_text(json.dumps(data, indent=2))
+    return run
+
+
+def compare(capsys, *args):
+    code = main(["compare", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---------------------------------------------------------------------------------------------
+# A trained module scored on the digits' test split
+
+
+def digits_test_accuracy(module) -> float:
+    import torch
+
+    from raydra.data.digits import DigitsDataModule
+
+    data = DigitsDataModule(batch_size=64, val_fraction=0.15, test_fraction=0.15, split_seed=0, num_workers=0)
+    data.setup("test")
+    correct = total = 0
+    with torch.no_grad():
+        for images, labels in data.test_dataloader():
+            correct += int((module(images).argmax(-1) == labels).sum())
+            total += len(labels)
+    return correct / total
