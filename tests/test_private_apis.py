@@ -302,13 +302,16 @@ def test_ray_trains_controller_gives_worker_groups_the_start_timeout_raydra_sets
 
     monkeypatch.setenv(RAY_TRAIN_START_TIMEOUT_ENV, "unset")
     monkeypatch.delenv(RAY_TRAIN_START_TIMEOUT_ENV)
-    worker_groups_start_within(300)
-    # The controller's worker group reads this very variable, and the driver passes it on.
-    assert constants.WORKER_GROUP_START_TIMEOUT_S_ENV_VAR == RAY_TRAIN_START_TIMEOUT_ENV
-    assert constants.get_env_vars_to_propagate()[RAY_TRAIN_START_TIMEOUT_ENV] == "300"
+    with worker_groups_start_within(300):
+        # The controller's worker group reads this very variable, and the driver passes it on.
+        assert constants.WORKER_GROUP_START_TIMEOUT_S_ENV_VAR == RAY_TRAIN_START_TIMEOUT_ENV
+        assert constants.get_env_vars_to_propagate()[RAY_TRAIN_START_TIMEOUT_ENV] == "300"
+    # Only while the trainer starts: the next fit in this process sets its own.
+    assert RAY_TRAIN_START_TIMEOUT_ENV not in constants.get_env_vars_to_propagate()
     # A value the user set stays.
     monkeypatch.setenv(RAY_TRAIN_START_TIMEOUT_ENV, "45")
-    worker_groups_start_within(300)
+    with worker_groups_start_within(300):
+        assert constants.get_env_vars_to_propagate()[RAY_TRAIN_START_TIMEOUT_ENV] == "45"
     assert constants.get_env_vars_to_propagate()[RAY_TRAIN_START_TIMEOUT_ENV] == "45"
 
 

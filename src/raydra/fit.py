@@ -152,10 +152,13 @@ def _fit(spec: RunSpec, datasets: Any, tune_trial: bool, callbacks: List[Any], m
         ),
     )
     marks["fit_started"] = time.time()
-    if tune_trial:
-        worker_groups_start_within(TRIAL_START_TIMEOUT_S)
+    # Elastic groups never run in a trial (validate refuses it), so at most one of the two applies.
+    if scale.elastic:
+        starting = elastic_reacts_quickly(ELASTIC_START_TIMEOUT_S)
+    else:
+        starting = worker_groups_start_within(TRIAL_START_TIMEOUT_S) if tune_trial else contextlib.nullcontext()
     try:
-        with elastic_reacts_quickly(ELASTIC_START_TIMEOUT_S) if scale.elastic else contextlib.nullcontext():
+        with starting:
             result = trainer.fit()
     except Exception as error:
         friendly = user_error(error) or storage_failure(spec.place.storage and spec.paths.storage, error)

@@ -330,7 +330,6 @@ def elastic_reacts_quickly(start_timeout_s: float) -> Iterator[None]:
     Ray's own detection of the dead node (its GCS health check, about 15 s) stands in the way;
     a start tried before that detection fails after `start_timeout_s` and is decided again.
     """
-    import os
 
     from ray.train.v2.api import data_parallel_trainer
 
@@ -340,25 +339,30 @@ def elastic_reacts_quickly(start_timeout_s: float) -> Iterator[None]:
     def create(scaling_config: Any) -> Any:
         return policy_class(scaling_config) if scaling_config.elasticity_enabled else original(scaling_config)
 
+    data_parallel_trainer.create_scaling_policy = create
+    try:
+        with worker_groups_start_within(start_timeout_s):
+            yield
+    finally:
+        data_parallel_trainer.create_scaling_policy = original
+
+
+@contextlib.contextmanager
+def worker_groups_start_within(seconds: float) -> Iterator[None]:
+    """While a TorchTrainer is created and fit: a new worker group gets `seconds` to be placed and
+    started before Ray Train fails the start (unless the user set the timeout). The controller reads
+    RAY_TRAIN_START_TIMEOUT_ENV, which the driver's environment passes on to it; no public setting
+    sets it."""
+    import os
+
     user_set = RAY_TRAIN_START_TIMEOUT_ENV in os.environ
     if not user_set:
-        os.environ[RAY_TRAIN_START_TIMEOUT_ENV] = str(start_timeout_s)
-    data_parallel_trainer.create_scaling_policy = create
+        os.environ[RAY_TRAIN_START_TIMEOUT_ENV] = str(seconds)
     try:
         yield
     finally:
-        data_parallel_trainer.create_scaling_policy = original
         if not user_set:
             os.environ.pop(RAY_TRAIN_START_TIMEOUT_ENV, None)
-
-
-def worker_groups_start_within(seconds: float) -> None:
-    """Give a new worker group `seconds` to be placed and started before Ray Train fails the start
-    (unless the user set the timeout). The controller reads RAY_TRAIN_START_TIMEOUT_ENV, which the
-    driver's environment passes on to it; no public setting sets it."""
-    import os
-
-    os.environ.setdefault(RAY_TRAIN_START_TIMEOUT_ENV, str(seconds))
 
 
 def _fresh_elastic_policy_class() -> Any:
