@@ -18,6 +18,9 @@ else
 TORCH  ?= torch==2.13.0+cpu
 endif
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# Last resort, where neither holds +cpu (PyTorch's index unreachable, as from a machine that reaches
+# only PyPI): the plain build, which trains on CPU too, as every earlier install here did.
+TORCH_ANY ?= torch==2.13.0
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
 .PHONY: install train test lint browser benchmark clean
@@ -27,7 +30,9 @@ install: $(STAMP)
 $(STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)" 2>/dev/null || $(PY) -m pip install -q --extra-index-url $(TORCH_INDEX) "$(TORCH)"
+	$(PY) -m pip install -q "$(TORCH)" 2>/dev/null \
+	  || $(PY) -m pip install -q --extra-index-url $(TORCH_INDEX) "$(TORCH)" 2>/dev/null \
+	  || $(PY) -m pip install -q "$(TORCH_ANY)"
 	$(PY) -m pip install -q -e ".[dev]"
 	rm -f $(VENV)/.installed-*
 	touch $@
