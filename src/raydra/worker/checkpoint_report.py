@@ -4,6 +4,7 @@ import contextlib
 import math
 import os
 import shutil
+import sys
 import tempfile
 import time
 from datetime import datetime
@@ -16,6 +17,10 @@ from raydra.errors import out_of_space
 from raydra.lightning import pl
 from raydra.run_record import CHECKPOINT_FILE
 
+# The monitored metric of a mid-epoch report, by checkpoint.mode: ranks last, and stays a number
+# through JSON (see TimedReport).
+UNVALIDATED = {"max": -sys.float_info.max, "min": sys.float_info.max}
+
 
 class TimedReport(pl.Callback):
     """Ray's checkpoint and report, at the run's checkpoint frequency and timed: training stands
@@ -24,8 +29,12 @@ class TimedReport(pl.Callback):
     Every epoch end reports its metrics (what Tune schedules on and Ray's history records); a
     checkpoint goes with it every `every_n_epochs` epochs, and at the end of training. With
     `every_n_steps`, a checkpoint is saved after every that many optimizer steps instead, inside
-    the epoch; such a report carries `mid_epoch=1` and the monitored metric as NaN, since
-    validation has not seen those weights, so Ray never ranks it best.
+    the epoch; such a report carries `mid_epoch=1` and the monitored metric as the worst finite
+    value for checkpoint.mode (UNVALIDATED), since validation has not seen those weights, so Ray
+    never ranks it best. Not NaN: Ray's checkpoint manager writes its snapshot as JSON, where NaN
+    comes back as null, and a run resumed by a new driver (resume=, a requeued SLURM job) then
+    failed scoring its next checkpoint against it ("unsupported operand type(s) for *: 'float'
+    and 'NoneType'", measured after a SLURM time-limit notice).
 
     `seconds`: how long training stood still per checkpoint (writing it, and with a waited-for
     upload, the upload too). With `background_upload`, Ray uploads from a thread while training
@@ -38,13 +47,14 @@ class TimedReport(pl.Callback):
         every_n_epochs: Optional[int] = None,
         every_n_steps: Optional[int] = None,
         monitor: Optional[str] = None,
+        mode: str = "max",
         background_upload: bool = False,
         after_report: Optional[Callable[[], None]] = None,
         local: Optional["LocalCheckpoints"] = None,
     ) -> None:
         self.every_n_epochs = every_n_epochs or 1
         self.every_n_steps = every_n_steps
-        self.monitor = monitor
+        self.monitor, self.mode = monitor, mode
         self.background_upload = background_upload
         self.after_report = after_report or (lambda: None)
         # Local mode: Ray Train keeps nothing that is reported; this keeps it instead.
@@ -107,7 +117,7 @@ class TimedReport(pl.Callback):
         metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
         metrics.update(epoch=trainer.current_epoch, step=trainer.global_step, mid_epoch=int(mid_epoch))
         if mid_epoch and self.monitor:
-            metrics[self.monitor] = float("nan")
+            metrics[self.monitor] = UNVALIDATED[self.mode]
         return metrics
 
     def checkpoint(self, trainer: Any, mid_epoch: bool, wait_upload: bool = False) -> None:
@@ -212,7 +222,7 @@ class LocalCheckpoints:
                 self.kept.remove(dropped)
 
     def _score(self, kept: Dict[str, Any]) -> float:
-        """Higher is better; an unvalidated (mid-epoch, NaN) or missing value ranks last."""
+        """Higher is better; an unvalidated (mid-epoch: UNVALIDATED, or NaN as before) or missing value ranks last."""
         value = kept["metrics"].get(self.monitor)
         if not isinstance(value, (int, float)) or math.isnan(value):
             return -math.inf

@@ -149,6 +149,7 @@ def _train(spec: RunSpec, mirror: WorkerMirror, restored: Optional[str]) -> Work
         every_n_epochs=ckpt.every_n_epochs,
         every_n_steps=ckpt.every_n_steps,
         monitor=ckpt.monitor,
+        mode=ckpt.mode,
         background_upload=ckpt.upload == "background",
         after_report=mirror.push,
         local=kept,
