@@ -23,7 +23,7 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_ANY ?= torch==2.13.0
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: install train test lint browser benchmark clean
+.PHONY: install train test lint browser slurm benchmark clean
 
 install: $(STAMP)
 
@@ -43,6 +43,13 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	  else echo "chromium or chromedriver is missing: sudo apt-get install chromium chromium-driver"; fi; }
 
+# The SLURM tests run a SLURM of their own on this machine (tests/test_slurm.py): Debian's daemons,
+# client commands and munge, not started here (the tests start and stop theirs, on free ports).
+slurm:
+	@{ command -v slurmctld && command -v slurmd && command -v sbatch && command -v munged; } >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null; \
+	  else echo "SLURM is missing: sudo apt-get install slurmctld slurmd slurm-client munge"; fi; }
+
 train: install
 	$(PY) train.py $(ARGS)
 
@@ -51,7 +58,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: install browser lint
+test: install browser slurm lint
 	$(PY) -m pytest $(ARGS)
 
 benchmark: install

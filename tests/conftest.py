@@ -8,19 +8,18 @@ in-process local start do so by leaving ray.address unset.
 import contextlib
 import json
 import os
-import re
 import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from raydra import ray_node
 from raydra.testing import free_port, start_ray_head, start_s3_server, stop_process_tree, stop_ray_node
 
 REPO = Path(__file__).resolve().parents[1]
@@ -239,21 +238,10 @@ def private_disk_cluster(tmp_path_factory):
     outputs = tmp_path_factory.mktemp("private_outputs")
     head_temp, worker_temp = _short_temp_dir("rayp-"), _short_temp_dir("rayw-")
     head_log = logs / "head.log"
-    head = _start_node(
-        [
-            "--head",
-            f"--port={free_port()}",
-            f"--dashboard-port={dashboard_port}",
-            f"--ray-client-server-port={free_port()}",
-            "--num-cpus=0",
-            f"--temp-dir={head_temp}",
-        ],
-        head_log,
-        env,
-    )
+    head = _start_node(["--head", *ray_node.head_port_flags(dashboard_port), "--num-cpus=0", f"--temp-dir={head_temp}"], head_log, env)
     worker = None
     try:
-        address = re.search(r"ray start --address='([^']+)'", _wait_node_started(head, head_log, "head")).group(1)
+        address = ray_node.join_address(_wait_node_started(head, head_log, "head"))
         cluster = PrivateDiskCluster(address=address, outputs=outputs, worker_temp_dir=worker_temp, env=env)
         worker = start_private_node(cluster, num_cpus=2, temp_dir=worker_temp, log_path=logs / "worker.log")
         yield cluster
@@ -284,33 +272,19 @@ def start_private_node(cluster: "PrivateDiskCluster", num_cpus: int, temp_dir: P
 
 
 def _start_node(args: list, log_path: Path, env: dict, private_dir: Path = None) -> subprocess.Popen:
-    ports = [
-        f"--node-manager-port={free_port()}",
-        f"--object-manager-port={free_port()}",
-        f"--metrics-export-port={free_port()}",
-        f"--dashboard-agent-listen-port={free_port()}",
-        f"--dashboard-agent-grpc-port={free_port()}",
-        f"--runtime-env-agent-port={free_port()}",
-        "--object-store-memory=300000000",
-        "--num-gpus=0",
-        "--disable-usage-stats",
-        "--block",
-    ]
-    cmd = [str(Path(sys.executable).parent / "ray"), "start", *args, *ports]
+    flags = [*args, *ray_node.port_flags(), "--object-store-memory=300000000", "--num-gpus=0"]
+    prefix = []
     if private_dir is not None:
         mount = 'mount -t tmpfs -o size=256m raydra-private-outputs "$1" && shift && exec "$@"'
-        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount, "sh", str(private_dir), *cmd]
-    with open(log_path, "w") as log:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        prefix = ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount, "sh", str(private_dir)]
+    return ray_node.start(flags, log_path, env, prefix=prefix)
 
 
 def _wait_node_started(proc: subprocess.Popen, log_path: Path, what: str) -> str:
-    deadline = time.time() + 120
-    while "Ray runtime started" not in log_path.read_text():
-        if proc.poll() is not None or time.time() > deadline:
-            pytest.fail(f"the private-disk cluster's {what} did not start: {log_path.read_text()[-2000:]}")
-        time.sleep(0.5)
-    return log_path.read_text()
+    try:
+        return ray_node.wait_started(proc, log_path, timeout=120)
+    except RuntimeError as error:
+        pytest.fail(f"the private-disk cluster's {what} did not start: {error}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,13 +8,23 @@ worker groups of an elastic run apart.
 """
 
 import hashlib
+import time
 from pathlib import Path
 
 from raydra.models.vit import ViTClassifier
 
 
 class RecordingViT(ViTClassifier):
+    """`pause_s`: each training step takes at least this long, so that a test's run trains for a
+    time it can count on whatever the machine's speed (a SLURM time limit's warning comes on
+    SLURM's clock, not the run's)."""
+
+    def __init__(self, *args, pause_s: float = 0.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pause_s = pause_s
+
     def on_train_batch_start(self, batch, batch_idx):
+        time.sleep(self.pause_s)
         images, _ = batch
         folder = Path(self.trainer.default_root_dir) / "seen"
         folder.mkdir(exist_ok=True)

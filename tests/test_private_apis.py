@@ -334,28 +334,44 @@ def test_the_state_api_address_named_in_the_environment_is_the_one_rays_clients_
 
 
 # A Ray Train run of one worker that reaches the two worker-side helpers the preemption notice uses.
+# The driver lists the run's worker processes as SLURM's time-limit notice does, while it trains.
 WORKER_SIDE_SCRIPT = """
-import sys, tempfile, threading
+import os, sys, tempfile, threading, time
 import ray, ray.train
 from ray.train.torch import TorchTrainer
-from raydra.private_apis import run_on_train_worker_main_thread, wait_until_reports_taken
+from raydra.private_apis import run_on_train_worker_main_thread, train_worker_actors, wait_until_reports_taken
+
+listed, marker = [], os.path.join(tempfile.mkdtemp(), "listed")
+
+def list_workers():
+    job = ray.get_runtime_context().get_job_id()
+    while not listed:
+        listed.extend(train_worker_actors(job))
+        time.sleep(0.2)
+    open(marker, "w").close()
 
 def train_fn():
     on_main = run_on_train_worker_main_thread(lambda: threading.current_thread() is threading.main_thread())
     ray.train.report({"reported": 1})
-    return {"on_main": on_main, "taken": wait_until_reports_taken(30)}
+    while not os.path.exists(marker):
+        time.sleep(0.1)
+    return {"on_main": on_main, "taken": wait_until_reports_taken(30), "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()}
 
 ray.init(address=sys.argv[1])
+threading.Thread(target=list_workers, daemon=True).start()
 result = TorchTrainer(train_fn, scaling_config=ray.train.ScalingConfig(num_workers=1),
                       run_config=ray.train.RunConfig(storage_path=tempfile.mkdtemp())).fit()
-print("RESULT", result.return_value)
+worker = result.return_value
+print("RESULT", {"on_main": worker["on_main"], "taken": worker["taken"]})
+print("LISTED", [(int(w["pid"]) == worker["pid"], w["node_id"] == worker["node"]) for w in listed])
 """
 
 
 @pytest.mark.e2e
-def test_a_train_worker_runs_a_function_on_its_main_thread_and_sees_its_reports_taken(ray_cluster):
+def test_a_train_worker_runs_a_function_on_its_main_thread_sees_its_reports_taken_and_is_listed(ray_cluster):
     """The preemption notice installs its SIGTERM handler through the first (only a process's main
-    thread may) and stops only after the second says the controller took its checkpoint."""
+    thread may) and stops only after the second says the controller took its checkpoint; SLURM's
+    time-limit notice finds the run's worker processes (pid and node) through the third."""
     import subprocess
     import sys
 
@@ -365,6 +381,7 @@ def test_a_train_worker_runs_a_function_on_its_main_thread_and_sees_its_reports_
         [sys.executable, "-c", WORKER_SIDE_SCRIPT, ray_cluster], capture_output=True, text=True, timeout=300, env=base_env()
     )
     assert "RESULT {'on_main': True, 'taken': True}" in done.stdout, done.stdout + done.stderr
+    assert "LISTED [(True, True)]" in done.stdout, done.stdout + done.stderr
 
 
 # On a local Ray of its own, started as a run that shares its process starts it (Ray Data's

@@ -47,6 +47,13 @@ def resolve_and_validate(cfg: DictConfig, overrides: Sequence[str] = ()) -> Dict
     composed = copy.deepcopy(cfg)
     resolve(cfg, overrides)
     validate(cfg)
+    if cfg.ray.address == "slurm":
+        from raydra.slurm import allocation
+
+        # Before Ray starts across it: an allocation too small for the workers is said at once.
+        problems = list(allocation.too_small(allocation.current(), OmegaConf.to_object(cfg.scale)))
+        if problems:
+            raise RaydraError(" ".join(problems))
     # Last: it imports the user's classes, which is worth doing only for an otherwise valid config.
     check_classes(cfg)
     return composed

@@ -1,5 +1,5 @@
-"""The `raydra` command: `raydra train [overrides]`, `raydra compare PATH...`, `raydra show RUN_DIR`,
-`raydra rerun RUN_DIR`.
+"""The `raydra` command: `raydra train [overrides]`, `raydra submit [overrides]`, `raydra compare PATH...`,
+`raydra show RUN_DIR`, `raydra rerun RUN_DIR`.
 
 `train` is `python train.py` for an installed raydra: the rest of its command line goes to Hydra
 unchanged, and the training stack is imported only then. compare and show are offline and quick:
@@ -19,12 +19,16 @@ from raydra import compare as cmp
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raydra", description="Train runs; compare and inspect raydra run directories.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,compare,show,rerun}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,submit,compare,show,rerun}")
 
     # Listed for `raydra --help` only: main() hands `raydra train ...` to Hydra before argparse
     # sees it, so that -m, --help, --cfg job and --config-dir mean what they mean to train.py.
     commands.add_parser(
         "train", help="train a run, a multirun (-m) or a Tune sweep: what python train.py does (raydra train --help)", add_help=False
+    )
+    # The same for `raydra submit`: its arguments are train's overrides.
+    commands.add_parser(
+        "submit", help="send a run or a multirun (-m) to SLURM as one batch job, then return (docs/slurm.md)", add_help=False
     )
 
     c = commands.add_parser(
@@ -177,6 +181,18 @@ def run_train(argv: List[str]) -> int:
     return 0
 
 
+def run_submit(argv: List[str]) -> int:
+    if argv[:1] in (["-h"], ["--help"]):
+        from raydra.slurm.submit import USAGE
+
+        print(USAGE)
+        return 0
+    project_on_path()
+    from raydra.slurm.submit import main as submit
+
+    return submit(argv)
+
+
 def run_rerun(args: argparse.Namespace) -> int:
     project_on_path()
     from raydra.rerun import rerun
@@ -188,6 +204,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["train"]:
         return run_train(argv[1:])
+    if argv[:1] == ["submit"]:
+        return run_submit(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -7,6 +7,7 @@ naming what was asked and what the cluster has.
 import logging
 import os
 import socket
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import ray
@@ -14,7 +15,8 @@ import ray
 from raydra.console import take_over_worker_output
 from raydra.errors import RaydraError
 from raydra.private_apis import lean_local_ray, leave_out_preemption_watcher, state_api_address_env
-from raydra.schema import ScaleConfig
+from raydra.ray_node import free_port
+from raydra.schema import ScaleConfig, SlurmConfig
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +24,8 @@ log = logging.getLogger(__name__)
 _started_here: Optional[str] = None
 # The GCS address of a multirun launcher's local Ray that this process joined as one of its jobs.
 _launchers_local_ray: Optional[str] = None
+# The GCS address of the Ray this process started across its SLURM allocation (ray.address=slurm).
+_allocations_ray: Optional[str] = None
 
 
 def connect(
@@ -31,8 +35,12 @@ def connect(
     runtime_env: Optional[Dict[str, Any]] = None,
     dashboard: bool = True,
     launchers_local: bool = False,
+    slurm: Optional[SlurmConfig] = None,
+    record_dir: Optional[Path] = None,
 ) -> None:
-    """Join `address`, or start a local Ray inside this process when it is null. `runtime_env`:
+    """Join `address`, or start a local Ray inside this process when it is null, or Ray across the
+    SLURM allocation this process runs in when it is "slurm" (`slurm`: its settings; the nodes' logs
+    go to the logs/ of `record_dir`, the run's or multirun's directory; raydra.slurm.cluster). `runtime_env`:
     Ray's, for every process of the run (raydra.project.runtime_env: the user's code).
     `dashboard=False`: a local Ray starts without its dashboard, which serves Ray's State API. Only
     Ray Train's placement-group cleaner asks that API here, and a run whose process ends with it
@@ -50,6 +58,12 @@ def connect(
     shipping = [str(p) for p in [(runtime_env or {}).get("working_dir"), *(runtime_env or {}).get("py_modules", [])] if p]
     # Keep Ray's usage-stats prompt and upload off: runs must never wait on the network.
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    global _started_here, _launchers_local_ray, _allocations_ray
+    if address == "slurm":
+        from raydra.slurm import cluster as allocation_cluster
+
+        settings = slurm or SlurmConfig()
+        address = _allocations_ray = allocation_cluster.start(record_dir or Path.cwd(), settings.join_timeout_s, settings.requeue)
     if address and address != "auto" and not address.startswith("ray://"):
         _check_reachable(address)
     dashboard_port = None
@@ -90,7 +104,6 @@ def connect(
             # Ray sends its auth token to an explicitly named address only when told to.
             hint += "; if the cluster uses token authentication (Ray's default), set RAY_AUTH_MODE=token"
         raise RaydraError(f"could not reach the Ray cluster at ray.address={address} ({error}); {hint}.") from None
-    global _started_here, _launchers_local_ray
     if not address:
         _started_here = ray.get_runtime_context().gcs_address
     elif launchers_local:
@@ -112,9 +125,11 @@ def is_local_ray() -> bool:
 
 def has_no_autoscaler() -> bool:
     """Whether the cluster is known to have no autoscaler: a local Ray raydra started, this
-    process's own or its multirun launcher's. Ray Train's requests to an autoscaler would go to a
+    process's own or its multirun launcher's, or Ray across this process's SLURM allocation. Ray Train's requests to an autoscaler would go to a
     coordinating actor of Ray Data's that the first run on a cluster starts (~1.3 s of CPU, measured)."""
     if is_local_ray():
+        return True
+    if _allocations_ray is not None and ray.is_initialized() and ray.get_runtime_context().gcs_address == _allocations_ray:
         return True
     return _launchers_local_ray is not None and ray.is_initialized() and ray.get_runtime_context().gcs_address == _launchers_local_ray
 
@@ -129,13 +144,6 @@ def _only_node_is_this_one() -> bool:
     after the cluster grew (an autoscaler adding nodes) still start no watcher."""
     alive = [node for node in ray.nodes() if node["Alive"]]
     return len(alive) == 1 and alive[0]["NodeID"] == ray.get_runtime_context().get_node_id()
-
-
-def free_port() -> int:
-    """A TCP port on the loopback interface that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _check_reachable(address: str) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import ray
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from raydra import fit, project, resolve, resume, run_record, startup, summary
 from raydra.callbacks import resolve_and_validate
@@ -34,6 +34,7 @@ from raydra.errors import RaydraError, one_line
 from raydra.multirun_job import JobSettings
 from raydra.redact import redact, redact_hydra_records
 from raydra.signals import sigterm_interrupts
+from raydra.slurm import allocation, time_limit
 from raydra.spec import Place, RunSpec
 
 log = logging.getLogger("raydra")
@@ -61,7 +62,11 @@ def train_run(
         with open_dict(cfg):
             cfg.resume = job.resume
     try:
-        if (run_dir / summary.SUMMARY).exists() and not (job and job.resume):
+        requeued = allocation.requeued()
+        if requeued and not cfg.resume and not job:
+            # SLURM runs a requeued job's batch script again: the run it started continues.
+            _continue_slurm_job(cfg, requeued)
+        if (run_dir / summary.SUMMARY).exists() and not _continues_here(cfg, run_dir):
             raise RaydraError(f"{run_dir} already holds a run; give this one its own hydra.run.dir.")
         composed = resolve_and_validate(cfg, overrides)
         if cfg.resume:
@@ -69,6 +74,8 @@ def train_run(
         if cfg.paths.storage:
             # Before Ray starts: a bad URI, endpoint or credentials fail in a second, not after it.
             run_record.check_writable(cfg.paths.storage)
+        if time_limit.noticed():
+            raise KeyboardInterrupt  # SLURM's time limit is near already: nothing would train
         if cfg.scale.num_workers == 0:
             log.info("local mode (scale.num_workers=0): training in this process, without Ray")
         else:
@@ -82,6 +89,8 @@ def train_run(
                 project.runtime_env(cfg),
                 dashboard=not process_ends_with_run,
                 launchers_local=bool(job and job.local_ray),
+                slurm=OmegaConf.to_object(cfg.slurm),
+                record_dir=run_dir,
             )
         # After connecting: ray.init installs its own SIGTERM handler, which would end the process
         # without a summary.
@@ -100,12 +109,12 @@ def train_run(
             worker_output.start_run(run_dir)
         marks["resolved"] = time.time()
         try:
-            fit.fit_and_record(spec, record, started, marks=marks, process_ends_with_run=process_ends_with_run)
+            # SLURM's time-limit notice (when this process watches for it): the workers checkpoint
+            # at the step in flight and the fit ends interrupted.
+            with time_limit.run_stops_on_notice() if time_limit.watched() and not spec.local else contextlib.nullcontext():
+                fit.fit_and_record(spec, record, started, marks=marks, process_ends_with_run=process_ends_with_run)
         finally:
             worker_output.end_run()
-    except RaydraError as error:
-        _fail(record, place, started, str(error))
-        raise
     except KeyboardInterrupt:
         # Ray Train's controller and workers train on until this process leaves Ray, and a checkpoint
         # they register after the one named here deletes it under checkpoint.num_to_keep (seen in
@@ -113,17 +122,43 @@ def train_run(
         # checkpoint that was being registered as Ray stopped them a moment.
         if ray.is_initialized():
             ray.shutdown()
-        record["checkpoints"] = {"last": last_checkpoint(run_dir, run_id, place.storage, settle_s=5.0)}
-        _fail(record, place, started, "interrupted (Ctrl-C or SIGTERM); continue it with resume=" + str(run_dir), status="interrupted")
+        _interrupted(record, place, started, run_dir, run_id)
         raise
     except Exception as error:
-        _fail(record, place, started, one_line(error))
+        if time_limit.noticed():
+            # Its workers stopped on the notice's SIGTERM, which Ray Train reports as their failure.
+            _interrupted(record, place, started, run_dir, run_id)
+            raise KeyboardInterrupt from error
+        _fail(record, place, started, str(error) if isinstance(error, RaydraError) else one_line(error))
         raise
     finally:
         restore_sigterm()
     _report(record, spec)
     run_record.push_driver_files(place)  # driver.log with the closing lines
     return record
+
+
+def _interrupted(record: Dict[str, Any], place: Place, started: float, run_dir: Path, run_id: str) -> None:
+    """Record the run interrupted (Ctrl-C, SIGTERM, SLURM's time-limit notice), with its last
+    checkpoint and the command that continues it."""
+    record["checkpoints"] = {"last": last_checkpoint(run_dir, run_id, place.storage, settle_s=5.0)}
+    why = time_limit.reason() if time_limit.noticed() else "interrupted (Ctrl-C or SIGTERM)"
+    _fail(record, place, started, f"{why}; continue it with resume={run_dir}", status="interrupted")
+
+
+def _continue_slurm_job(cfg: DictConfig, job_id: str) -> None:
+    """Set resume= to the run this SLURM job started before it was requeued, if it started one."""
+    earlier = resume.of_slurm_job(cfg, job_id)
+    if earlier is not None:
+        log.info(f"SLURM requeued job {job_id}: continuing its run {earlier}")
+        with open_dict(cfg):
+            cfg.resume = str(earlier)
+
+
+def _continues_here(cfg: DictConfig, run_dir: Path) -> bool:
+    """resume= names this invocation's own directory (a resumed multirun's job, a requeued SLURM
+    job whose hydra.run.dir is fixed): the run continues in place."""
+    return bool(cfg.resume) and cfg.resume != "latest" and Path(str(cfg.resume)).expanduser().resolve() == run_dir
 
 
 def _import_in_background(data_target: Optional[str]) -> None:

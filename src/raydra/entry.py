@@ -68,8 +68,15 @@ def main(cfg: DictConfig) -> Optional[float]:
     multirun = hydra.mode == RunMode.MULTIRUN
     # raydra's launcher's settings for this job, if it is one of its jobs: its process is its own.
     job = JobSettings.take() if multirun else None
-    if job and cfg.ray.address is None:
-        # The recorded config (.hydra/config.yaml, written before this) keeps the null the user gave.
+    if cfg.ray.address == "slurm" or (job and job.time_limit_notice):
+        from raydra.slurm import time_limit
+
+        # SLURM's time-limit notice (SIGUSR1) from here on: noted and acted on, where by default it
+        # would end this process.
+        time_limit.watch()
+    if job and cfg.ray.address in (None, "slurm"):
+        # The multirun's cluster (a local Ray, or Ray across its SLURM allocation). The recorded
+        # config (.hydra/config.yaml, written before this) keeps what the user gave.
         with open_dict(cfg):
             cfg.ray.address = job.ray_address
     hidden = shadowed_configs([s["path"] for s in hydra.runtime.config_sources if s["schema"] == "file"], CONF_DIR)

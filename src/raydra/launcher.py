@@ -43,6 +43,7 @@ from raydra.multirun_job import JobFailed, JobSettings
 from raydra.run_record import CONSOLE, JOBS_RECORD, MULTIRUN_LOG
 from raydra.schema import data_loader
 from raydra.signals import sigterm_interrupts
+from raydra.slurm import allocation, time_limit
 
 log = logging.getLogger("raydra")
 
@@ -171,7 +172,9 @@ def _take_over_record(multirun: Multirun, jobs: List[Job]) -> None:
     from raydra.redact import redact
 
     recorded = _read_record(multirun.sweep_dir)
-    if multirun.first_batch and not multirun.settings.resume:
+    # SLURM runs a requeued job's batch script again: the multirun it started continues.
+    resume = multirun.settings.resume or bool(recorded and allocation.requeued())
+    if multirun.first_batch and not resume:
         held = [job for job in jobs if (job.dir / summary.SUMMARY).is_file()] if multirun.raydra_runs else []
         if held:
             raise RaydraError(
@@ -214,6 +217,10 @@ def _prepare_runs(multirun: Multirun, jobs: List[Job]) -> None:
 
     if not jobs:
         return
+    on_allocation = jobs[0].cfg.ray.address == "slurm"
+    if on_allocation:
+        # SLURM's time-limit notice from here on: noted, then passed on to the jobs (_schedule).
+        time_limit.watch()
     # A config mistake in any job refuses the whole multirun, before any job runs: the grid is
     # fixed first and then run, as Hydra already does for values of the wrong type.
     for job in jobs:
@@ -232,7 +239,15 @@ def _prepare_runs(multirun: Multirun, jobs: List[Job]) -> None:
     # No dashboard for a local Ray of the multirun's: its State API serves Ray Train's placement-group
     # cleaner, which runs whose process ends with them do not start (a tune= job's trials do).
     dashboard = any(job.cfg.get("tune") is not None for job in jobs)
-    connect(first.ray.address, first.ray.num_cpus, first.verbose, project.runtime_env(first), dashboard=dashboard)
+    connect(
+        first.ray.address,
+        first.ray.num_cpus,
+        first.verbose,
+        project.runtime_env(first),
+        dashboard=dashboard,
+        slurm=OmegaConf.to_object(first.slurm),
+        record_dir=multirun.sweep_dir,
+    )
     if not alongside:
         job_process.start_server()
     import ray
@@ -245,7 +260,9 @@ def _prepare_runs(multirun: Multirun, jobs: List[Job]) -> None:
         # The multirun's cluster for a job whose ray.address is null (its own address otherwise),
         # and one W&B group named as a tune= sweep's (<date>_<time>_<name>).
         local_ray = is_local_ray() and job.cfg.ray.address is None
-        job.settings = JobSettings(ray_address=address, wandb_group=group, resume=job.settings.resume, local_ray=local_ray)
+        job.settings = JobSettings(
+            ray_address=address, wandb_group=group, resume=job.settings.resume, local_ray=local_ray, time_limit_notice=on_allocation
+        )
     if not is_local_ray():
         # The jobs join the cluster themselves: this process, which only watches them, leaves it now
         # rather than after the last job (Ray's disconnect took ~0.6 s of the multirun's end).
@@ -350,27 +367,45 @@ def _schedule(multirun: Multirun, jobs: List[Job]) -> None:
     queued = [job for job in jobs if job.status != "kept"]
     running: List[Job] = []
     max_concurrent = multirun.settings.max_concurrent
+
+    def pass_notice_on() -> bool:
+        """SLURM's time-limit notice: each running job's driver gets it (its workers checkpoint and
+        it ends interrupted); no queued job starts."""
+        for job in running:
+            if job.process is not None and job.process.exitcode is None:
+                os.kill(job.process.pid, time_limit.NOTICE)
+        return bool(running)
+
     try:
-        while queued or running:
-            # In order: a job that does not fit yet waits for room rather than being overtaken.
-            while queued and _room_for(queued[0], running, max_concurrent):
-                job = queued.pop(0)
-                _start(multirun, job, running_after=sum(not j.trained for j in running) + 1, waiting=len(queued))
-                running.append(job)
-            for job in running[:]:
-                if _ended(job):
-                    running.remove(job)
-                    _settle(multirun, job, stopped=False)
-                    _record(multirun, jobs)
-                elif multirun.raydra_runs and not job.trained:
-                    job.trained = _outcome_recorded(job)
-            _wait_for_an_end(running)
+        with time_limit.on_notice(pass_notice_on):
+            _run_queue(multirun, jobs, queued, running, max_concurrent)
     except BaseException:
         # Ctrl-C, SIGTERM, or a fault here: no job may go on running unwatched.
         _stop(multirun, running)
         for job in queued:
             job.status, job.error = "not started", "the multirun stopped before it started"
         raise
+    for job in queued:
+        job.status, job.error = "not started", time_limit.reason().split(";")[0] + "; the requeued job runs it"
+
+
+def _run_queue(multirun: Multirun, jobs: List[Job], queued: List[Job], running: List[Job], max_concurrent: Optional[int]) -> None:
+    """Start the queued jobs in order as room frees, until every one has ended (or SLURM's
+    time-limit notice came: then until the running ones have)."""
+    while (queued and not time_limit.noticed()) or running:
+        # In order: a job that does not fit yet waits for room rather than being overtaken.
+        while queued and not time_limit.noticed() and _room_for(queued[0], running, max_concurrent):
+            job = queued.pop(0)
+            _start(multirun, job, running_after=sum(not j.trained for j in running) + 1, waiting=len(queued))
+            running.append(job)
+        for job in running[:]:
+            if _ended(job):
+                running.remove(job)
+                _settle(multirun, job, stopped=False)
+                _record(multirun, jobs)
+            elif multirun.raydra_runs and not job.trained:
+                job.trained = _outcome_recorded(job)
+        _wait_for_an_end(running)
 
 
 def _join_processes(jobs: List[Job]) -> None:

@@ -51,6 +51,9 @@ class JobSettings:
     resume: Optional[str] = None
     # ray_address is a local Ray the launcher started (one machine, no autoscaler).
     local_ray: bool = False
+    # The multirun runs across a SLURM allocation: the launcher passes SLURM's time-limit notice
+    # (SIGUSR1) on to the job, whose workers checkpoint and stop (raydra.slurm.time_limit).
+    time_limit_notice: bool = False
 
     def env(self) -> Dict[str, str]:
         return {SETTINGS_ENV: json.dumps(asdict(self))}

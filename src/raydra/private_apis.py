@@ -406,6 +406,24 @@ def tune_stop_probe() -> Callable[[], bool]:
     return lambda: session is not None and session.stop_event.is_set()
 
 
+# The class name of Ray Train V2's worker actors (ray.train.v2._internal.execution.worker_group.worker),
+# one per training worker, which the State API lists with its pid and node.
+RAY_TRAIN_WORKER_CLASS = "RayTrainWorker"
+
+
+def train_worker_actors(job_id: str) -> List[Dict[str, str]]:
+    """The live Ray Train worker processes of Ray job `job_id` (a driver's own runs), each as
+    {"actor_id", "node_id", "pid"}.
+
+    Ray's State API is public; the worker actors' class name is not. raydra needs the processes to
+    send each the preemption notice (SIGTERM) SLURM's time-limit warning stands for: Ray Train
+    offers no call that asks a running worker group to checkpoint and stop."""
+    from ray.util.state import list_actors
+
+    filters = [("class_name", "=", RAY_TRAIN_WORKER_CLASS), ("state", "=", "ALIVE"), ("job_id", "=", job_id)]
+    return [{"actor_id": a.actor_id, "node_id": a.node_id, "pid": str(a.pid)} for a in list_actors(filters=filters, limit=10_000)]
+
+
 def submitted_job_working_dir() -> Any:
     """The working_dir of the Ray job this driver runs in (`ray job submit --working-dir .`), or None.
 

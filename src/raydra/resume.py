@@ -11,7 +11,7 @@ Hydra record (rewriting hydra.run.dir would need the run dir known before Hydra 
 """
 
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -22,7 +22,7 @@ from raydra.keys import flatten
 from raydra.redact import redact
 
 # Keys that say how or where to run, not what is trained: changing them does not change the run.
-NOT_THE_RUN = {"resume", "resume_force", "ray", "verbose", "paths", "failure"}
+NOT_THE_RUN = {"resume", "resume_force", "ray", "slurm", "verbose", "paths", "failure"}
 
 
 def find(cfg: DictConfig) -> Path:
@@ -55,6 +55,14 @@ def find(cfg: DictConfig) -> Path:
             "resume with the original settings, or add resume_force=true to continue with the new ones."
         )
     return run_dir
+
+
+def of_slurm_job(cfg: DictConfig, job_id: str) -> Optional[Path]:
+    """The run of this name that SLURM job `job_id` started before SLURM requeued it, if any: the
+    run a requeued job continues (resume=latest's rule, narrowed to the job's own run)."""
+    root = Path(cfg.paths.outputs, "runs")
+    mine = [p.parent for p in root.glob("*/*/" + summary.SUMMARY) if _started(p.parent, cfg.name, job_id)]
+    return max(mine, key=lambda p: summary.read(p).get("started_at", "")) if mine else None
 
 
 def _fetch(cfg: DictConfig) -> Path:
@@ -100,9 +108,11 @@ def changed_keys(old: Dict[str, Any], cfg: DictConfig) -> List[str]:
     ]
 
 
-def _started(run_dir: Path, name: str) -> bool:
+def _started(run_dir: Path, name: str, slurm_job: Optional[str] = None) -> bool:
     try:
         record = summary.read(run_dir)
     except (OSError, ValueError):
+        return False
+    if slurm_job is not None and (record.get("slurm") or {}).get("job_id") != slurm_job:
         return False
     return record.get("name") == name and "config_hash" in record

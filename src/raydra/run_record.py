@@ -60,6 +60,16 @@ BEST_CHECKPOINT = "best_checkpoint.ckpt"
 MULTIRUN_LOG = "multirun.log"
 JOBS_RECORD = "jobs.json"
 CONSOLE = "console.log"
+# A run or multirun that `raydra submit` sent to SLURM: its batch script, and the job's output, one
+# file per SLURM job id (sbatch's %j), every attempt of a requeued job appended to it. Beside them in
+# logs/: each allocation node's Ray node output (slurm-ray-<node>.log).
+SLURM_SCRIPT = "slurm.sh"
+SLURM_OUTPUT = "slurm-%j.out"
+
+
+def slurm_node_log(node: str) -> str:
+    """The output of an allocation node's `ray start`, relative to the run (or multirun) directory."""
+    return f"{LOGS}/slurm-ray-{node}.log"
 
 
 def worker_log(rank: int) -> str:

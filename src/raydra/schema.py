@@ -240,7 +240,8 @@ class FailureConfig:
 @dataclass
 class RayConfig:
     # null starts a local Ray inside this process; "auto" (the cluster of `ray start`) or
-    # "ray://host:10001" joins a cluster.
+    # "ray://host:10001" joins a cluster; "slurm" starts Ray across the SLURM allocation this runs
+    # in (sbatch, salloc; docs/slurm.md) and stops it when the command ends.
     address: Optional[str] = None
     # Only for a local start: cap the CPUs Ray may use (null = all of this machine's).
     num_cpus: Optional[int] = None
@@ -254,6 +255,38 @@ class RayConfig:
     # The rest of Ray's runtime_env for the run's processes, handed to ray.init as it is: env_vars,
     # py_modules, pip, excludes (added to raydra's: .git, .venv, caches, checkpoints, paths.outputs).
     runtime_env: Dict[str, Any] = field(default_factory=lambda: DictConfig({}, flags={"struct": False}))
+
+
+@dataclass
+class SlurmConfig:
+    """`slurm.*`: what `raydra submit` asks SLURM for, and how a run inside an allocation
+    (ray.address=slurm) starts its Ray cluster and meets the time limit (docs/slurm.md)."""
+
+    # Nodes of the allocation: one Ray node on each; the first also runs the driver.
+    nodes: int = 1
+    # CPUs and GPUs asked for on each node. null: what the run's workers need there,
+    # ceil(workers / nodes) x scale.cpus_per_worker (and x scale.gpus_per_worker with scale.use_gpu).
+    cpus_per_node: Optional[int] = None
+    gpus_per_node: Optional[int] = None
+    # The job's time limit as sbatch takes it ("04:00:00", "2-00:00:00"); null: the partition's default.
+    time: Optional[str] = None
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    # The job's name in squeue; null: the run's name.
+    job_name: Optional[str] = None
+    # More sbatch options, one #SBATCH line each: ["--mem=0", "--constraint=a100", "--qos=high"].
+    sbatch: List[str] = field(default_factory=list)
+    # Shell lines the batch script runs before raydra: ["module load cuda/12.4", "source ~/env/bin/activate"].
+    setup: List[str] = field(default_factory=list)
+    # The Python the job runs raydra with; null: the one that ran `raydra submit` (a shared disk's path).
+    python: Optional[str] = None
+    # Seconds before the time limit that SLURM warns the job (SIGUSR1 to the batch shell): every
+    # worker checkpoints at the step in flight, the run stops as interrupted and, with requeue, the
+    # job goes back to the queue and continues the run. null: no warning; the limit ends the job.
+    notice_before_s: Optional[int] = 120
+    requeue: bool = True
+    # ray.address=slurm: how long the allocation's other nodes get to join the Ray cluster.
+    join_timeout_s: float = 180.0
 
 
 @dataclass
@@ -343,6 +376,8 @@ class RaydraConfig:
     callbacks: Any = field(default_factory=dict)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     ray: RayConfig = field(default_factory=RayConfig)
+    # A SLURM job: what `raydra submit` asks for, and ray.address=slurm's time-limit handling.
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
     failure: FailureConfig = field(default_factory=FailureConfig)
     # A run directory to continue in place (same run id, metrics.csv, W&B run, checkpoints), or
     # "latest": the newest run of this name under paths.outputs. A completed run is never retrained.
@@ -509,6 +544,7 @@ def problems_of(cfg: Any) -> Iterator[str]:
             yield from _positive(f"checkpoint.{key}", ckpt[key])
     if cfg.failure.max_failures < -1:
         yield f"failure.max_failures={cfg.failure.max_failures} must be -1 (no limit) or a count from 0."
+    yield from _validate_slurm(cfg.slurm)
     if cfg.get("tune") is not None:
         yield from _validate_tune(cfg.tune)
     loader = cfg.data.get("loader")
@@ -616,6 +652,17 @@ def _validate_strategy(strategy: Any, scale: Any, precision: str) -> Iterator[st
             yield ("strategy=deepspeed needs the deepspeed package; install it with `pip install raydra[deepspeed]`.")
 
 
+def _validate_slurm(slurm: Any) -> Iterator[str]:
+    yield from _positive("slurm.nodes", slurm.nodes)
+    if slurm.cpus_per_node is not None:
+        yield from _positive("slurm.cpus_per_node", slurm.cpus_per_node)
+    if slurm.gpus_per_node is not None and slurm.gpus_per_node < 0:
+        yield f"slurm.gpus_per_node={slurm.gpus_per_node} is negative; ask for 0 or more, or null for what the workers need."
+    if slurm.notice_before_s is not None:
+        yield from _positive("slurm.notice_before_s", slurm.notice_before_s)
+    yield from _positive("slurm.join_timeout_s", slurm.join_timeout_s)
+
+
 SEARCHES = ("random", "optuna")
 SCHEDULERS = ("asha", "fifo")
 
@@ -637,8 +684,8 @@ def _validate_tune(tune: Any) -> Iterator[str]:
     if tune.mode is not None and tune.mode not in {"min", "max"}:
         yield (f"tune.mode={tune.mode} must be min or max (or null for checkpoint.mode).")
     if tune.max_concurrent is not None:
-        _positive("tune.max_concurrent", tune.max_concurrent)
-    _positive("tune.asha.grace_period", tune.asha.grace_period)
+        yield from _positive("tune.max_concurrent", tune.max_concurrent)
+    yield from _positive("tune.asha.grace_period", tune.asha.grace_period)
     if tune.asha.reduction_factor <= 1:
         yield (f"tune.asha.reduction_factor={tune.asha.reduction_factor} must be above 1.")
     if tune.asha.max_t is not None and tune.asha.max_t < tune.asha.grace_period:

@@ -21,6 +21,7 @@ from raydra.errors import out_of_space
 
 # The names of the record's files are run_record's; these two are read through this module too.
 from raydra.run_record import CHECKPOINT_FILE, SUMMARY  # noqa: F401
+from raydra.slurm.allocation import job_record
 from raydra.spec import Place, RunSpec, WorkerOutcome
 from raydra.storage import replacing
 
@@ -80,7 +81,7 @@ def git_commit(cwd: Path) -> Any:
 
 def new_summary(cfg: DictConfig, run_dir: Path, run_id: str, overrides: List[str]) -> Dict[str, Any]:
     """summary.json's opening content, from the composed config, before it is validated."""
-    return {
+    record = {
         "name": cfg["name"],
         "run_id": run_id,
         "run_dir": str(run_dir),
@@ -100,6 +101,12 @@ def new_summary(cfg: DictConfig, run_dir: Path, run_id: str, overrides: List[str
         "git_commit": git_commit(Path(__file__).parent),
         "versions": versions(),
     }
+    slurm = job_record()
+    if slurm:
+        # The SLURM job it runs in: where its logs and accounting are, and how a requeued job finds
+        # the run it started (resume.of_slurm_job).
+        record["slurm"] = slurm
+    return record
 
 
 def record_start(spec: RunSpec, summary: Dict[str, Any]) -> None:
@@ -162,7 +169,8 @@ def outcome(result: Any, worker: WorkerOutcome, spec: RunSpec) -> Dict[str, Any]
         best = {k: json_number(v) for k, v in row.items() if json_number(v) is not None}
     best_checkpoint = None
     if kept:
-        # Mid-epoch checkpoints report the monitor as NaN (unvalidated weights): never the best.
+        # Mid-epoch checkpoints report the monitor as the worst value there is (unvalidated weights;
+        # NaN in runs recorded before): never the best.
         worst = float("-inf") if mode == "max" else float("inf")
         scored = [(c, m.get(monitor)) for c, m in kept]
         scored = [(c, v if isinstance(v, (int, float)) and v == v else worst) for c, v in scored]

@@ -6,6 +6,7 @@ import logging
 import os
 import posixpath
 import re
+import signal
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -23,6 +24,7 @@ from raydra.redact import redact_hydra_records
 from raydra.resolve import wandb_mode
 from raydra.resume import changed_keys
 from raydra.signals import sigterm_interrupts
+from raydra.slurm import time_limit
 from raydra.spec import Place
 from raydra.sweep import report
 from raydra.sweep.report import Progress
@@ -95,7 +97,14 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
             run_record.check_writable(cfg.paths.storage)
             record["storage"] = sweep_place.storage
 
-        connect(cfg.ray.address, cfg.ray.num_cpus, cfg.verbose, project.runtime_env(cfg))
+        connect(
+            cfg.ray.address,
+            cfg.ray.num_cpus,
+            cfg.verbose,
+            project.runtime_env(cfg),
+            slurm=OmegaConf.to_object(cfg.slurm),
+            record_dir=sweep_dir,
+        )
         # Tune ends its trials and saves its state on SIGINT, so tune.resume= can continue the sweep.
         restore_sigterm = sigterm_interrupts(as_sigint=True)
         check_fits(OmegaConf.to_object(cfg.scale))
@@ -115,7 +124,7 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
         # Concurrent trials' epoch lines would interleave; _Progress prints one line per trial event.
         echo, worker_output.echo_progress = worker_output.echo_progress, False
         try:
-            with run_record.Follower(sweep_place, skip=(run_record.TUNE, run_record.CHECKPOINTS)):
+            with run_record.Follower(sweep_place, skip=(run_record.TUNE, run_record.CHECKPOINTS)), time_limit.on_notice(_stop_as_ctrl_c):
                 grid = tuner.fit()
         except Exception as error:
             friendly = _tune_error(error, metric)
@@ -314,6 +323,13 @@ def _freeze_resolver_calls(node: Any, plain: Any) -> None:
         elif isinstance(value, str) and RESOLVER_CALL.search(value):
             resolved = node[key]
             plain[key] = OmegaConf.to_container(resolved, resolve=True) if isinstance(resolved, (DictConfig, ListConfig)) else resolved
+
+
+def _stop_as_ctrl_c() -> bool:
+    """SLURM's time-limit notice to a sweep: Tune ends its trials and saves its state, as on Ctrl-C.
+    The job is not requeued: tune.resume=<sweep dir> continues the sweep."""
+    os.kill(os.getpid(), signal.SIGINT)
+    return False
 
 
 def _tune_error(error: BaseException, metric: str) -> Optional[RaydraError]:

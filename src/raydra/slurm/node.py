@@ -1,0 +1,50 @@
+"""What srun runs on each node of the allocation but the head's: a Ray node that joins the head.
+
+    python -m raydra.slurm.node <head address> <CPUs>
+
+It runs as the one task of a job step on its node, so everything about it is that node's: its ports
+are free ones there (two jobs sharing a node never meet), its temp dir is its own under TMPDIR, and
+its GPUs are those SLURM gave the step (SLURM_GPUS_ON_NODE; none when unset, so GPUs the job was not
+given stay unused). `ray start` prints to this step's output, which srun hands back to the head's
+log. It stays in the foreground until the head asks it to stop (SIGUSR2 through srun) or SLURM ends
+the step (SIGTERM), then stops its Ray node and removes its temp dir.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from typing import List, Optional
+
+from raydra import ray_node
+
+# What the head sends srun to stop this node: srun passes it on to the task unchanged.
+STOP = signal.SIGUSR2
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    address, cpus = (argv if argv is not None else sys.argv[1:])[:2]
+    temp_dir = tempfile.mkdtemp(prefix=f"ray-{os.environ.get('SLURM_JOB_ID', 'job')}-")
+    cmd = [
+        ray_node.ray_command(), "start", f"--address={address}", f"--num-cpus={cpus}",
+        f"--num-gpus={os.environ.get('SLURM_GPUS_ON_NODE') or 0}", f"--temp-dir={temp_dir}",
+        *ray_node.port_flags(), "--disable-usage-stats", "--block",
+    ]  # fmt: skip
+    node = subprocess.Popen(cmd)
+
+    def stop(signum: int, frame: object) -> None:
+        node.terminate()  # `ray start --block` stops the node's processes in order
+
+    # SIGUSR2 is how the head asks (srun passes it on to the task, where SIGTERM to srun would
+    # abort the step with SIGKILL); SIGTERM is SLURM's own when the job ends.
+    for signum in (STOP, signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop)
+    code = node.wait()
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

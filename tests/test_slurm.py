@@ -1,0 +1,424 @@
+"""SLURM for real: Debian's slurm-wlm on this machine (slurmctld, two slurmd as nodes node1 and
+node2 of 1 CPU each, a munged of its own, on free ports; raydra.testing.start_slurm), jobs sent with
+sbatch, salloc and `raydra submit`, and SLURM's own time limit, requeue and scancel acting on them.
+Both nodes are this host: they share its disk, as a SLURM cluster's nodes share theirs.
+
+The allocation's Ray cluster is one Ray node per SLURM node, so a 2-worker run of 1 CPU each has a
+worker on each node. What runs on the allocation is raydra's own code path, unchanged.
+"""
+
+import json
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from conftest import REPO, base_env, ran_side_by_side, run_dirs, summary_of
+from omegaconf import OmegaConf
+from probe import seen_per_epoch
+
+from raydra import run_record
+from raydra.testing import start_slurm, stop_slurm
+
+# Epochs of ~1 s on the two 1-CPU nodes; the time-limit run needs epochs to spare after its notice.
+RUN = ("experiment=vit_digits_smoke", "logger=csv", "trainer.test=false", "ray.working_dir=null")
+NOTICE = re.compile(r"preemption notice \(SIGTERM\) after global step (\d+); saving a checkpoint at global step (\d+)")
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("a SLURM of the tests' own runs as root (SlurmUser=root)")
+    root = Path(tmp_path_factory.mktemp("slurm", numbered=True))
+    # munge's socket lives under the root: keep the path short.
+    short = Path("/tmp") / f"slurm-{root.name}-{os.getpid()}"
+    short.mkdir()
+    try:
+        cluster = start_slurm(short, nodes=2, cpus_per_node=1)
+    except RuntimeError as error:
+        if "is not installed" in str(error):
+            pytest.skip(f"{error}")
+        raise
+    try:
+        yield cluster
+    finally:
+        stop_slurm(cluster)
+
+
+def _env(slurm) -> dict:
+    return {**base_env(), **slurm.env}
+
+
+def _sbatch(slurm, script: Path) -> str:
+    done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, env=_env(slurm), cwd=REPO, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def _job(slurm, job: str) -> dict:
+    """The job's state as scontrol says it ({} once SLURM has forgotten it)."""
+    try:
+        text = slurm.command("scontrol", "show", "job", job, "-o")
+    except subprocess.CalledProcessError:
+        return {}
+    return dict(field.split("=", 1) for field in text.split() if "=" in field)
+
+
+def _wait_job_gone(slurm, job: str, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        state = _job(slurm, job).get("JobState")
+        if state in (None, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+            return
+        time.sleep(1)
+    pytest.fail(f"SLURM job {job} still {state} after {timeout} s")
+
+
+def _batch_script(path: Path, output: Path, command: list, nodes: int = 2) -> Path:
+    path.write_text(
+        "\n".join(["#!/bin/bash", f"#SBATCH --nodes={nodes}", f"#SBATCH --output={output}", f"cd {REPO}", "exec " + " ".join(command), ""])
+    )
+    return path
+
+
+def _left_running(record_dir: Path) -> list:
+    """What is left on this machine of the Ray cluster a job started across its allocation: the
+    processes and temp dirs of its nodes (each node's `ray start` output names its temp dir)."""
+    temp_dirs = set()
+    for log in record_dir.glob("logs/slurm-ray-*.log"):
+        temp_dirs |= set(re.findall(r"(/\S+/ray-\d+-[^/\s]+)/session_", log.read_text(errors="replace")))
+    assert temp_dirs, f"no node of the job's cluster said where its temp dir is: {list(record_dir.glob('logs/*'))}"
+    left = [d for d in temp_dirs if Path(d).exists()]
+    for proc in psutil.process_iter(["cmdline"]):
+        line = " ".join(proc.info["cmdline"] or [])
+        left += [f"{proc.pid}: {line[:200]}" for d in temp_dirs if d in line]
+    return left
+
+
+def _wait_for(what, timeout: float, why: str):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = what()
+        if found:
+            return found
+        time.sleep(1)
+    pytest.fail(why)
+
+
+@pytest.mark.e2e
+def test_an_sbatch_script_trains_across_the_allocation_and_leaves_nothing_running(slurm, tmp_path):
+    out = tmp_path / "job.out"
+    command = [sys.executable, "train.py", *RUN, "trainer.max_epochs=2", f"paths.outputs={tmp_path}", "ray.address=slurm"]
+    job = _sbatch(slurm, _batch_script(tmp_path / "job.sh", out, command))
+    _wait_job_gone(slurm, job, 300)
+
+    (run_dir,) = run_dirs(tmp_path)
+    summary = summary_of(run_dir)
+    assert summary["status"] == "completed", out.read_text()
+    assert summary["slurm"] == {"job_id": job, "nodes": "node[1-2]", "restarts": 0}
+    assert summary["world_size"] == 2 and summary["epochs_completed"] == 2
+    # A Ray node on each SLURM node, the head where the batch script ran: one worker each (1 CPU each).
+    assert f"started Ray across SLURM job {job} (2 nodes x 1 CPUs): head on node1, nodes on node2" in out.read_text()
+    for node in ("node1", "node2"):
+        assert "Ray runtime started" in (run_dir / run_record.slurm_node_log(node)).read_text()
+    assert (run_dir / "logs" / "worker_0.log").is_file() and (run_dir / "logs" / "worker_1.log").is_file()
+    # Stopped with the run: no Ray process or temp dir of the job's cluster remains.
+    assert not _left_running(run_dir)
+
+
+@pytest.mark.e2e
+def test_a_run_larger_than_its_allocation_is_refused_naming_both_numbers(slurm, tmp_path):
+    command = [
+        sys.executable,
+        "train.py",
+        *RUN,
+        f"paths.outputs={tmp_path}",
+        "ray.address=slurm",
+        "scale.num_workers=3",
+        "data.batch_size=33",
+    ]
+    done = subprocess.run(["salloc", "--nodes=2", *command], capture_output=True, text=True, env=_env(slurm), cwd=REPO, timeout=300)
+    assert done.returncode == 1
+    said = done.stdout + done.stderr
+    assert re.search(
+        r"scale\.num_workers=3 workers of 1 CPU each do not fit SLURM job \d+ \(2 nodes x 1 CPUs\), which holds 2 such workers", said
+    ), said
+    assert "started Ray" not in said
+
+    # raydra submit refuses it before sbatch, against the allocation slurm.* asks for.
+    submit = _submit(slurm, tmp_path, "scale.num_workers=3", "data.batch_size=33", "slurm.nodes=2", "slurm.cpus_per_node=1")
+    assert submit.returncode == 1
+    assert "scale.num_workers=3 workers of 1 CPU each do not fit the allocation slurm.* asks for (2 nodes x 1 CPUs)" in submit.stderr
+    assert not list(tmp_path.glob("runs/*/*/slurm.sh"))
+
+
+def _submit(slurm, outputs: Path, *overrides: str) -> subprocess.CompletedProcess:
+    command = [str(Path(sys.executable).parent / "raydra"), "submit", *RUN, f"paths.outputs={outputs}", *overrides]
+    return subprocess.run(command, capture_output=True, text=True, env=_env(slurm), cwd=REPO, timeout=300)
+
+
+def _submitted(done: subprocess.CompletedProcess) -> tuple:
+    assert done.returncode == 0, done.stdout + done.stderr
+    job = re.search(r"submitted SLURM job (\d+)", done.stdout).group(1)
+    run_dir = Path(re.search(r"\n  dir +(\S+)", done.stdout).group(1))
+    return job, run_dir
+
+
+def _registered_checkpoint(run_dir: Path) -> bool:
+    """Whether Ray Train has registered a checkpoint of the run (its snapshot lists one)."""
+    for snapshot in run_dir.glob("checkpoints/*/checkpoint_manager_snapshot.json"):
+        try:
+            if json.loads(snapshot.read_text())["checkpoint_results"]:
+                return True
+        except (ValueError, KeyError):
+            pass  # being written
+    return False
+
+
+def _seconds(runtime: str) -> int:
+    """SLURM's RunTime ("[D-]HH:MM:SS") in seconds."""
+    days, _, clock = runtime.rpartition("-")
+    hours, minutes, seconds = map(int, clock.split(":"))
+    return int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds
+
+
+@pytest.mark.e2e
+def test_a_submitted_run_meets_its_time_limit_checkpoints_requeues_and_trains_every_sample_once(slurm, tmp_path):
+    # Steps of at least 30 ms: the epochs after the first train for longer than the 60 s the warning
+    # may take to come (~105 s here; 36 s of it the pauses), on a machine twice as fast too.
+    epochs = 30
+    # No periodic checkpoint: whatever the requeued job continues from, the notice saved.
+    done = _submit(
+        slurm, tmp_path, f"trainer.max_epochs={epochs}", "checkpoint.every_n_epochs=1000", "model._target_=tests.probe.RecordingViT", "+model.pause_s=0.03",
+        "slurm.nodes=2", "slurm.time=10", "slurm.notice_before_s=60",
+    )  # fmt: skip
+    job, run_dir = _submitted(done)
+    script = (run_dir / run_record.SLURM_SCRIPT).read_text()
+    assert "#SBATCH --signal=B:USR1@60" in script and "#SBATCH --requeue" in script and "#SBATCH --time=10" in script
+    assert f"ray.address=slurm hydra.run.dir={run_dir}" in script
+    output = run_dir / run_record.SLURM_OUTPUT.replace("%j", job)
+    assert str(output) in done.stdout
+
+    # SLURM's own warning: once the run trains, the job's time limit (whole minutes) is cut to
+    # 81-140 s from now, so that the warning, 60 s before it, is due within 20 s; slurmctld sends it
+    # at its next check of time limits (13 s and 47 s later, measured).
+    _wait_for(lambda: output.is_file() and "epoch 1/" in output.read_text(), 240, "the run trained no epoch")
+    limit = math.ceil((_seconds(_job(slurm, job)["RunTime"]) + 81) / 60)
+    slurm.command("scontrol", "update", f"JobId={job}", f"TimeLimit={limit}")
+    # The requeued job gets the time to finish.
+    _wait_for(lambda: _job(slurm, job).get("Restarts") == "1", 240, f"not requeued: {output.read_text()}")
+    slurm.command("scontrol", "update", f"JobId={job}", "TimeLimit=15")
+    _wait_job_gone(slurm, job, 400)
+
+    said = output.read_text()
+    summary = summary_of(run_dir)
+    assert summary["status"] == "completed", said
+    assert summary["epochs_completed"] == epochs and summary["slurm"]["restarts"] == 1
+    (attempt,) = summary["resumed"]
+    assert attempt["from_status"] == "interrupted"
+    assert "SLURM's time limit is near (SIGUSR1" in said and f"requeued SLURM job {job}" in said
+    assert f"SLURM requeued job {job}: continuing its run {run_dir}" in said
+    # The notice's checkpoint came at the step in flight (said by the rank that noticed it first),
+    # and the requeued job went on from it.
+    logs = " ".join(path.read_text() for path in sorted(run_dir.glob("logs/worker_*.log")))
+    at_signal, saved = map(int, NOTICE.search(logs).groups())
+    resumed = re.search(r"resumed from .* \(global step (\d+)\)", logs)
+    assert resumed and int(resumed.group(1)) == saved and saved - at_signal <= 64
+    # Every training sample once per epoch, over both attempts: the interrupted epoch holds what
+    # every other holds, the whole training split, each sample once but for the one DistributedSampler
+    # repeats (a different one each epoch) to give both workers as many: nothing trained twice, nothing skipped.
+    seen = seen_per_epoch(run_dir)
+    assert sorted(seen) == list(range(epochs))
+    per_epoch = [sum(ranks.values(), []) for _, ranks in sorted(seen.items())]
+    split = set(per_epoch[0])
+    for samples in per_epoch:
+        assert set(samples) == split and len(samples) == len(split) + 1
+    assert not _left_running(run_dir)
+
+
+@pytest.mark.e2e
+def test_scancel_leaves_the_run_interrupted_and_resume_continues_it(slurm, ray_cluster, tmp_path):
+    job, run_dir = _submitted(_submit(slurm, tmp_path, "trainer.max_epochs=40", "slurm.nodes=2"))
+    _wait_for(lambda: _registered_checkpoint(run_dir), 240, "the run registered no checkpoint")
+    slurm.command("scancel", job)
+    _wait_job_gone(slurm, job, 120)
+
+    summary = summary_of(run_dir)
+    assert summary["status"] == "interrupted"
+    assert summary["error"].endswith(f"continue it with resume={run_dir}")
+    assert summary["checkpoints"]["last"]
+    assert not _left_running(run_dir)
+
+    # By hand, elsewhere (here: the session's Ray cluster), with the command the run was started with.
+    overrides = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
+    overrides = [o for o in overrides if not o.startswith(("ray.address=", "paths.outputs="))] + ["trainer.max_epochs=40"]
+    resumed = subprocess.run(
+        [sys.executable, "train.py", *overrides, f"resume={run_dir}", f"paths.outputs={tmp_path}", f"ray.address={ray_cluster}"],
+        capture_output=True, text=True, env=base_env(), cwd=REPO, timeout=600,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert summary_of(run_dir)["status"] == "completed"
+
+
+@pytest.mark.e2e
+def test_a_multirun_inside_one_allocation_runs_its_jobs_side_by_side_on_it(slurm, tmp_path):
+    out = tmp_path / "job.out"
+    command = [
+        sys.executable, "train.py", "-m", *RUN, "trainer.max_epochs=3", "scale.num_workers=1", "model.optimizer.lr=1e-3,3e-3",
+        f"paths.outputs={tmp_path}", "ray.address=slurm",
+    ]  # fmt: skip
+    job = _sbatch(slurm, _batch_script(tmp_path / "job.sh", out, command))
+    _wait_job_gone(slurm, job, 400)
+
+    jobs = run_dirs(tmp_path, "sweeps")
+    first, second = (summary_of(d) for d in jobs)
+    assert first["status"] == second["status"] == "completed", out.read_text()
+    assert ran_side_by_side(first, second)
+    assert first["slurm"]["job_id"] == second["slurm"]["job_id"] == job
+    # The multirun's launcher started Ray across the allocation; its nodes' logs are the sweep's.
+    assert not _left_running(jobs[0].parent)
+
+
+# ---------------------------------------------------------------------------------------------
+# What needs no SLURM daemon: reading an allocation, the batch script, finding a requeued job's run
+
+
+def test_an_allocation_is_read_from_slurms_variables(monkeypatch):
+    from raydra.slurm import allocation
+
+    monkeypatch.setattr(allocation, "hostnames", lambda nodelist: {"gpu[01-03]": ["gpu01", "gpu02", "gpu03"]}[nodelist])
+    env = {
+        "SLURM_JOB_ID": "48213", "SLURM_JOB_NODELIST": "gpu[01-03]", "SLURM_JOB_CPUS_PER_NODE": "64(x2),32",
+        "SLURM_GPUS_PER_NODE": "a100:8", "SLURMD_NODENAME": "gpu01", "SLURM_RESTART_COUNT": "2",
+    }  # fmt: skip
+    found = allocation.current(env)
+    assert found.nodes == ("gpu01", "gpu02", "gpu03") and found.cpus == (64, 64, 32)
+    assert found.gpus_per_node == 8 and found.here == "gpu01" and found.others == ["gpu02", "gpu03"] and found.restarts == 2
+    assert found.describe() == "SLURM job 48213 (3 nodes x 64/64/32 CPUs, 8 GPUs each)"
+    # An salloc shell on a login node: the head holds nothing of the allocation, every node gets a Ray node.
+    outside = allocation.current({**env, "SLURMD_NODENAME": ""})
+    assert outside.here is None and outside.others == ["gpu01", "gpu02", "gpu03"]
+    assert allocation.gpus_per_node({"SLURM_GPUS_ON_NODE": "4", "SLURM_GPUS_PER_NODE": "8"}) == 4
+    assert allocation.requeued(env) == "48213" and allocation.requeued({**env, "SLURM_RESTART_COUNT": "0"}) is None
+
+
+@pytest.mark.parametrize(
+    "env, said",
+    [
+        ({}, "ray.address=slurm starts Ray across a SLURM allocation, but this process runs outside one (no SLURM_JOB_ID)"),
+        (
+            {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "4"},
+            "this is one of 4 tasks of job step 7.0, each of which would start its own",
+        ),
+        (
+            {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n1", "SLURM_JOB_CPUS_PER_NODE": "eight"},
+            "SLURM_JOB_CPUS_PER_NODE=eight is not in SLURM's form",
+        ),
+    ],
+)
+def test_what_is_not_an_allocation_raydra_can_use_is_said_in_one_sentence(monkeypatch, env, said):
+    from raydra.errors import RaydraError
+    from raydra.slurm import allocation
+
+    monkeypatch.setattr(allocation, "hostnames", lambda nodelist: [nodelist])
+    with pytest.raises(RaydraError, match=re.escape(said)):
+        allocation.current(env)
+
+
+def test_what_submit_asks_for_follows_the_workers_unless_slurm_says(tmp_path):
+    from helpers import composed
+
+    from raydra.slurm.allocation import asked_for
+
+    cfg = composed("scale=gpu", "scale.num_workers=16", "scale.cpus_per_worker=4", "slurm.nodes=2")
+    slurm, scale = (OmegaConf.to_object(cfg[key]) for key in ("slurm", "scale"))
+    assert asked_for(slurm, scale) == (32, 8)
+    cfg = composed("scale.num_workers=3", "scale.cpus_per_worker=2", "slurm.nodes=2", "slurm.gpus_per_node=1")
+    assert asked_for(*(OmegaConf.to_object(cfg[key]) for key in ("slurm", "scale"))) == (4, 1)
+
+
+def test_the_batch_script_holds_slurms_options_the_setup_and_the_run_as_the_batch_shell(tmp_path, monkeypatch):
+    from raydra.slurm import submit
+
+    monkeypatch.chdir(tmp_path)
+    overrides = [
+        f"paths.outputs={tmp_path}", "scale=gpu", "scale.num_workers=16", "scale.cpus_per_worker=4", "slurm.nodes=2", "slurm.time=04:00:00", "slurm.partition=gpu",
+        "slurm.account=lab", 'slurm.sbatch=["--mem=0","--exclusive"]', "slurm.setup=[module load cuda/12.4]", "tags=[a b]",
+    ]  # fmt: skip
+    cfg = submit._compose(overrides, None, multirun=False)
+    directory = Path(cfg.hydra.run.dir)
+    script = submit.batch_script(
+        cfg, *(OmegaConf.to_object(cfg[k]) for k in ("slurm", "scale")), overrides, None, False, directory, "raydra submit ..."
+    )
+    lines = script.splitlines()
+    sbatch = [line.split(" ", 1)[1] for line in lines if line.startswith("#SBATCH")]
+    assert sbatch == [
+        "--job-name=vit_digits", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=32", "--gpus-per-node=8", "--time=04:00:00",
+        "--partition=gpu", "--account=lab", "--signal=B:USR1@120", "--requeue", "--open-mode=append",
+        f"--output={directory}/slurm-%j.out", "--mem=0", "--exclusive",
+    ]  # fmt: skip
+    assert "module load cuda/12.4" in lines
+    # raydra is the batch shell (exec), which SLURM's B: signal reaches; an override with a space stays one word.
+    assert lines[-1] == "exec " + " ".join(
+        shlex.quote(part)
+        for part in [sys.executable, "-m", "raydra", "train", *overrides, "ray.address=slurm", f"hydra.run.dir={directory}"]
+    )
+    assert "'tags=[a b]'" in lines[-1] and "'slurm.setup=[module load cuda/12.4]'" in lines[-1]
+    # Without the warning, SLURM must not requeue a job that nothing checkpointed for.
+    quiet = submit._compose([*overrides, "slurm.notice_before_s=null"], None, multirun=False)
+    quiet_script = submit.batch_script(
+        quiet, *(OmegaConf.to_object(quiet[k]) for k in ("slurm", "scale")), overrides, None, False, directory, ""
+    )
+    assert "--signal" not in quiet_script and "#SBATCH --no-requeue" in quiet_script
+
+
+def test_submit_refuses_a_sweep_without_m_and_another_clusters_address(tmp_path, monkeypatch, capsys):
+    from raydra.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch: nothing may reach it anyway
+    for args, said in [
+        (["model.optimizer.lr=1e-3,1e-2"], "model.optimizer.lr=1e-3,1e-2 sweeps over values; add -m to submit a multirun"),
+        (["ray.address=auto"], "ray.address=auto: a submitted job runs on Ray across its own allocation (ray.address=slurm); drop it."),
+        (["--cfg", "job"], "--cfg is not an option of raydra submit"),
+    ]:
+        assert main(["submit", f"paths.outputs={tmp_path}", *args]) == 1
+        assert said in capsys.readouterr().err
+    assert not list(tmp_path.glob("runs/*/*/slurm.sh"))
+
+
+def test_a_requeued_job_finds_the_run_it_started_and_no_other(tmp_path):
+    from helpers import composed
+
+    from raydra import resume
+
+    def recorded(name: str, job: str, started: str, hashed: bool = True) -> Path:
+        run_dir = tmp_path / "runs" / "2026-11-26" / f"{started}_{name}"
+        run_dir.mkdir(parents=True)
+        record = {"name": name, "started_at": f"2026-11-26T{started}", "slurm": {"job_id": job}, **({"config_hash": "x"} if hashed else {})}
+        (run_dir / "summary.json").write_text(json.dumps(record))
+        return run_dir
+
+    mine = recorded("vit_digits", "48213", "09-00-00")
+    recorded("vit_digits", "48214", "09-05-00")  # another job's, newer
+    recorded("other", "48213", "09-06-00")  # another run's name
+    recorded("vit_digits", "48213", "09-07-00", hashed=False)  # refused before it started
+    cfg = composed(f"paths.outputs={tmp_path}")
+    assert resume.of_slurm_job(cfg, "48213") == mine
+    assert resume.of_slurm_job(cfg, "1") is None
+
+
+def test_a_mid_epoch_report_ranks_last_and_stays_a_number_through_json():
+    from raydra.worker.checkpoint_report import UNVALIDATED
+
+    for mode, better in (("max", 0.1), ("min", 9.0)):
+        value = json.loads(json.dumps({"val": UNVALIDATED[mode]}, allow_nan=False))["val"]
+        assert value == UNVALIDATED[mode]
+        assert (better > value) if mode == "max" else (better < value)
