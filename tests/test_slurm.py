@@ -245,7 +245,9 @@ def test_a_submitted_run_meets_its_time_limit_checkpoints_requeues_and_trains_ev
 
 @pytest.mark.e2e
 def test_scancel_leaves_the_run_interrupted_and_resume_continues_it(slurm, ray_cluster, tmp_path):
-    job, run_dir = _submitted(_submit(slurm, tmp_path, "trainer.max_epochs=40", "slurm.nodes=2"))
+    # Epochs of ~4 s (steps of at least 50 ms): time to cancel after the first checkpoint, little to resume.
+    slow = ("model._target_=tests.probe.RecordingViT", "+model.pause_s=0.05")
+    job, run_dir = _submitted(_submit(slurm, tmp_path, "trainer.max_epochs=5", *slow, "slurm.nodes=2"))
     _wait_for(lambda: _registered_checkpoint(run_dir), 240, "the run registered no checkpoint")
     slurm.command("scancel", job)
     _wait_job_gone(slurm, job, 120)
@@ -258,7 +260,7 @@ def test_scancel_leaves_the_run_interrupted_and_resume_continues_it(slurm, ray_c
 
     # By hand, elsewhere (here: the session's Ray cluster), with the command the run was started with.
     overrides = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
-    overrides = [o for o in overrides if not o.startswith(("ray.address=", "paths.outputs="))] + ["trainer.max_epochs=40"]
+    overrides = [o for o in overrides if not o.startswith(("ray.address=", "paths.outputs="))]
     resumed = subprocess.run(
         [sys.executable, "train.py", *overrides, f"resume={run_dir}", f"paths.outputs={tmp_path}", f"ray.address={ray_cluster}"],
         capture_output=True, text=True, env=base_env(), cwd=REPO, timeout=600,
@@ -422,3 +424,25 @@ def test_a_mid_epoch_report_ranks_last_and_stays_a_number_through_json():
         value = json.loads(json.dumps({"val": UNVALIDATED[mode]}, allow_nan=False))["val"]
         assert value == UNVALIDATED[mode]
         assert (better > value) if mode == "max" else (better < value)
+
+
+@pytest.mark.e2e
+def test_submitits_launcher_runs_each_job_as_a_slurm_job_of_its_own_with_ray_across_it(slurm, tmp_path):
+    """One SLURM job per Hydra job (hydra-submitit-launcher, a dev dependency): each job's process
+    is the one task of its own allocation, where ray.address=slurm starts and stops its cluster."""
+    command = [
+        sys.executable, "train.py", "-m", "hydra/launcher=submitit_slurm", "hydra.launcher.nodes=1", "hydra.launcher.tasks_per_node=1",
+        "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=10", "hydra.launcher.partition=debug", *RUN, "trainer.max_epochs=1",
+        "scale.num_workers=1", "model.optimizer.lr=1e-3,3e-3", f"paths.outputs={tmp_path}", "ray.address=slurm",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env=_env(slurm), cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    jobs = run_dirs(tmp_path, "sweeps")
+    records = [summary_of(d) for d in jobs]
+    assert [r["status"] for r in records] == ["completed", "completed"]
+    # Two SLURM jobs, one node each, both at once on the two nodes.
+    assert len({r["slurm"]["job_id"] for r in records}) == 2 and ran_side_by_side(*records)
+    # submitit returns once the jobs' results are in; the jobs then stop their clusters and end.
+    _wait_for(lambda: not slurm.command("squeue", "-h", "-o", "%i").split(), 120, "the jobs did not end")
+    for job_dir in jobs:
+        assert not _left_running(job_dir)

@@ -116,6 +116,10 @@ def train_run(
         finally:
             worker_output.end_run()
     except KeyboardInterrupt:
+        # Recorded at once, as things stand: a driver that never gets past leaving Ray (scancel's
+        # SIGTERM reaches the Ray head's processes too, and leaving a cluster whose head is gone
+        # outlasted SLURM's 30 s before its SIGKILL, measured) still leaves the run interrupted.
+        _interrupted(record, place, started, run_dir, run_id, final=False)
         # Ray Train's controller and workers train on until this process leaves Ray, and a checkpoint
         # they register after the one named here deletes it under checkpoint.num_to_keep (seen in
         # the suite: summary.json named a checkpoint gone a moment later). Leave first, then give a
@@ -138,12 +142,20 @@ def train_run(
     return record
 
 
-def _interrupted(record: Dict[str, Any], place: Place, started: float, run_dir: Path, run_id: str) -> None:
+def _interrupted(record: Dict[str, Any], place: Place, started: float, run_dir: Path, run_id: str, final: bool = True) -> None:
     """Record the run interrupted (Ctrl-C, SIGTERM, SLURM's time-limit notice), with its last
-    checkpoint and the command that continues it."""
-    record["checkpoints"] = {"last": last_checkpoint(run_dir, run_id, place.storage, settle_s=5.0)}
+    checkpoint and the command that continues it. `final=False`: summary.json alone, at once, as
+    the run directory stands (the final record follows once the workers are gone)."""
     why = time_limit.reason() if time_limit.noticed() else "interrupted (Ctrl-C or SIGTERM)"
-    _fail(record, place, started, f"{why}; continue it with resume={run_dir}", status="interrupted")
+    reason = f"{why}; continue it with resume={run_dir}"
+    if not final:
+        if Path(place.dir).exists():
+            last = last_checkpoint(run_dir, run_id, place.storage) if place.storage is None else None
+            ended = {"status": "interrupted", "error": reason, "finished_at": summary.now(), "wall_time_s": round(time.time() - started, 2)}
+            summary.write(Path(place.dir), {**record, **ended, "checkpoints": {"last": last}})
+        return
+    record["checkpoints"] = {"last": last_checkpoint(run_dir, run_id, place.storage, settle_s=5.0)}
+    _fail(record, place, started, reason, status="interrupted")
 
 
 def _continue_slurm_job(cfg: DictConfig, job_id: str) -> None:

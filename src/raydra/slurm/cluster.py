@@ -41,6 +41,8 @@ log = logging.getLogger("raydra")
 
 # How long the nodes' steps get to stop their Ray nodes before they are killed.
 STOP_S = 30.0
+# How often a Ray node that fails to start (a port taken between picking and binding) is started again.
+START_ATTEMPTS = 3
 
 
 @dataclass
@@ -77,16 +79,24 @@ def start(record_dir: Path, join_timeout_s: float, requeue: bool) -> str:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     cpus = allocation.cpus_on(allocation.here) if allocation.here else 0
     gpus = allocation.gpus_per_node if allocation.here else 0
-    args = ["--head", *ray_node.head_port_flags(dashboard_port), *ray_node.port_flags(), f"--num-cpus={cpus}", f"--num-gpus={gpus}"]
     head_log = record_dir / slurm_node_log(allocation.here or "head")
-    head = ray_node.start([*args, f"--temp-dir={temp_dir}"], head_log, dict(os.environ))
-    try:
-        address = ray_node.join_address(ray_node.wait_started(head, head_log, join_timeout_s))
-    except RuntimeError as error:
-        shutil.rmtree(temp_dir, ignore_errors=True)
-        raise RaydraError(
-            f"the Ray head of {allocation.describe()} did not start on {allocation.here or 'this machine'}: {error}"
-        ) from None
+    for attempt in range(1, START_ATTEMPTS + 1):
+        # Free ports are free when picked, not when bound: another job's Ray starting on this node
+        # at the same moment may take one first (seen: two jobs of a job array on one host).
+        args = ["--head", *ray_node.head_port_flags(dashboard_port), *ray_node.port_flags(), f"--num-cpus={cpus}", f"--num-gpus={gpus}"]
+        began = time.time()
+        head = ray_node.start([*args, f"--temp-dir={temp_dir}"], head_log, dict(os.environ))
+        try:
+            address = ray_node.join_address(ray_node.wait_started(head, head_log, join_timeout_s))
+            break
+        except RuntimeError as error:
+            if attempt == START_ATTEMPTS or time.time() - began >= join_timeout_s:  # out of attempts, or of time
+                shutil.rmtree(temp_dir, ignore_errors=True)
+                where = allocation.here or "this machine"
+                raise RaydraError(f"the Ray head of {allocation.describe()} did not start on {where}: {error}") from None
+            log.info(f"the Ray head did not start (attempt {attempt} of {START_ATTEMPTS}); starting it again on other free ports")
+            dashboard_port = ray_node.free_port()
+            os.environ.update(state_api_address_env(dashboard_port))
     _running = AllocationCluster(allocation=allocation, address=address, head=head, temp_dir=temp_dir, requeue=requeue)
     atexit.register(stop)
     for name in allocation.others:

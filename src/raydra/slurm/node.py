@@ -16,32 +16,46 @@ import signal
 import subprocess
 import sys
 import tempfile
-from typing import List, Optional
+import time
+from typing import Any, Dict, List, Optional
 
 from raydra import ray_node
 
 # What the head sends srun to stop this node: srun passes it on to the task unchanged.
 STOP = signal.SIGUSR2
+# A `ray start` that fails within this many seconds failed to start, and is started again, at most
+# START_ATTEMPTS times in all.
+START_UP_S = 60.0
+START_ATTEMPTS = 3
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     address, cpus = (argv if argv is not None else sys.argv[1:])[:2]
     temp_dir = tempfile.mkdtemp(prefix=f"ray-{os.environ.get('SLURM_JOB_ID', 'job')}-")
-    cmd = [
-        ray_node.ray_command(), "start", f"--address={address}", f"--num-cpus={cpus}",
-        f"--num-gpus={os.environ.get('SLURM_GPUS_ON_NODE') or 0}", f"--temp-dir={temp_dir}",
-        *ray_node.port_flags(), "--disable-usage-stats", "--block",
-    ]  # fmt: skip
-    node = subprocess.Popen(cmd)
+    running: Dict[str, Any] = {"node": None, "stopping": False}
 
     def stop(signum: int, frame: object) -> None:
-        node.terminate()  # `ray start --block` stops the node's processes in order
+        running["stopping"] = True
+        if running["node"] is not None:
+            running["node"].terminate()  # `ray start --block` stops the node's processes in order
 
     # SIGUSR2 is how the head asks (srun passes it on to the task, where SIGTERM to srun would
     # abort the step with SIGKILL); SIGTERM is SLURM's own when the job ends.
     for signum in (STOP, signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, stop)
-    code = node.wait()
+    for _ in range(START_ATTEMPTS):
+        cmd = [
+            ray_node.ray_command(), "start", f"--address={address}", f"--num-cpus={cpus}",
+            f"--num-gpus={os.environ.get('SLURM_GPUS_ON_NODE') or 0}", f"--temp-dir={temp_dir}",
+            *ray_node.port_flags(), "--disable-usage-stats", "--block",
+        ]  # fmt: skip
+        began = time.time()
+        running["node"] = subprocess.Popen(cmd)
+        code = running["node"].wait()
+        # A port taken between picking and binding (another job's Ray starting on this node at the
+        # same moment) ends `ray start` within its start-up: start it again on other free ports.
+        if running["stopping"] or code == 0 or time.time() - began > START_UP_S:
+            break
     shutil.rmtree(temp_dir, ignore_errors=True)
     return code
 
