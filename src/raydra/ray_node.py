@@ -78,14 +78,24 @@ def stop(proc: subprocess.Popen, timeout: float = 20) -> None:
     """Stop a `ray start --block` node, by pid: SIGTERM to `ray start` alone, which stops its
     processes in order (measured: all gone in ~5 s, where SIGTERM to each at once leaves the GCS,
     raylet and agents running until the 10 s kill); whatever is left after `timeout` s is killed."""
+    stop_tree(proc, timeout, every_process=False)
+
+
+def stop_tree(proc: subprocess.Popen, timeout: float = 10, every_process: bool = True) -> None:
+    """Stop `proc` and every process it spawned, by pid: SIGTERM to each of them (or to `proc`
+    alone, when it stops its own), then SIGKILL to whatever is left after `timeout` seconds."""
     import psutil
 
     try:
         tree = [psutil.Process(proc.pid)]
         tree += tree[0].children(recursive=True)
-        tree[0].terminate()
     except psutil.NoSuchProcess:
         return
+    for p in tree if every_process else tree[:1]:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
     _, alive = psutil.wait_procs(tree, timeout=timeout)
     for p in alive:
         try:

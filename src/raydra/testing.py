@@ -201,24 +201,7 @@ def stop_slurm(cluster: SlurmOnHost) -> None:
 def stop_process_tree(proc: subprocess.Popen, timeout: float = 10) -> None:
     """Stop `proc` and everything it spawned (for `ray start`: GCS, raylet, dashboard and their
     agents), by pid; whatever is left after `timeout` seconds is killed."""
-    import psutil
-
-    try:
-        tree = [psutil.Process(proc.pid)]
-        tree += tree[0].children(recursive=True)
-    except psutil.NoSuchProcess:
-        return
-    for p in tree:
-        try:
-            p.terminate()
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(tree, timeout=timeout)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
+    ray_node.stop_tree(proc, timeout)
 
 
 def stop_ray_node(proc: subprocess.Popen) -> None:

@@ -114,7 +114,7 @@ def _srun_node(allocation: Allocation, node: str, address: str, log_path: Path) 
     cpus = allocation.cpus_on(node)
     gpus = [f"--gres=gpu:{allocation.gpus_per_node}"] if allocation.gpus_per_node else []
     cmd = [
-        "srun", "--nodes=1", "--ntasks=1", f"--nodelist={node}", f"--cpus-per-task={cpus}", *gpus, "--mem=0",
+        "srun", "--nodes=1", "--ntasks=1", f"--nodelist={node}", f"--cpus-per-task={cpus}", *gpus,
         "--kill-on-bad-exit=1", f"--job-name=ray-node-{node}",
         sys.executable, "-m", "raydra.slurm.node", address, str(cpus),
     ]  # fmt: skip
