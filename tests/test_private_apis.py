@@ -11,7 +11,9 @@ import inspect
 import os
 import pathlib
 import re
+import shutil
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -344,11 +346,13 @@ from raydra.private_apis import run_on_train_worker_main_thread, train_worker_ac
 listed, marker = [], os.path.join(tempfile.mkdtemp(), "listed")
 
 def list_workers():
-    job = ray.get_runtime_context().get_job_id()
-    while not listed:
-        listed.extend(train_worker_actors(job))
-        time.sleep(0.2)
-    open(marker, "w").close()
+    job, deadline = ray.get_runtime_context().get_job_id(), time.time() + 60
+    try:
+        while not listed and time.time() < deadline:
+            listed.extend(train_worker_actors(job))
+            time.sleep(0.2)
+    finally:
+        open(marker, "w").close()
 
 def train_fn():
     on_main = run_on_train_worker_main_thread(lambda: threading.current_thread() is threading.main_thread())
@@ -377,9 +381,19 @@ def test_a_train_worker_runs_a_function_on_its_main_thread_sees_its_reports_take
 
     from conftest import base_env
 
-    done = subprocess.run(
-        [sys.executable, "-c", WORKER_SIDE_SCRIPT, ray_cluster], capture_output=True, text=True, timeout=300, env=base_env()
-    )
+    from raydra.ray_node import free_port
+
+    # Another cluster recorded as the latest in Ray's temp dir, as a SLURM job's or a test's own
+    # `ray start` leaves it: the list must still come from the cluster the driver joined.
+    temp_dir = pathlib.Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))  # short: Ray's socket paths live below it
+    (temp_dir / "ray").mkdir()
+    (temp_dir / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{free_port()}")
+    env = {**base_env(), "RAY_TMPDIR": str(temp_dir)}
+    env.pop("RAY_API_SERVER_ADDRESS", None)
+    try:
+        done = subprocess.run([sys.executable, "-c", WORKER_SIDE_SCRIPT, ray_cluster], capture_output=True, text=True, timeout=300, env=env)
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
     assert "RESULT {'on_main': True, 'taken': True}" in done.stdout, done.stdout + done.stderr
     assert "LISTED [(True, True)]" in done.stdout, done.stdout + done.stderr
 
@@ -877,3 +891,31 @@ def test_main_module_import_names_the_main_module_and_imports_it_as_multiprocess
     assert out.splitlines() == ["top level ran as __mp_main__", "resolved yes", "main is __mp_main__"]
     # A script that is not on this machine (a Ray node of another host) is skipped.
     private_apis.import_main_module({"init_main_from_path": str(tmp_path / "elsewhere.py")})
+
+
+@pytest.mark.e2e
+def test_a_ray_node_raydra_starts_stops_at_once_when_its_job_is_signalled_whole(tmp_path):
+    """SLURM's scancel sends SIGTERM to every process of the job at once, the head's GCS among them.
+    A `ray start --block` that first asks its GCS to drain the node waits out Ray's drain timeout
+    (30 s) for a GCS already gone and outlives the job; raydra's nodes start with the drain off."""
+    import psutil
+
+    from raydra import ray_node
+
+    temp_dir = tempfile.mkdtemp(prefix="rd-", dir="/tmp")  # short: Ray's socket paths live below it
+    log = tmp_path / "head.log"
+    args = ["--head", f"--port={ray_node.free_port()}", "--num-cpus=0", "--include-dashboard=false", *ray_node.port_flags()]
+    env = {k: v for k, v in os.environ.items() if k != private_apis.RAY_NODE_DRAIN_TIMEOUT_ENV}
+    head = ray_node.start([*args, f"--temp-dir={temp_dir}"], log, {**env, "RAY_AUTH_MODE": "disabled"})
+    try:
+        ray_node.wait_started(head, log, 120)
+        tree = [psutil.Process(head.pid), *psutil.Process(head.pid).children(recursive=True)]
+        assert any("gcs_server" in p.name() for p in tree)
+        for p in tree:
+            p.terminate()
+        head.wait(timeout=15)
+        assert "Draining" not in log.read_text()
+        assert not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    finally:
+        ray_node.stop(head)
+        shutil.rmtree(temp_dir, ignore_errors=True)

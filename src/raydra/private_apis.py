@@ -65,6 +65,20 @@ def state_api_address_env(dashboard_port: int) -> Dict[str, str]:
     return {RAY_STATE_API_ADDRESS_ENV: f"http://127.0.0.1:{dashboard_port}"}
 
 
+# Read by `ray start --block` as it gets SIGTERM (Ray 2.60, ray._private.node): first ask the GCS to
+# drain this node and wait until its raylet is idle, for up to this many seconds (default 30), then
+# stop the node's processes; 0 stops them at once. A node raydra stops has nothing to drain for (no
+# Serve replicas; a run's end or notice is handled before), and where SLURM's scancel sends SIGTERM
+# to every process of the job, the GCS among them, `ray start` waited out the 30 s for a GCS already
+# gone, past the job's end (measured: the head outlived its job by 31 s).
+RAY_NODE_DRAIN_TIMEOUT_ENV = "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"
+
+
+def node_stops_at_once_env() -> Dict[str, str]:
+    """The environment of a `ray start --block` that stops its processes as soon as it gets SIGTERM."""
+    return {RAY_NODE_DRAIN_TIMEOUT_ENV: "0"}
+
+
 # Ray's worker process setup hook travels to a worker process in this variable. Ray's public
 # `worker_process_setup_hook` is honoured only in ray.init's runtime_env (every process of the
 # job: the controller and Ray Train's helper actors too), not in an actor's own runtime_env.
@@ -417,11 +431,20 @@ def train_worker_actors(job_id: str) -> List[Dict[str, str]]:
 
     Ray's State API is public; the worker actors' class name is not. raydra needs the processes to
     send each the preemption notice (SIGTERM) SLURM's time-limit warning stands for: Ray Train
-    offers no call that asks a running worker group to checkpoint and stop."""
+    offers no call that asks a running worker group to checkpoint and stop.
+
+    Asks the State API of the cluster this process joined (its dashboard address, which the
+    cluster's GCS holds), unless RAY_API_SERVER_ADDRESS names one: without an address Ray's client
+    takes the cluster `ray start` last recorded in /tmp/ray, which may be another one (measured: the
+    list came back empty and the notice reached no worker)."""
+    import ray
+    from ray.dashboard.utils import ray_address_to_api_server_url
     from ray.util.state import list_actors
 
+    address = os.environ.get(RAY_STATE_API_ADDRESS_ENV) or ray_address_to_api_server_url(ray.get_runtime_context().gcs_address)
     filters = [("class_name", "=", RAY_TRAIN_WORKER_CLASS), ("state", "=", "ALIVE"), ("job_id", "=", job_id)]
-    return [{"actor_id": a.actor_id, "node_id": a.node_id, "pid": str(a.pid)} for a in list_actors(filters=filters, limit=10_000)]
+    actors = list_actors(address=address, filters=filters, limit=10_000)
+    return [{"actor_id": a.actor_id, "node_id": a.node_id, "pid": str(a.pid)} for a in actors]
 
 
 def submitted_job_working_dir() -> Any:

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Dict, List, Sequence
 
+from raydra.private_apis import node_stops_at_once_env
+
 # What `ray start` prints once the node runs, and the address a head tells other nodes to join.
 STARTED = "Ray runtime started"
 _JOIN_ADDRESS = re.compile(r"ray start --address='([^']+)'")
@@ -53,7 +55,7 @@ def start(args: Sequence[str], log_path: Path, env: Dict[str, str], prefix: Sequ
     """`[prefix...] ray start <args> --block`, its output into `log_path`, in a session of its own."""
     cmd = [*prefix, ray_command(), "start", *args, "--disable-usage-stats", "--block"]
     with open(log_path, "w") as log:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**env, **node_stops_at_once_env()}, start_new_session=True)
 
 
 def wait_started(proc: subprocess.Popen, log_path: Path, timeout: float) -> str:

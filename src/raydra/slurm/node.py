@@ -20,6 +20,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from raydra import ray_node
+from raydra.private_apis import node_stops_at_once_env
 
 # What the head sends srun to stop this node: srun passes it on to the task unchanged.
 STOP = signal.SIGUSR2
@@ -50,7 +51,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             *ray_node.port_flags(), "--disable-usage-stats", "--block",
         ]  # fmt: skip
         began = time.time()
-        running["node"] = subprocess.Popen(cmd)
+        running["node"] = subprocess.Popen(cmd, env={**os.environ, **node_stops_at_once_env()})
         code = running["node"].wait()
         # A port taken between picking and binding (another job's Ray starting on this node at the
         # same moment) ends `ray start` within its start-up: start it again on other free ports.
