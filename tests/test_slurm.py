@@ -12,6 +12,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -50,6 +51,9 @@ def slurm(tmp_path_factory):
         yield cluster
     finally:
         stop_slurm(cluster)
+        # Its logs and state where pytest keeps a test's files; the short directory goes.
+        shutil.copytree(short, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.sock", "*.socket"))
+        shutil.rmtree(short, ignore_errors=True)
 
 
 def _env(slurm) -> dict:

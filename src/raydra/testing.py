@@ -196,6 +196,32 @@ def stop_slurm(cluster: SlurmOnHost) -> None:
         pass  # the controller is not up: nothing ran
     for proc in reversed(cluster.processes):
         stop_process_tree(proc)
+    _stop_escaped(cluster)
+
+
+def _stop_escaped(cluster: SlurmOnHost) -> None:
+    """Kill what this cluster's jobs started and SLURM no longer tracks. Without cgroups SLURM finds a
+    job's processes by their parents; one whose parent exited first (a Ray node's processes when its
+    `ray start` is killed) is inherited by init and outlives the job. Every process of a job inherits
+    its SLURM_CONF, which names this cluster alone."""
+    import psutil
+
+    mine = f"SLURM_CONF={cluster.conf}"
+    escaped = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and mine in open(f"/proc/{proc.pid}/environ", "rb").read().decode(errors="replace").split("\0"):
+                escaped.append(proc)
+        except (OSError, psutil.Error):
+            continue
+    for proc in escaped:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(escaped, timeout=10)
+    if escaped:
+        print(f"killed {len(escaped)} processes this SLURM's jobs left running: {[p.pid for p in escaped]}", file=sys.stderr)
 
 
 def stop_process_tree(proc: subprocess.Popen, timeout: float = 10) -> None:

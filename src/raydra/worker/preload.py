@@ -25,6 +25,12 @@ MODULES_ENV = "RAYDRA_PRELOAD_MODULES"
 
 def start() -> None:
     names = [name for name in os.environ.get(MODULES_ENV, "").split(",") if name]
+    # What the worker's first task unpickles (the run spec: raydra.schema, Hydra's ConfigStore),
+    # here, before the process takes a task: Hydra's package imports itself in a cycle, and the
+    # task's unpickling on the main thread while this thread was halfway through Hydra failed with
+    # "cannot import name 'ConfigStore' from partially initialized module" (seen once, an elastic
+    # run's new worker). ~0.4 s; torch and Lightning, the long part, stay in the thread.
+    importlib.import_module("raydra.spec")
 
     def preload() -> None:
         # Ray's own imports first (see ray_train_worker_imported); they take well under a second.
