@@ -7,6 +7,7 @@ in the foreground as the parent of the node's processes, so one pid stops them a
 scheduler that tracks a job's processes (SLURM) finds them all in the job.
 """
 
+import os
 import re
 import socket
 import subprocess
@@ -105,3 +106,28 @@ def stop_tree(proc: subprocess.Popen, timeout: float = 10, every_process: bool =
         except psutil.NoSuchProcess:
             pass
     proc.poll()
+
+
+def stop_left_in(temp_dir: str, timeout: float = 5) -> int:
+    """Stop the processes of a node started with `--temp-dir=temp_dir` that outlived its `ray start`
+    (every one of them names a path below it: sockets, session, logs); returns how many. When SLURM's
+    scancel sends SIGTERM to the whole job, `ray start` ends first and its raylet's workers, which
+    lose their parent, are left to stop on their own (seen: a worker still running after the job)."""
+    import psutil
+
+    left = []
+    for p in psutil.process_iter(["cmdline"]):
+        if p.pid != os.getpid() and any(temp_dir in part for part in p.info["cmdline"] or []):
+            left.append(p)
+    for p in left:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(left, timeout=timeout)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return len(left)

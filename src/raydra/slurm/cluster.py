@@ -176,5 +176,6 @@ def stop() -> None:
             proc.terminate()  # srun aborts the step
             proc.wait()
     ray_node.stop(cluster.head)
+    ray_node.stop_left_in(cluster.temp_dir)
     shutil.rmtree(cluster.temp_dir, ignore_errors=True)
     log.info(f"stopped Ray across {cluster.allocation.describe()} in {time.time() - began:.1f} s")

@@ -57,6 +57,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         # same moment) ends `ray start` within its start-up: start it again on other free ports.
         if running["stopping"] or code == 0 or time.time() - began > START_UP_S:
             break
+    ray_node.stop_left_in(temp_dir)
     shutil.rmtree(temp_dir, ignore_errors=True)
     return code
 
