@@ -7,7 +7,6 @@ in the foreground as the parent of the node's processes, so one pid stops them a
 scheduler that tracks a job's processes (SLURM) finds them all in the job.
 """
 
-import os
 import re
 import socket
 import subprocess
@@ -94,17 +93,7 @@ def stop_tree(proc: subprocess.Popen, timeout: float = 10, every_process: bool =
         tree += tree[0].children(recursive=True)
     except psutil.NoSuchProcess:
         return
-    for p in tree if every_process else tree[:1]:
-        try:
-            p.terminate()
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(tree, timeout=timeout)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
+    _end(tree, tree if every_process else tree[:1], timeout)
     proc.poll()
 
 
@@ -115,19 +104,27 @@ def stop_left_in(temp_dir: str, timeout: float = 5) -> int:
     lose their parent, are left to stop on their own (seen: a worker still running after the job)."""
     import psutil
 
-    left = []
-    for p in psutil.process_iter(["cmdline"]):
-        if p.pid != os.getpid() and any(temp_dir in part for part in p.info["cmdline"] or []):
-            left.append(p)
-    for p in left:
+    me = psutil.Process()
+    spared = {me.pid, *(p.pid for p in me.parents())}
+    left = [
+        p for p in psutil.process_iter(["cmdline"]) if p.pid not in spared and any(temp_dir in part for part in p.info["cmdline"] or [])
+    ]
+    _end(left, left, timeout)
+    return len(left)
+
+
+def _end(processes: list, signalled: list, timeout: float) -> None:
+    """SIGTERM to `signalled`, then SIGKILL to whatever of `processes` is left after `timeout` s."""
+    import psutil
+
+    for p in signalled:
         try:
             p.terminate()
         except psutil.NoSuchProcess:
             pass
-    _, alive = psutil.wait_procs(left, timeout=timeout)
+    _, alive = psutil.wait_procs(processes, timeout=timeout)
     for p in alive:
         try:
             p.kill()
         except psutil.NoSuchProcess:
             pass
-    return len(left)
