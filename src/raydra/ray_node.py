@@ -128,3 +128,16 @@ def _end(processes: list, signalled: list, timeout: float) -> None:
             p.kill()
         except psutil.NoSuchProcess:
             pass
+
+
+def keep_orphans_here() -> None:
+    """Make this process the parent of any of its descendants whose own parent exits first (Linux's
+    child subreaper), so that they stay in this process's tree. SLURM without cgroups finds a job's
+    processes by their parents: a Ray worker whose raylet ends before it (scancel's SIGTERM reaches
+    both at once) would otherwise pass to init and outlive the job (seen in tests/test_slurm.py)."""
+    import ctypes
+    import ctypes.util
+
+    PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)

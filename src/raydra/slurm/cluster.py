@@ -66,6 +66,7 @@ def start(record_dir: Path, join_timeout_s: float, requeue: bool) -> str:
     if _running is not None:
         return _running.address
     allocation = current()
+    ray_node.keep_orphans_here()
     (record_dir / LOGS).mkdir(parents=True, exist_ok=True)
     temp_dir = tempfile.mkdtemp(prefix=f"ray-{allocation.job_id}-")
     dashboard_port = ray_node.free_port()

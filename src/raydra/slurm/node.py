@@ -34,6 +34,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     address, cpus = (argv if argv is not None else sys.argv[1:])[:2]
     temp_dir = tempfile.mkdtemp(prefix=f"ray-{os.environ.get('SLURM_JOB_ID', 'job')}-")
     running: Dict[str, Any] = {"node": None, "stopping": False}
+    ray_node.keep_orphans_here()
 
     def stop(signum: int, frame: object) -> None:
         running["stopping"] = True
