@@ -53,9 +53,20 @@ def head_port_flags(dashboard_port: int) -> List[str]:
 
 def start(args: Sequence[str], log_path: Path, env: Dict[str, str], prefix: Sequence[str] = ()) -> subprocess.Popen:
     """`[prefix...] ray start <args> --block`, its output into `log_path`, in a session of its own."""
-    cmd = [*prefix, ray_command(), "start", *args, "--disable-usage-stats", "--block"]
     with open(log_path, "w") as log:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**env, **node_stops_at_once_env()}, start_new_session=True)
+        return subprocess.Popen(
+            [*prefix, *command(args)], stdout=log, stderr=subprocess.STDOUT, env=environment(env), start_new_session=True
+        )
+
+
+def command(args: Sequence[str]) -> List[str]:
+    """`ray start <args>` in the foreground (`--block`), as raydra starts every Ray node."""
+    return [ray_command(), "start", *args, "--disable-usage-stats", "--block"]
+
+
+def environment(env: Dict[str, str]) -> Dict[str, str]:
+    """`env` for a Ray node raydra starts: one that stops at once on SIGTERM (private_apis)."""
+    return {**env, **node_stops_at_once_env()}
 
 
 def wait_started(proc: subprocess.Popen, log_path: Path, timeout: float) -> str:

@@ -20,7 +20,6 @@ import time
 from typing import Any, Dict, List, Optional
 
 from raydra import ray_node
-from raydra.private_apis import node_stops_at_once_env
 
 # What the head sends srun to stop this node: srun passes it on to the task unchanged.
 STOP = signal.SIGUSR2
@@ -46,13 +45,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     for signum in (STOP, signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, stop)
     for _ in range(START_ATTEMPTS):
-        cmd = [
-            ray_node.ray_command(), "start", f"--address={address}", f"--num-cpus={cpus}",
-            f"--num-gpus={os.environ.get('SLURM_GPUS_ON_NODE') or 0}", f"--temp-dir={temp_dir}",
-            *ray_node.port_flags(), "--disable-usage-stats", "--block",
+        args = [
+            f"--address={address}", f"--num-cpus={cpus}", f"--num-gpus={os.environ.get('SLURM_GPUS_ON_NODE') or 0}",
+            f"--temp-dir={temp_dir}", *ray_node.port_flags(),
         ]  # fmt: skip
         began = time.time()
-        running["node"] = subprocess.Popen(cmd, env={**os.environ, **node_stops_at_once_env()})
+        # Its output goes to this step's (srun hands it back to the head's log), not a file here.
+        running["node"] = subprocess.Popen(ray_node.command(args), env=ray_node.environment(dict(os.environ)))
         code = running["node"].wait()
         # A port taken between picking and binding (another job's Ray starting on this node at the
         # same moment) ends `ray start` within its start-up: start it again on other free ports.
