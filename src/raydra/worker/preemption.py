@@ -9,7 +9,8 @@ restart goes back to the last periodic checkpoint (measured: benchmarks/faults.p
     a batch end, every rank     -> the ranks agree (a small all-reduce, about every 0.2 s of
                                    training) that one of them was told
     every rank                  -> TimedReport saves a mid-epoch checkpoint and reports it; once Ray's
-                                   controller has taken the report, each rank raises `Preempted`, and
+                                   controller has taken the report and Lightning has logged the
+                                   step's row, each rank raises `Preempted` at its next hook, and
                                    failure.max_failures restarts the group from that checkpoint
 
 A grace period too short to finish is harmless: a checkpoint counts once Ray has registered it, so
@@ -118,6 +119,8 @@ class PreemptionNotice(pl.Callback):
         self._group: Any = None
         # Batch ends between exchanges (agreed by the ranks), and the clock at the last exchange.
         self._every, self._since, self._checked_at = 1, 0, 0.0
+        # The stop a notice's checkpoint decided, raised at the next hook (see _stop_if_saved).
+        self._stopping: Optional[Preempted] = None
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         run_on_train_worker_main_thread(_install)
@@ -131,9 +134,11 @@ class PreemptionNotice(pl.Callback):
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         _notice["armed"] = False
+        self._stop_if_saved(trainer)
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         _notice["armed"] = False
+        self._stopping = None
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         _notice["step"] = trainer.global_step
@@ -159,11 +164,35 @@ class PreemptionNotice(pl.Callback):
             self.report.checkpoint(trainer, mid_epoch=mid_epoch, wait_upload=True)
         taken = wait_until_reports_taken(REPORT_TAKEN_TIMEOUT_S)
         _notice["armed"] = False
-        raise Preempted(
+        # Stopped at the next hook, not here: Lightning logs this step's row (or this epoch's) after
+        # the callbacks' batch end (epoch end), and the restart keeps the rows before its checkpoint
+        # and trains on from there, so a row not logged now would be missing from the run for good.
+        self._stopping = Preempted(
             f"worker {noticed} got SIGTERM (a preemption notice) and stopped after "
             + (f"its checkpoint at global step {step}" if taken else f"reporting a checkpoint at global step {step} that Ray had not taken")
             + "; failure.max_failures restarts the run from it, or continue it with resume=latest."
         )
+
+    def _stop_if_saved(self, trainer: Any) -> None:
+        """Stop once the notice's checkpoint is saved and the rows up to it are logged: at the first
+        hook after the batch end (epoch end) that saved it, with those rows flushed to disk."""
+        if self._stopping is None:
+            return
+        stopping, self._stopping = self._stopping, None
+        for logger in trainer.loggers:
+            logger.save()
+        raise stopping
+
+    # What can come after the batch end or epoch end that saved: the next batch, a validation
+    # (val_check_interval), the next epoch, or the end of training.
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        self._stop_if_saved(trainer)
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        self._stop_if_saved(trainer)
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self._stop_if_saved(trainer)
 
     def _noticed_by(self, trainer: Any) -> Optional[int]:
         """The lowest rank whose process got SIGTERM, as every rank agrees; None if none did.
