@@ -894,10 +894,12 @@ def test_main_module_import_names_the_main_module_and_imports_it_as_multiprocess
 
 
 @pytest.mark.e2e
-def test_a_ray_node_raydra_starts_stops_at_once_when_its_job_is_signalled_whole(tmp_path):
+def test_a_ray_node_raydra_starts_stops_at_once_and_takes_its_temp_dir_when_its_job_is_signalled_whole(tmp_path):
     """SLURM's scancel sends SIGTERM to every process of the job at once, the head's GCS among them.
     A `ray start --block` that first asks its GCS to drain the node waits out Ray's drain timeout
-    (30 s) for a GCS already gone and outlives the job; raydra's nodes start with the drain off."""
+    (30 s) for a GCS already gone and outlives the job; raydra's nodes start with the drain off.
+    The driver that started the node may never get to clean up after it (it can block leaving Ray
+    until SLURM kills it): the node's keeper removes its temp dir, with nothing done here."""
     import psutil
 
     from raydra import ray_node
@@ -916,6 +918,7 @@ def test_a_ray_node_raydra_starts_stops_at_once_when_its_job_is_signalled_whole(
         head.wait(timeout=15)
         assert "Draining" not in log.read_text()
         assert not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert not os.path.exists(temp_dir), os.listdir(temp_dir)
     finally:
         ray_node.stop(head)
         shutil.rmtree(temp_dir, ignore_errors=True)

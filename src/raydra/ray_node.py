@@ -4,16 +4,19 @@ allocation's cluster (raydra.slurm), and the clusters of tests and benchmarks (r
 Every port the node listens on is a free one of the machine it starts on, so two clusters on one
 machine (two jobs sharing a node, a test beside another Ray) never meet; `--block` keeps `ray start`
 in the foreground as the parent of the node's processes, so one pid stops them all (`stop`), and a
-scheduler that tracks a job's processes (SLURM) finds them all in the job.
+scheduler that tracks a job's processes (SLURM) finds them all in the job. A node with a temp dir
+of its own runs under a keeper (`main`) that removes the directory once the node has ended.
 """
 
 import re
+import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from raydra.private_apis import node_stops_at_once_env
 
@@ -51,11 +54,14 @@ def head_port_flags(dashboard_port: int) -> List[str]:
     return [f"--port={free_port()}", f"--dashboard-port={dashboard_port}", f"--ray-client-server-port={free_port()}"]
 
 
-def start(args: Sequence[str], log_path: Path, env: Dict[str, str], prefix: Sequence[str] = ()) -> subprocess.Popen:
-    """`[prefix...] ray start <args> --block`, its output into `log_path`, in a session of its own."""
+def start(args: Sequence[str], log_path: Path, env: Dict[str, str]) -> subprocess.Popen:
+    """`ray start <args> --block`, its output into `log_path`, in a session of its own. With a
+    `--temp-dir=` among `args`, under `python -m raydra.ray_node` (`main`), which removes that temp
+    dir once the node ends, whoever ends it."""
+    keeper = [sys.executable, "-m", "raydra.ray_node"] if _temp_dir_in(args) else []
     with open(log_path, "w") as log:
         return subprocess.Popen(
-            [*prefix, *command(args)], stdout=log, stderr=subprocess.STDOUT, env=environment(env), start_new_session=True
+            [*keeper, *command(args)], stdout=log, stderr=subprocess.STDOUT, env=environment(env), start_new_session=True
         )
 
 
@@ -88,7 +94,7 @@ def join_address(printed: str) -> str:
 
 
 def stop(proc: subprocess.Popen, timeout: float = 20) -> None:
-    """Stop a `ray start --block` node, by pid: SIGTERM to `ray start` alone, which stops its
+    """Stop a node `start` started, by pid: SIGTERM to `ray start` (or its keeper) alone, which stops its
     processes in order (measured: all gone in ~5 s, where SIGTERM to each at once leaves the GCS,
     raylet and agents running until the 10 s kill); whatever is left after `timeout` s is killed."""
     stop_tree(proc, timeout, every_process=False)
@@ -124,6 +130,48 @@ def stop_left_in(temp_dir: str, timeout: float = 5) -> int:
     return len(left)
 
 
+def clean_up(temp_dir: str) -> None:
+    """What a node started with `--temp-dir=temp_dir` leaves once its `ray start` has ended: its
+    processes stopped (stop_left_in), then the directory removed."""
+    stop_left_in(temp_dir)
+    shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _temp_dir_in(args: Sequence[str]) -> Optional[str]:
+    return next((arg.split("=", 1)[1] for arg in args if arg.startswith("--temp-dir=")), None)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`python -m raydra.ray_node ray start ... --temp-dir=DIR --block`: that command as this
+    process's child, SIGTERM and SIGINT passed on to it (`ray start` stops its node's processes in
+    order), and once it ends, `clean_up(DIR)`; returns its exit code.
+
+    The head of a SLURM allocation's cluster runs under it. scancel's SIGTERM reaches the driver
+    as well, which may block leaving a Ray whose GCS is gone until SLURM kills it, before its own
+    clean-up (seen in tests/test_slurm.py: the head's temp dir left in /tmp); this process has
+    nothing else to do."""
+    cmd = list(argv if argv is not None else sys.argv[1:])
+    node: Dict[str, Any] = {"proc": None, "signalled": False}
+
+    def pass_on(signum: int, frame: object) -> None:
+        node["signalled"] = True
+        if node["proc"] is not None:
+            node["proc"].terminate()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, pass_on)
+    code = 0
+    if not node["signalled"]:  # a signal before the start: nothing to start
+        node["proc"] = subprocess.Popen(cmd)
+        if node["signalled"]:
+            node["proc"].terminate()
+        code = node["proc"].wait()
+    temp_dir = _temp_dir_in(cmd)
+    if temp_dir:
+        clean_up(temp_dir)
+    return code
+
+
 def _end(processes: list, signalled: list, timeout: float) -> None:
     """SIGTERM to `signalled`, then SIGKILL to whatever of `processes` is left after `timeout` s."""
     import psutil
@@ -152,3 +200,7 @@ def keep_orphans_here() -> None:
     PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
     if sys.platform.startswith("linux"):
         ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

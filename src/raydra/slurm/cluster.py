@@ -176,7 +176,8 @@ def stop() -> None:
         except subprocess.TimeoutExpired:
             proc.terminate()  # srun aborts the step
             proc.wait()
+    # The head's keeper (python -m raydra.ray_node) removes its temp dir as the head ends; again
+    # here for a keeper killed at stop's timeout.
     ray_node.stop(cluster.head)
-    ray_node.stop_left_in(cluster.temp_dir)
-    shutil.rmtree(cluster.temp_dir, ignore_errors=True)
+    ray_node.clean_up(cluster.temp_dir)
     log.info(f"stopped Ray across {cluster.allocation.describe()} in {time.time() - began:.1f} s")

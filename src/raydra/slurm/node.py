@@ -11,7 +11,6 @@ the step (SIGTERM), then stops its Ray node and removes its temp dir.
 """
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -57,8 +56,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         # same moment) ends `ray start` within its start-up: start it again on other free ports.
         if running["stopping"] or code == 0 or time.time() - began > START_UP_S:
             break
-    ray_node.stop_left_in(temp_dir)
-    shutil.rmtree(temp_dir, ignore_errors=True)
+    ray_node.clean_up(temp_dir)
     return code
 
 
