@@ -258,9 +258,9 @@ def start_private_node(cluster: "PrivateDiskCluster", num_cpus: int, temp_dir: P
     private` (its own mount namespace, whose mounts do not propagate back), a private tmpfs mounted
     over the cluster's outputs, then `ray start --address=<head> --block` with its own --temp-dir (so
     its log monitor reads only its own workers' logs: two monitors on one session dir publish every
-    line twice) and free ports. unshare execs sh, which execs `ray start`: one pid from Popen to the
-    raylet's parent, so stop_ray_node reaches the whole node; the tmpfs lives as long as the
-    namespace's processes."""
+    line twice) and free ports. unshare execs sh, which execs the node's keeper (raydra.ray_node),
+    the parent of `ray start`: the pid Popen holds is the one stop_ray_node signals, and the keeper
+    passes the signal on; the tmpfs lives as long as the namespace's processes."""
     node = _start_node(
         [f"--address={cluster.address}", f"--num-cpus={num_cpus}", f"--temp-dir={temp_dir}"],
         log_path,

@@ -54,14 +54,15 @@ def head_port_flags(dashboard_port: int) -> List[str]:
     return [f"--port={free_port()}", f"--dashboard-port={dashboard_port}", f"--ray-client-server-port={free_port()}"]
 
 
-def start(args: Sequence[str], log_path: Path, env: Dict[str, str]) -> subprocess.Popen:
-    """`ray start <args> --block`, its output into `log_path`, in a session of its own. With a
-    `--temp-dir=` among `args`, under `python -m raydra.ray_node` (`main`), which removes that temp
-    dir once the node ends, whoever ends it."""
+def start(args: Sequence[str], log_path: Path, env: Dict[str, str], prefix: Sequence[str] = ()) -> subprocess.Popen:
+    """`[prefix...] ray start <args> --block`, its output into `log_path`, in a session of its own
+    (`prefix`: a command that execs the rest, such as a test's `unshare`). With a `--temp-dir=` among
+    `args`, under `python -m raydra.ray_node` (`main`), which removes that temp dir once the node
+    ends, whoever ends it."""
     keeper = [sys.executable, "-m", "raydra.ray_node"] if _temp_dir_in(args) else []
     with open(log_path, "w") as log:
         return subprocess.Popen(
-            [*keeper, *command(args)], stdout=log, stderr=subprocess.STDOUT, env=environment(env), start_new_session=True
+            [*prefix, *keeper, *command(args)], stdout=log, stderr=subprocess.STDOUT, env=environment(env), start_new_session=True
         )
 
 
