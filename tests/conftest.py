@@ -56,7 +56,17 @@ def own_local_ray_env() -> dict:
     socket paths must stay short)."""
     env = {k: v for k, v in base_env().items() if not k.startswith("RAY_AUTH") and k != "RAY_API_SERVER_ADDRESS"}
     env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    _OWN_RAY_TMPDIRS.append(env["RAY_TMPDIR"])
     return env
+
+
+# The temp dirs own_local_ray_env made, removed as the session ends (their Rays ended with their tests).
+_OWN_RAY_TMPDIRS: list = []
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for path in _OWN_RAY_TMPDIRS:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
