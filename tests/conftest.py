@@ -50,6 +50,10 @@ def base_env() -> dict:
     return env
 
 
+# The temp dirs own_local_ray_env made, removed as the session ends (their Rays ended with their tests).
+_OWN_RAY_TMPDIRS: list = []
+
+
 def own_local_ray_env() -> dict:
     """base_env for a process that starts a local Ray of its own (ray.address unset): no token or
     address of the session's cluster, nor its State API, and a short temp dir of its own (Ray's
@@ -58,10 +62,6 @@ def own_local_ray_env() -> dict:
     env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     _OWN_RAY_TMPDIRS.append(env["RAY_TMPDIR"])
     return env
-
-
-# The temp dirs own_local_ray_env made, removed as the session ends (their Rays ended with their tests).
-_OWN_RAY_TMPDIRS: list = []
 
 
 def pytest_sessionfinish(session, exitstatus):

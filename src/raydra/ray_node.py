@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from raydra.private_apis import node_stops_at_once_env
 
@@ -142,35 +142,47 @@ def _temp_dir_in(args: Sequence[str]) -> Optional[str]:
     return next((arg.split("=", 1)[1] for arg in args if arg.startswith("--temp-dir=")), None)
 
 
+class Foreground:
+    """One `ray start --block` at a time as this process's child, with `signals` passed on to it as
+    SIGTERM (`ray start` then stops its node's processes in order); a signal that comes between two
+    starts means no more starts. What a node's keeper (`main`) and a SLURM node's task run."""
+
+    def __init__(self, signals: Sequence[int]) -> None:
+        self.proc: Optional[subprocess.Popen] = None
+        self.signalled = False
+        for signum in signals:
+            signal.signal(signum, self._pass_on)
+
+    def _pass_on(self, signum: int, frame: object) -> None:
+        self.signalled = True
+        if self.proc is not None:
+            self.proc.terminate()
+
+    def run(self, cmd: Sequence[str], env: Optional[Dict[str, str]] = None) -> Optional[int]:
+        """`cmd`'s exit code once it has ended; None, starting nothing, once a signal has come."""
+        if self.signalled:
+            return None
+        self.proc = subprocess.Popen(list(cmd), env=env)
+        if self.signalled:  # between the check and the Popen
+            self.proc.terminate()
+        return self.proc.wait()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """`python -m raydra.ray_node ray start ... --temp-dir=DIR --block`: that command as this
-    process's child, SIGTERM and SIGINT passed on to it (`ray start` stops its node's processes in
-    order), and once it ends, `clean_up(DIR)`; returns its exit code.
+    """`python -m raydra.ray_node ray start ... --temp-dir=DIR --block`: that command in the
+    Foreground, SIGTERM and SIGINT passed on to it, and once it ends, `clean_up(DIR)`; returns its
+    exit code.
 
     The head of a SLURM allocation's cluster runs under it. scancel's SIGTERM reaches the driver
     as well, which may block leaving a Ray whose GCS is gone until SLURM kills it, before its own
     clean-up (seen in tests/test_slurm.py: the head's temp dir left in /tmp); this process has
     nothing else to do."""
     cmd = list(argv if argv is not None else sys.argv[1:])
-    node: Dict[str, Any] = {"proc": None, "signalled": False}
-
-    def pass_on(signum: int, frame: object) -> None:
-        node["signalled"] = True
-        if node["proc"] is not None:
-            node["proc"].terminate()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, pass_on)
-    code = 0
-    if not node["signalled"]:  # a signal before the start: nothing to start
-        node["proc"] = subprocess.Popen(cmd)
-        if node["signalled"]:
-            node["proc"].terminate()
-        code = node["proc"].wait()
+    code = Foreground((signal.SIGTERM, signal.SIGINT)).run(cmd)
     temp_dir = _temp_dir_in(cmd)
     if temp_dir:
         clean_up(temp_dir)
-    return code
+    return code or 0
 
 
 def _end(processes: list, signalled: list, timeout: float) -> None:

@@ -12,11 +12,10 @@ the step (SIGTERM), then stops its Ray node and removes its temp dir.
 
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional
+from typing import List, Optional
 
 from raydra import ray_node
 
@@ -31,18 +30,11 @@ START_ATTEMPTS = 3
 def main(argv: Optional[List[str]] = None) -> int:
     address, cpus = (argv if argv is not None else sys.argv[1:])[:2]
     temp_dir = tempfile.mkdtemp(prefix=f"ray-{os.environ.get('SLURM_JOB_ID', 'job')}-")
-    running: Dict[str, Any] = {"node": None, "stopping": False}
     ray_node.keep_orphans_here()
-
-    def stop(signum: int, frame: object) -> None:
-        running["stopping"] = True
-        if running["node"] is not None:
-            running["node"].terminate()  # `ray start --block` stops the node's processes in order
-
     # SIGUSR2 is how the head asks (srun passes it on to the task, where SIGTERM to srun would
     # abort the step with SIGKILL); SIGTERM is SLURM's own when the job ends.
-    for signum in (STOP, signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, stop)
+    node = ray_node.Foreground((STOP, signal.SIGTERM, signal.SIGINT))
+    code: Optional[int] = None
     for _ in range(START_ATTEMPTS):
         args = [
             f"--address={address}", f"--num-cpus={cpus}", f"--num-gpus={os.environ.get('SLURM_GPUS_ON_NODE') or 0}",
@@ -50,14 +42,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         ]  # fmt: skip
         began = time.time()
         # Its output goes to this step's (srun hands it back to the head's log), not a file here.
-        running["node"] = subprocess.Popen(ray_node.command(args), env=ray_node.environment(dict(os.environ)))
-        code = running["node"].wait()
+        code = node.run(ray_node.command(args), env=ray_node.environment(dict(os.environ)))
         # A port taken between picking and binding (another job's Ray starting on this node at the
         # same moment) ends `ray start` within its start-up: start it again on other free ports.
-        if running["stopping"] or code == 0 or time.time() - began > START_UP_S:
+        if node.signalled or code == 0 or time.time() - began > START_UP_S:
             break
     ray_node.clean_up(temp_dir)
-    return code
+    return code or 0
 
 
 if __name__ == "__main__":
