@@ -5,7 +5,7 @@ DataLoader's per-sample Python and host-to-device copies, which on a GPU can cos
 model's step.
 """
 
-from typing import Any, Dict, Iterable, Iterator, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
@@ -188,3 +188,51 @@ class DeviceSplitsDataModule(pl.LightningDataModule):
                 "fewer test samples than workers); add one or set trainer.test=false."
             )
         return self.loaders["test"]
+
+
+class FoundSplits(NamedTuple):
+    """What a FoundClassesDataModule's data holds."""
+
+    classes: List[str]
+    # Where the classes were found, as the user names it (`data.root=...`): said when
+    # data.num_classes disagrees with them.
+    source: str
+    # (name, uint8 images, labels) per split; a generator decodes each once the previous is on the device.
+    splits: Iterable[Tuple[str, Any, Any]]
+    mean: Sequence[float]
+    std: Sequence[float]
+
+
+class FoundClassesDataModule(DeviceSplitsDataModule):
+    """Images whose classes are found in the data (a folder's class subfolders, a column's label
+    names), decoded once by `decoded_splits` and held on each worker's device by place_splits.
+
+    A subclass spells out its constructor's arguments (those `data._target_` takes), including
+    batch_size, split_seed, augment, crop_padding, flip and num_classes, and calls
+    `super().__init__()` first: Lightning's save_hyperparameters, called here, collects the
+    arguments of every __init__ down to the subclass's.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.classes: List[str] = []
+
+    def decoded_splits(self) -> FoundSplits:
+        raise NotImplementedError
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        if self.loaders:
+            return
+        hp = self.hparams
+        found = self.decoded_splits()
+        self.classes = found.classes
+        if len(found.classes) != hp.num_classes:
+            named = ", ".join(found.classes[:5]) + (", ..." if len(found.classes) > 5 else "")
+            raise RaydraError(
+                f"{found.source} has {len(found.classes)} classes ({named}) but data.num_classes={hp.num_classes}; "
+                f"set data.num_classes={len(found.classes)}, or null to take them from the data."
+            )
+        self.loaders = place_splits(
+            self.trainer, found.splits, hp.batch_size, hp.split_seed, hp.augment, found.mean, found.std, hp.crop_padding, hp.flip
+        )

@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from raydra.data.device_batches import DeviceSplitsDataModule, place_splits
+from raydra.data.device_batches import FoundClassesDataModule, FoundSplits
 from raydra.data.images import first_line, image_processor, normalisation, processor_shape, to_uint8
 from raydra.data.splits import stratified_split
 from raydra.errors import RaydraError
@@ -231,7 +231,7 @@ def decode_split(
     return np.concatenate(images), labels
 
 
-class HFImageDataModule(DeviceSplitsDataModule):
+class HFImageDataModule(FoundClassesDataModule):
     def __init__(
         self,
         name: str,
@@ -258,16 +258,12 @@ class HFImageDataModule(DeviceSplitsDataModule):
         loader: Optional[str] = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
-        self.classes: List[str] = []
 
     describe = staticmethod(describe)
 
-    def setup(self, stage: Optional[str] = None) -> None:
-        if self.loaders:
-            return
+    def decoded_splits(self) -> FoundSplits:
         hp = self.hparams
-        parts, self.classes = splits(
+        parts, classes = splits(
             hp.name,
             load(hp.name, hp.subset, hp.revision),
             hp.image_column,
@@ -277,11 +273,6 @@ class HFImageDataModule(DeviceSplitsDataModule):
             hp.test_fraction,
             hp.split_seed,
         )
-        if len(self.classes) != hp.num_classes:
-            raise RaydraError(
-                f"data.name={hp.name} has {len(self.classes)} classes in {hp.label_column} but "
-                f"data.num_classes={hp.num_classes}; set data.num_classes={len(self.classes)} or null."
-            )
         processor = image_processor(hp.processor)
         mean, std = normalisation(processor, hp.mean, hp.std, hp.num_channels)
         decoded = (
@@ -293,7 +284,7 @@ class HFImageDataModule(DeviceSplitsDataModule):
             )
             for role, part in parts.items()
         )
-        self.loaders = place_splits(self.trainer, decoded, hp.batch_size, hp.split_seed, hp.augment, mean, std, hp.crop_padding, hp.flip)
+        return FoundSplits(classes, f"data.name={hp.name}'s {hp.label_column}", decoded, mean, std)
 
     @staticmethod
     def ray_datasets(data: Dict[str, Any]) -> Dict[str, Tuple[Any, int, Any]]:

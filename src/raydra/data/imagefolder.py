@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from raydra.data.device_batches import DeviceSplitsDataModule, place_splits
+from raydra.data.device_batches import FoundClassesDataModule, FoundSplits
 from raydra.data.splits import stratified_split
 from raydra.errors import RaydraError
 
@@ -80,7 +80,7 @@ def describe(root: str, **_: object) -> Dict[str, object]:
     return {"num_classes": len(classes), "class_names": classes}
 
 
-class ImageFolderDataModule(DeviceSplitsDataModule):
+class ImageFolderDataModule(FoundClassesDataModule):
     def __init__(
         self,
         root: str,
@@ -101,33 +101,14 @@ class ImageFolderDataModule(DeviceSplitsDataModule):
         loader: Optional[str] = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
-        self.classes: List[str] = []
 
     describe = staticmethod(describe)
 
-    def setup(self, stage: Optional[str] = None) -> None:
-        if self.loaders:
-            return
+    def decoded_splits(self) -> FoundSplits:
         hp = self.hparams
-        self.classes, splits = find_splits(hp.root, hp.val_fraction, hp.test_fraction, hp.split_seed)
-        if len(self.classes) != hp.num_classes:
-            raise RaydraError(
-                f"data.root={hp.root} has {len(self.classes)} classes ({', '.join(self.classes[:5])}"
-                f"{', ...' if len(self.classes) > 5 else ''}) but data.num_classes={hp.num_classes}; "
-                f"set data.num_classes={len(self.classes)}."
-            )
-        self.loaders = place_splits(
-            self.trainer,
-            ((split, decode(paths, hp.image_size, hp.num_channels), labels) for split, (paths, labels) in splits.items()),
-            hp.batch_size,
-            hp.split_seed,
-            hp.augment,
-            hp.mean[: hp.num_channels],
-            hp.std[: hp.num_channels],
-            hp.crop_padding,
-            hp.flip,
-        )
+        classes, splits = find_splits(hp.root, hp.val_fraction, hp.test_fraction, hp.split_seed)
+        decoded = ((split, decode(paths, hp.image_size, hp.num_channels), labels) for split, (paths, labels) in splits.items())
+        return FoundSplits(classes, f"data.root={hp.root}", decoded, hp.mean[: hp.num_channels], hp.std[: hp.num_channels])
 
     @staticmethod
     def ray_datasets(data: Dict[str, Any]) -> Dict[str, Tuple[Any, int, Any]]:
