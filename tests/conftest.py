@@ -88,6 +88,20 @@ def ray_cluster(tmp_path_factory):
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def reference(ray_cluster, tmp_path_factory) -> dict:
+    """The summary of helpers.EVERY_STEP run without faults on the session cluster: what the runs
+    tests/test_reliability.py and tests/test_preemption.py stop, kill and resume must end up
+    matching. One run for both modules (~45 s here)."""
+    from helpers import EVERY_STEP
+
+    outputs = tmp_path_factory.mktemp("reference")
+    done = run_train(*EVERY_STEP, outputs=outputs, address=ray_cluster)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run_dir,) = run_dirs(outputs)
+    return summary_of(run_dir)
+
+
 def _short_temp_dir(prefix: str) -> Path:
     """A Ray --temp-dir: short, as Ray's unix sockets live below it and a socket path may not exceed 107 bytes."""
     return Path(tempfile.mkdtemp(prefix=prefix))

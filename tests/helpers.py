@@ -42,6 +42,11 @@ def composed(*overrides: str):
 # still going when a test kills its worker, its node or its driver after the first checkpoint.
 EPOCHS = 8
 RUN = ("experiment=vit_digits_smoke", f"trainer.max_epochs={EPOCHS}", "trainer.test=false", "checkpoint.num_to_keep=1")
+# RUN with a metrics row for every step, for the runs compared row by row with the `reference`
+# fixture's (tests/conftest.py): a restart that lost or repeated a step's row shows whatever step
+# it lands on, not only on every 10th (Lightning logs a step's row once its callbacks' batch end,
+# where a preemption notice's checkpoint is, has run).
+EVERY_STEP = (*RUN, "trainer.log_every_n_steps=1")
 WORKER_LINE = re.compile(r"\(RayTrainWorker pid=(\d+)\)")
 
 

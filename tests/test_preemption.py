@@ -11,32 +11,18 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_dirs, run_train, summary_of
-from helpers import EPOCHS, RUN, epochs_with_val, logged_steps, resumed_at, start_train, wait_for_checkpoint, worker_pids
+from conftest import summary_of
+from helpers import EPOCHS, EVERY_STEP, epochs_with_val, logged_steps, resumed_at, start_train, wait_for_checkpoint, worker_pids
 
 from raydra.worker.preemption import MAX_CHECK_EVERY
 
-# A row for every step: the step the notice's checkpoint lands on always has a row logged after it
-# (Lightning logs a step's row once its callbacks' batch end, where the checkpoint is, has run), so
-# a restart that lost that row shows in the comparison every time, not one run in ten.
-PREEMPTED = (*RUN, "trainer.log_every_n_steps=1")
 NOTICE = re.compile(r"preemption notice \(SIGTERM\) after global step (\d+); saving a checkpoint at global step (\d+)")
-
-
-@pytest.fixture(scope="module")
-def reference(ray_cluster, tmp_path_factory):
-    """The same run without faults: what a preempted run must end up matching."""
-    outputs = tmp_path_factory.mktemp("reference")
-    done = run_train(*PREEMPTED, outputs=outputs, address=ray_cluster)
-    assert done.returncode == 0, done.stdout + done.stderr
-    (run_dir,) = run_dirs(outputs)
-    return summary_of(run_dir)
 
 
 @pytest.mark.e2e
 def test_a_sigtermed_worker_checkpoints_at_the_signal_and_the_restart_continues_from_that_step(ray_cluster, reference, tmp_path):
     # No periodic checkpoint before the end: whatever the restart continues from, the notice saved.
-    driver = start_train(*PREEMPTED, "failure.max_failures=1", "checkpoint.every_n_epochs=100", outputs=tmp_path, address=ray_cluster)
+    driver = start_train(*EVERY_STEP, "failure.max_failures=1", "checkpoint.every_n_epochs=100", outputs=tmp_path, address=ray_cluster)
     run_dir = _wait_for_epoch(tmp_path, driver, 2)
     time.sleep(0.3)  # into the epoch
     victim = worker_pids(run_dir)[-1]
@@ -65,7 +51,7 @@ def test_a_sigtermed_worker_checkpoints_at_the_signal_and_the_restart_continues_
 
 @pytest.mark.e2e
 def test_sigkill_right_after_the_notice_leaves_the_previous_checkpoint_to_resume_from(ray_cluster, reference, tmp_path):
-    driver = start_train(*PREEMPTED, "failure.max_failures=1", outputs=tmp_path, address=ray_cluster)
+    driver = start_train(*EVERY_STEP, "failure.max_failures=1", outputs=tmp_path, address=ray_cluster)
     run_dir = wait_for_checkpoint(tmp_path, driver)
     time.sleep(0.3)  # into the next epoch
     victim = worker_pids(run_dir)[-1]
@@ -118,7 +104,7 @@ def _notice(run_dir: Path, required: bool = True):
 
 @pytest.mark.e2e
 def test_with_preemption_notice_off_a_sigtermed_worker_exits_at_once_as_ray_has_it(ray_cluster, reference, tmp_path):
-    driver = start_train(*PREEMPTED, "failure.max_failures=1", "failure.preemption_notice=false", outputs=tmp_path, address=ray_cluster)
+    driver = start_train(*EVERY_STEP, "failure.max_failures=1", "failure.preemption_notice=false", outputs=tmp_path, address=ray_cluster)
     run_dir = wait_for_checkpoint(tmp_path, driver)
     time.sleep(0.3)
     os.kill(worker_pids(run_dir)[-1], signal.SIGTERM)

@@ -9,23 +9,13 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from conftest import run_dirs, run_train, summary_of
-from helpers import EPOCHS, RUN, epochs_with_val, logged_steps, resumed_at, start_train, wait_for_checkpoint, worker_pids
+from conftest import run_train, summary_of
+from helpers import EPOCHS, EVERY_STEP, RUN, epochs_with_val, logged_steps, resumed_at, start_train, wait_for_checkpoint, worker_pids
 
 from raydra.checkpoints import checkpoint_meta
 
 EVERY_N_STEPS = 25
 SECRET = "s3cr3t-value-9f2c"
-
-
-@pytest.fixture(scope="module")
-def reference(ray_cluster, tmp_path_factory):
-    """The same run without faults: what a faulted run must end up matching."""
-    outputs = tmp_path_factory.mktemp("reference")
-    done = run_train(*RUN, outputs=outputs, address=ray_cluster)
-    assert done.returncode == 0, done.stdout + done.stderr
-    (run_dir,) = run_dirs(outputs)
-    return summary_of(run_dir)
 
 
 @pytest.mark.e2e
@@ -82,7 +72,9 @@ def test_a_killed_worker_restarts_from_the_last_checkpoint_and_loses_no_epoch(ra
 @pytest.mark.e2e
 def test_a_worker_killed_after_a_mid_epoch_checkpoint_resumes_inside_the_epoch_on_the_same_batches(ray_cluster, reference, tmp_path):
     # 40 steps an epoch: every checkpoint but the last falls inside an epoch.
-    driver = start_train(*RUN, "failure.max_failures=1", f"checkpoint.every_n_steps={EVERY_N_STEPS}", outputs=tmp_path, address=ray_cluster)
+    driver = start_train(
+        *EVERY_STEP, "failure.max_failures=1", f"checkpoint.every_n_steps={EVERY_N_STEPS}", outputs=tmp_path, address=ray_cluster
+    )
     run_dir = wait_for_checkpoint(tmp_path, driver)
     _kill_worker(worker_pids(run_dir)[0])
     out, _ = driver.communicate(timeout=300)
