@@ -284,7 +284,7 @@ class HFImageDataModule(FoundClassesDataModule):
             )
             for role, part in parts.items()
         )
-        return FoundSplits(classes, f"data.name={hp.name}'s {hp.label_column}", decoded, mean, std)
+        return FoundSplits(classes, f"data.name={hp.name} (column {hp.label_column})", decoded, mean, std)
 
     @staticmethod
     def ray_datasets(data: Dict[str, Any]) -> Dict[str, Tuple[Any, int, Any]]:
