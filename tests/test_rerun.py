@@ -13,9 +13,14 @@ from conftest import REPO, base_env, run_dirs, run_train, summary_of
 from raydra.cli import main
 
 
-def raydra(*args, timeout=600):
+def raydra(*args, timeout=600, env=None):
     return subprocess.run(
-        [sys.executable, "-m", "raydra.cli", *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=timeout, env=base_env()
+        [sys.executable, "-m", "raydra.cli", *map(str, args)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**base_env(), **(env or {})},
     )
 
 
@@ -34,8 +39,12 @@ def test_rerun_composes_the_recorded_config_not_todays_defaults(tmp_path):
     (old / ".hydra").mkdir(parents=True)
     (old / ".hydra" / "config.yaml").write_text(composed)
 
-    done = raydra("rerun", old, "--cfg", "job", "trainer.max_epochs=1")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    done = raydra("rerun", old, "--cfg", "job", "trainer.max_epochs=1", env={"TMPDIR": str(temp)})
     assert done.returncode == 0, done.stderr[-2000:]
+    # The config it composed from was written to a scratch directory, which goes once it is done.
+    assert not list(temp.iterdir())
     again, recorded = yaml.safe_load(done.stdout), yaml.safe_load(composed)
     assert again["trainer"].pop("max_epochs") == 1  # the override on top
     recorded["trainer"].pop("max_epochs")

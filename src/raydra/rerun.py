@@ -8,6 +8,7 @@ run then goes through raydra.entry, train.py's path. Its summary.json records `r
 and its overrides.yaml says so in a comment, so `raydra compare OLD NEW` shows whether they agree.
 """
 
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -84,4 +85,8 @@ def rerun(run_dir: str, overrides: List[str]) -> int:
         app()
     except SystemExit as done:
         return int(done.code or 0) if not isinstance(done.code, str) else 1
+    finally:
+        # Hydra composed from it, and the new run's .hydra/ holds what it composed: each rerun
+        # left one of these in the temp dir.
+        shutil.rmtree(scratch, ignore_errors=True)
     return 0
