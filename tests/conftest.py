@@ -265,7 +265,7 @@ def private_disk_cluster(tmp_path_factory):
     head = _start_node(["--head", *ray_node.head_port_flags(dashboard_port), "--num-cpus=0", f"--temp-dir={head_temp}"], head_log, env)
     worker = None
     try:
-        address = ray_node.join_address(_wait_node_started(head, head_log, "head"))
+        address = _wait_node_started(head, head_log, "head", ray_node.wait_head_started)
         cluster = PrivateDiskCluster(address=address, outputs=outputs, worker_temp_dir=worker_temp, env=env)
         worker = start_private_node(cluster, num_cpus=2, temp_dir=worker_temp, log_path=logs / "worker.log")
         yield cluster
@@ -304,9 +304,9 @@ def _start_node(args: list, log_path: Path, env: dict, private_dir: Path = None)
     return ray_node.start(flags, log_path, env, prefix=prefix)
 
 
-def _wait_node_started(proc: subprocess.Popen, log_path: Path, what: str) -> str:
+def _wait_node_started(proc: subprocess.Popen, log_path: Path, what: str, wait=ray_node.wait_started) -> str:
     try:
-        return ray_node.wait_started(proc, log_path, timeout=120)
+        return wait(proc, log_path, timeout=120)
     except RuntimeError as error:
         pytest.fail(f"the private-disk cluster's {what} did not start: {error}")
 

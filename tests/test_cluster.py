@@ -67,3 +67,19 @@ def test_runs_on_a_cluster_of_one_node_the_drivers_own_start_no_preemption_watch
     env = {**base_env(), "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "1"}
     done = subprocess.run([sys.executable, "-c", JOIN, ray_cluster], env=env, capture_output=True, text=True, timeout=120)
     assert "WATCHER 1" in done.stdout, done.stderr[-3000:]
+
+
+def test_a_head_is_started_once_it_has_printed_the_address_nodes_join(tmp_path):
+    # `ray start --head` prints "Ray runtime started" a few lines before the address (a read between
+    # the two ended a SLURM job's start in CI): a stand-in that pauses between them.
+    from raydra import ray_node
+
+    log = tmp_path / "head.log"
+    script = "echo '--- Ray runtime started. ---'; sleep 1; echo \"  ray start --address='192.0.2.7:6380'\"; sleep 60"
+    with log.open("w") as out:
+        head = subprocess.Popen(["sh", "-c", script], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        assert ray_node.wait_head_started(head, log, timeout=20) == "192.0.2.7:6380"
+    finally:
+        head.kill()
+        head.wait()

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from raydra.private_apis import node_stops_at_once_env
 
@@ -79,19 +79,25 @@ def environment(env: Dict[str, str]) -> Dict[str, str]:
 def wait_started(proc: subprocess.Popen, log_path: Path, timeout: float) -> str:
     """Until the node runs; returns what `ray start` printed. RuntimeError with the log's end if it
     exits first or takes longer than `timeout` seconds (the node is stopped then)."""
+    return _wait_printed(proc, log_path, timeout, lambda text: STARTED in text)
+
+
+def wait_head_started(proc: subprocess.Popen, log_path: Path, timeout: float) -> str:
+    """Until the head runs and has printed the address other nodes join (its GCS, on the node's
+    address), which it returns; RuntimeError as `wait_started`. The address comes a few lines after
+    "Ray runtime started": a log read between the two has none (seen once in CI)."""
+    return _JOIN_ADDRESS.search(_wait_printed(proc, log_path, timeout, _JOIN_ADDRESS.search)).group(1)
+
+
+def _wait_printed(proc: subprocess.Popen, log_path: Path, timeout: float, done: Callable[[str], object]) -> str:
     deadline = time.time() + timeout
-    while STARTED not in (text := log_path.read_text(errors="replace")):
+    while not done(text := log_path.read_text(errors="replace")):
         if proc.poll() is not None or time.time() > deadline:
             stop(proc)
             why = f"exited with code {proc.returncode}" if proc.returncode is not None else f"did not start within {timeout:g} s"
             raise RuntimeError(f"`ray start` {why}: {text[-2000:]}")
         time.sleep(0.3)
     return text
-
-
-def join_address(printed: str) -> str:
-    """The address a head's `ray start` told other nodes to join (its GCS, on the node's address)."""
-    return _JOIN_ADDRESS.search(printed).group(1)
 
 
 def stop(proc: subprocess.Popen, timeout: float = 20) -> None:

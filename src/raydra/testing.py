@@ -43,11 +43,10 @@ def start_ray_head(
         ["--head", *ray_node.head_port_flags(dashboard_port), f"--num-cpus={num_cpus}", "--num-gpus=0", *args], log_path, env
     )
     try:
-        printed = ray_node.wait_started(proc, log_path, timeout)
+        # The head listens on the node's address, which `ray start` prints for joining nodes.
+        return proc, ray_node.wait_head_started(proc, log_path, timeout)
     except RuntimeError as error:
         raise RuntimeError(f"the Ray head node did not start: {error}") from None
-    # The head listens on the node's address, which `ray start` prints for joining nodes.
-    return proc, ray_node.join_address(printed)
 
 
 def start_s3_server(log_path: Path, env: Optional[Dict[str, str]] = None, timeout: float = 60) -> Tuple[subprocess.Popen, str]:

@@ -88,7 +88,7 @@ def start(record_dir: Path, join_timeout_s: float, requeue: bool) -> str:
         began = time.time()
         head = ray_node.start([*args, f"--temp-dir={temp_dir}"], head_log, dict(os.environ))
         try:
-            address = ray_node.join_address(ray_node.wait_started(head, head_log, join_timeout_s))
+            address = ray_node.wait_head_started(head, head_log, join_timeout_s)
             break
         except RuntimeError as error:
             if attempt == START_ATTEMPTS or time.time() - began >= join_timeout_s:  # out of attempts, or of time
