@@ -296,6 +296,31 @@ def test_a_multirun_inside_one_allocation_runs_its_jobs_side_by_side_on_it(slurm
 # What needs no SLURM daemon: reading an allocation, the batch script, finding a requeued job's run
 
 
+def test_a_fit_that_ends_while_the_notice_waits_for_its_workers_leaves_ray_only_after_it(monkeypatch):
+    # The notice's thread asks Ray until the SIGTERMed workers are gone; Ray Train may end the fit
+    # first (their failure). A Ray call after the driver's ray.shutdown ends the process before the
+    # requeue (CI): the fit's block is left only once the thread is done, and the job still counts
+    # as one a requeue continues.
+    from raydra.slurm import time_limit
+
+    said = []
+    monkeypatch.setattr(time_limit, "_state", {"watched": True, "at": None, "action": None, "thread": None, "continues": False})
+    monkeypatch.setattr(time_limit, "signal_run_workers", lambda signum: ["worker-actor"])
+
+    def wait_gone(actor_ids, timeout):
+        time.sleep(1)
+        said.append("the notice's thread is done with Ray")
+
+    monkeypatch.setattr(time_limit, "_wait_gone", wait_gone)
+    with pytest.raises(RuntimeError):
+        with time_limit.run_stops_on_notice():
+            time_limit._on_notice(time_limit.NOTICE, None)
+            raise RuntimeError("Ray Train: the run's workers failed")
+    said.append("the driver leaves Ray")
+    assert said == ["the notice's thread is done with Ray", "the driver leaves Ray"]
+    assert time_limit._state["continues"]
+
+
 def test_an_allocation_is_read_from_slurms_variables(monkeypatch):
     from raydra.slurm import allocation
 

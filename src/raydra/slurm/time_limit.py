@@ -131,6 +131,12 @@ def run_stops_on_notice() -> Iterator[None]:
         finally:
             with _lock:
                 fitting["on"] = False
+            # The fit can end first (Ray Train reports the SIGTERMed workers as failed) while the
+            # notice's thread still asks Ray whether they are gone; the driver leaves Ray next, and a
+            # Ray call after ray.shutdown ends the process before the requeue (seen in CI).
+            thread = _state["thread"]
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout=WORKERS_STOP_S + 30)
 
 
 def signal_run_workers(signum: int) -> List[str]:
