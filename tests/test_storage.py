@@ -1,6 +1,8 @@
 """raydra.storage on local paths: the same calls serve URIs through pyarrow (tests/test_cluster_storage.py
 runs them against an S3 server)."""
 
+import os
+
 from raydra import storage
 
 
@@ -51,3 +53,39 @@ def test_replacing_renames_the_whole_new_file_over_and_leaves_the_old_one_if_the
             open(tmp, "w").write("ha")
             raise OSError(28, "No space left on device")
     assert path.read_text() == "new\n" and sorted(p.name for p in tmp_path.iterdir()) == ["metrics.csv"]
+
+
+def test_workers_restoring_a_checkpoint_from_object_storage_each_read_their_own_download(tmp_path, monkeypatch):
+    # Ray's Checkpoint.as_directory gives a node's workers one shared directory, and a worker coming
+    # after another's download downloads again over the files it reads (CI, on S3). A filesystem that
+    # is not the local one (a SubTree over it: read like object storage) takes the download path.
+    import contextlib
+
+    import pyarrow.fs
+    import ray.train
+
+    from raydra.run_record import CHECKPOINT_FILE
+    from raydra.worker import loop
+
+    saved = tmp_path / "storage" / "checkpoint_000001"
+    saved.mkdir(parents=True)
+    (saved / CHECKPOINT_FILE).write_bytes(b"weights")
+    remote = ray.train.Checkpoint(
+        "checkpoint_000001", filesystem=pyarrow.fs.SubTreeFileSystem(str(tmp_path / "storage"), pyarrow.fs.LocalFileSystem())
+    )
+    monkeypatch.setattr(ray.train, "get_checkpoint", lambda: remote)
+
+    with contextlib.ExitStack() as first:
+        rank0 = loop._restored_checkpoint_path(first, 0)
+        with contextlib.ExitStack() as second:
+            rank1 = loop._restored_checkpoint_path(second, 1)
+            assert os.path.dirname(rank0) != os.path.dirname(rank1)
+        assert not os.path.exists(rank1)  # each worker's download goes with it
+        assert open(rank0, "rb").read() == b"weights"
+    assert not os.path.exists(os.path.dirname(rank0))
+
+    # On a local or shared disk the checkpoint is read in place, and nothing is removed.
+    monkeypatch.setattr(ray.train, "get_checkpoint", lambda: ray.train.Checkpoint.from_directory(str(saved)))
+    with contextlib.ExitStack() as stack:
+        assert loop._restored_checkpoint_path(stack, 0) == str(saved / CHECKPOINT_FILE)
+    assert (saved / CHECKPOINT_FILE).is_file()

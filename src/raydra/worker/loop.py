@@ -10,6 +10,7 @@ import dataclasses
 import logging
 import os
 import re
+import shutil
 import signal
 import tempfile
 import threading
@@ -19,6 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import pyarrow.fs
 import ray.train
 import ray.train.torch
 import torch
@@ -72,7 +74,7 @@ def train_loop(config: Dict[str, Any]) -> WorkerOutcome:
     try:
         with contextlib.ExitStack() as stack:
             # Local mode: Ray Train hands no checkpoint back; the driver names the run's last one.
-            restored = spec.place.restore if spec.local else _restored_checkpoint_path(stack)
+            restored = spec.place.restore if spec.local else _restored_checkpoint_path(stack, rank)
             outcome = _train(spec, mirror, restored)
             outcome.startup_marks["train_entered"] = entered
             return outcome
@@ -300,14 +302,20 @@ def compile_networks(model: torch.nn.Module) -> List[str]:
     return compiled
 
 
-def _restored_checkpoint_path(stack: contextlib.ExitStack) -> Optional[str]:
+def _restored_checkpoint_path(stack: contextlib.ExitStack, rank: int) -> Optional[str]:
     """The Lightning checkpoint inside the Ray checkpoint this attempt resumes from, if any: in
-    place on a local or shared disk, downloaded to this node (for as long as `stack` is open)
-    from object storage."""
+    place on a local or shared disk; from object storage, downloaded into a directory of this
+    worker's own, removed when `stack` closes. Not `Checkpoint.as_directory`: the node's workers
+    share its directory, and one that comes to it after another's download has ended downloads
+    again over the files the other is reading (CI, on S3: "PytorchStreamReader failed reading file")."""
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is None:
         return None
-    return os.path.join(stack.enter_context(checkpoint.as_directory()), CHECKPOINT_FILE)
+    if isinstance(checkpoint.filesystem, pyarrow.fs.LocalFileSystem):
+        return os.path.join(checkpoint.path, CHECKPOINT_FILE)
+    local = tempfile.mkdtemp(prefix=f"raydra-restore-rank{rank}-")
+    stack.callback(shutil.rmtree, local, ignore_errors=True)
+    return os.path.join(checkpoint.to_directory(local), CHECKPOINT_FILE)
 
 
 def _position_of(checkpoint_path: Optional[str]) -> Optional[Dict[str, Any]]:
