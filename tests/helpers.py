@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Tuple
 
 import psutil
 import pytest
@@ -53,6 +54,12 @@ WORKER_LINE = re.compile(r"\(RayTrainWorker pid=(\d+)\)")
 def start_train(*overrides, outputs, address, env=None):
     args = [sys.executable, str(REPO / "train.py"), f"paths.outputs={outputs}", *overrides, f"ray.address={address}"]
     return subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**base_env(), **(env or {})})
+
+
+def held_at_last_epoch(release: Path) -> Tuple[str, str]:
+    """Overrides that hold a run at the start of its last epoch until `release` exists
+    (tests.probe.HoldLastEpoch): the test's events come while it trains, and it ends soon after."""
+    return ("+callbacks.hold._target_=tests.probe.HoldLastEpoch", f"+callbacks.hold.release={release}")
 
 
 def wait_for_checkpoint(outputs: Path, driver: subprocess.Popen, timeout: float = 240) -> Path:

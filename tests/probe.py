@@ -1,4 +1,5 @@
-"""A ViT that writes down which training samples each worker got, for tests that check sharding.
+"""A ViT that writes down which training samples each worker got, for tests that check sharding,
+and a callback that holds a run at its last epoch until the test lets it finish.
 
 Workers import it as `tests.probe` (Ray puts the driver's working directory, the repository, on
 their path). Each worker appends one fingerprint per training sample to
@@ -8,9 +9,11 @@ worker groups of an elastic run apart.
 """
 
 import hashlib
+import os
 import time
 from pathlib import Path
 
+from raydra.lightning import pl
 from raydra.models.vit import ViTClassifier
 
 
@@ -32,6 +35,20 @@ class RecordingViT(ViTClassifier):
         with open(folder / name, "a") as file:
             for image in images.detach().cpu().numpy().round(4):
                 file.write(hashlib.sha1(image.tobytes()).hexdigest() + "\n")
+
+
+class HoldLastEpoch(pl.Callback):
+    """Holds the run at the start of its last epoch until the file `release` exists. A test that
+    does things to a running run (loses a node, adds one, signals it) needs it still training then,
+    whatever the machine's speed: without a hold that took a margin of epochs (40 for the elastic
+    runs), most of them trained after the test was done with it (~110 s of 230 on a slow day)."""
+
+    def __init__(self, release: str):
+        self.release = release
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        while trainer.current_epoch >= trainer.max_epochs - 1 and not os.path.exists(self.release):
+            time.sleep(0.2)
 
 
 def seen_per_epoch(run_dir, world_size=None):

@@ -252,9 +252,11 @@ def test_an_elastic_run_on_s3_shrinks_when_a_private_disk_node_is_lost_and_grows
     needs the extra node for its third worker; it is stopped after the first checkpoint in storage
     (the run goes on with 2 workers, from that checkpoint), started again (back to 3), and the run
     ends whole on the driver's disk with both resizes recorded."""
-    from helpers import wait_for_an_epoch_on, wait_for_line
+    from helpers import held_at_last_epoch, wait_for_an_epoch_on, wait_for_line
 
-    epochs = 40
+    # Held at its last epoch until it has grown back (helpers.held_at_last_epoch).
+    epochs = 10
+    release = tmp_path / "release"
     run = (
         "experiment=vit_digits_smoke", f"trainer.max_epochs={epochs}", "trainer.test=false", "checkpoint.num_to_keep=1",
         "scale.num_workers=[2,3]", "data.batch_size=48", "failure.max_failures=3", "scale.resize_check_s=5",
@@ -264,7 +266,7 @@ def test_an_elastic_run_on_s3_shrinks_when_a_private_disk_node_is_lost_and_grows
     extra = start_private_node(private_disk_cluster, num_cpus=1, temp_dir=temps[0], log_path=tmp_path / "extra.log")
     again = driver = None
     try:
-        driver = _start(*run, _storage(s3_bucket), outputs=outputs, address=private_disk_cluster.address)
+        driver = _start(*run, *held_at_last_epoch(release), _storage(s3_bucket), outputs=outputs, address=private_disk_cluster.address)
         run_dir = _wait(lambda: next(iter(run_dirs(outputs)), None), driver, "the run directory")
         run_storage = summary_of(run_dir)["storage"]
         _wait(lambda: _registered_checkpoints(run_storage) >= 1, driver, "a checkpoint in storage")
@@ -273,8 +275,10 @@ def test_an_elastic_run_on_s3_shrinks_when_a_private_disk_node_is_lost_and_grows
         wait_for_an_epoch_on(run_dir, driver, workers=2)
         again = start_private_node(private_disk_cluster, num_cpus=1, temp_dir=temps[1], log_path=tmp_path / "again.log")
         wait_for_line(run_dir, driver, "resized from 2 to 3 workers", timeout=240)
+        release.touch()
         out, _ = driver.communicate(timeout=600)
     finally:
+        release.touch()
         if driver is not None and driver.poll() is None:
             driver.kill()
         for node in (extra, again):

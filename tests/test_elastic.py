@@ -14,6 +14,7 @@ from conftest import cluster_of_nodes, run_train, summary_of
 from helpers import (
     composed,
     epochs_with_val,
+    held_at_last_epoch,
     logged_steps,
     node_of,
     start_train,
@@ -30,8 +31,9 @@ from raydra.errors import RaydraError
 from raydra.schema import validate
 from raydra.testing import free_port
 
-# Long enough that the run is still training when the node comes back and Ray notices it.
-EPOCHS = 40
+# The shrink/grow run is held at its last epoch until the test has seen it grow back
+# (helpers.held_at_last_epoch): 10 leaves the 1-worker group epochs to train before the hold.
+EPOCHS = 10
 RUN = ("experiment=vit_digits_smoke", f"trainer.max_epochs={EPOCHS}", "trainer.test=false", "checkpoint.num_to_keep=1")
 ELASTIC = ("scale.num_workers=[1,2]", "failure.max_failures=3", "scale.resize_check_s=5")
 
@@ -124,7 +126,8 @@ def test_an_elastic_run_shrinks_on_a_lost_node_and_grows_back(cluster, tmp_path)
     )
     assert refused.returncode == 1 and "asks for at least 3 workers" in refused.stdout + refused.stderr
 
-    driver = start_train(*RUN, *ELASTIC, outputs=tmp_path, address=cluster.address, env=NO_AUTH)
+    release = tmp_path / "release"
+    driver = start_train(*RUN, *ELASTIC, *held_at_last_epoch(release), outputs=tmp_path, address=cluster.address, env=NO_AUTH)
     try:
         run_dir = wait_for_checkpoint(tmp_path, driver)
         first_workers = worker_pids(run_dir)
@@ -143,8 +146,10 @@ def test_an_elastic_run_shrinks_on_a_lost_node_and_grows_back(cluster, tmp_path)
         wait_for_an_epoch_on(run_dir, driver, workers=1)
         cluster.add_node(num_cpus=1)
         wait_for_line(run_dir, driver, "resized from 1 to 2 workers", timeout=240)
+        release.touch()
         out, _ = driver.communicate(timeout=400)
     finally:
+        release.touch()
         if driver.poll() is None:
             driver.kill()
     assert driver.returncode == 0, out

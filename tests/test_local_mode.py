@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, base_env, run_dirs, run_train, summary_of
+from helpers import held_at_last_epoch
 
 from raydra.worker.checkpoint_report import LocalCheckpoints
 
@@ -58,7 +59,9 @@ def test_a_local_mode_run_leaves_the_run_directory_a_ray_run_leaves_without_star
 
 @pytest.mark.e2e
 def test_sigterm_in_local_mode_records_the_run_interrupted_and_resume_finishes_it_exactly(tmp_path):
-    args = [sys.executable, str(REPO / "train.py"), f"paths.outputs={tmp_path}", *LOCAL, "trainer.max_epochs=30"]
+    # Held at its last epoch (helpers.held_at_last_epoch) so that the signal finds it training.
+    epochs, held = 4, held_at_last_epoch(tmp_path / "release")
+    args = [sys.executable, str(REPO / "train.py"), f"paths.outputs={tmp_path}", *LOCAL, f"trainer.max_epochs={epochs}", *held]
     driver = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=base_env())
     deadline = time.time() + 120
     while not list(tmp_path.glob("runs/*/*/checkpoints/*/checkpoint_*/checkpoint.ckpt")):
@@ -73,12 +76,13 @@ def test_sigterm_in_local_mode_records_the_run_interrupted_and_resume_finishes_i
     assert stopped["status"] == "interrupted" and Path(stopped["checkpoints"]["last"]).is_file(), out
     assert f"resume={run_dir}" in out and "Traceback" not in out
 
-    resumed = run_train(*LOCAL, "trainer.max_epochs=30", "resume=latest", outputs=tmp_path, timeout=300)
+    (tmp_path / "release").touch()
+    resumed = run_train(*LOCAL, f"trainer.max_epochs={epochs}", *held, "resume=latest", outputs=tmp_path, timeout=300)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     summary = summary_of(run_dir)
-    assert summary["status"] == "completed" and summary["run_id"] == stopped["run_id"] and summary["epochs_completed"] == 30
+    assert summary["status"] == "completed" and summary["run_id"] == stopped["run_id"] and summary["epochs_completed"] == epochs
     assert "resumed from" in (run_dir / "logs" / "worker_0.log").read_text()
-    assert _val_epochs(run_dir) == list(range(30))  # every epoch validated once: none retrained, none lost
+    assert _val_epochs(run_dir) == list(range(epochs))  # every epoch validated once: none retrained, none lost
 
 
 @pytest.mark.e2e
