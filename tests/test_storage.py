@@ -60,6 +60,7 @@ def test_workers_restoring_a_checkpoint_from_object_storage_each_read_their_own_
     # after another's download downloads again over the files it reads (CI, on S3). A filesystem that
     # is not the local one (a SubTree over it: read like object storage) takes the download path.
     import contextlib
+    import tempfile
 
     import pyarrow.fs
     import ray.train
@@ -74,18 +75,25 @@ def test_workers_restoring_a_checkpoint_from_object_storage_each_read_their_own_
         "checkpoint_000001", filesystem=pyarrow.fs.SubTreeFileSystem(str(tmp_path / "storage"), pyarrow.fs.LocalFileSystem())
     )
     monkeypatch.setattr(ray.train, "get_checkpoint", lambda: remote)
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
 
+    # A killed attempt's copy (no clean-up ran) is replaced by the next attempt's, not kept beside it.
+    left = loop._restored_checkpoint_path(contextlib.ExitStack(), "run-a", 0)
+    with open(left, "wb") as file:
+        file.write(b"half")
     with contextlib.ExitStack() as first:
-        rank0 = loop._restored_checkpoint_path(first, 0)
+        rank0 = loop._restored_checkpoint_path(first, "run-a", 0)
+        assert rank0 == left and open(rank0, "rb").read() == b"weights"
         with contextlib.ExitStack() as second:
-            rank1 = loop._restored_checkpoint_path(second, 1)
+            rank1 = loop._restored_checkpoint_path(second, "run-a", 1)
             assert os.path.dirname(rank0) != os.path.dirname(rank1)
         assert not os.path.exists(rank1)  # each worker's download goes with it
         assert open(rank0, "rb").read() == b"weights"
-    assert not os.path.exists(os.path.dirname(rank0))
+    assert not os.path.exists(os.path.dirname(rank0)) and not list((tmp_path / "tmp").iterdir())
 
     # On a local or shared disk the checkpoint is read in place, and nothing is removed.
     monkeypatch.setattr(ray.train, "get_checkpoint", lambda: ray.train.Checkpoint.from_directory(str(saved)))
     with contextlib.ExitStack() as stack:
-        assert loop._restored_checkpoint_path(stack, 0) == str(saved / CHECKPOINT_FILE)
+        assert loop._restored_checkpoint_path(stack, "run-a", 0) == str(saved / CHECKPOINT_FILE)
     assert (saved / CHECKPOINT_FILE).is_file()

@@ -74,7 +74,7 @@ def train_loop(config: Dict[str, Any]) -> WorkerOutcome:
     try:
         with contextlib.ExitStack() as stack:
             # Local mode: Ray Train hands no checkpoint back; the driver names the run's last one.
-            restored = spec.place.restore if spec.local else _restored_checkpoint_path(stack, rank)
+            restored = spec.place.restore if spec.local else _restored_checkpoint_path(stack, spec.place.id, rank)
             outcome = _train(spec, mirror, restored)
             outcome.startup_marks["train_entered"] = entered
             return outcome
@@ -302,18 +302,21 @@ def compile_networks(model: torch.nn.Module) -> List[str]:
     return compiled
 
 
-def _restored_checkpoint_path(stack: contextlib.ExitStack, rank: int) -> Optional[str]:
+def _restored_checkpoint_path(stack: contextlib.ExitStack, run_id: str, rank: int) -> Optional[str]:
     """The Lightning checkpoint inside the Ray checkpoint this attempt resumes from, if any: in
     place on a local or shared disk; from object storage, downloaded into a directory of this
     worker's own, removed when `stack` closes. Not `Checkpoint.as_directory`: the node's workers
     share its directory, and one that comes to it after another's download has ended downloads
-    again over the files the other is reading (CI, on S3: "PytorchStreamReader failed reading file")."""
+    again over the files the other is reading (CI, on S3: "PytorchStreamReader failed reading file").
+    The directory is named after the run and rank, so the copy a killed attempt left behind (an
+    elastic resize, a lost worker: no clean-up runs) is replaced by the next, not kept beside it."""
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is None:
         return None
     if isinstance(checkpoint.filesystem, pyarrow.fs.LocalFileSystem):
         return os.path.join(checkpoint.path, CHECKPOINT_FILE)
-    local = tempfile.mkdtemp(prefix=f"raydra-restore-rank{rank}-")
+    local = os.path.join(tempfile.gettempdir(), f"raydra-restore-{run_id}-rank{rank}")
+    shutil.rmtree(local, ignore_errors=True)
     stack.callback(shutil.rmtree, local, ignore_errors=True)
     return os.path.join(checkpoint.to_directory(local), CHECKPOINT_FILE)
 
