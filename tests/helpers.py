@@ -146,9 +146,11 @@ def wait_for_an_epoch_on(run_dir: Path, driver, workers: int, timeout: float = 2
     raise AssertionError(f"no epoch on {workers} worker(s) in {metrics} within {timeout} s")
 
 
-def wait_for_line(run_dir: Path, driver, text: str, timeout: float) -> None:
+def wait_for_line(run_dir: Path, driver, text: str, timeout: float, log: str = "logs/worker_0.log") -> None:
+    """Until `text` is in the run's `log`. Rank 0's own log reaches a run directory the workers cannot
+    see only with its next report; the driver's console (driver.log) has its lines as they come."""
     deadline = time.time() + timeout
-    log = run_dir / "logs" / "worker_0.log"
+    log = run_dir / log
     while time.time() < deadline:
         assert driver.poll() is None, driver.communicate()[0]
         if log.exists() and text in log.read_text():
