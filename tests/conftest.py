@@ -235,9 +235,9 @@ class PrivateDiskCluster:
 def private_disk_cluster(tmp_path_factory):
     """A 2-node Ray cluster on this machine whose worker node cannot see the driver's outputs dir,
     as on a cluster whose nodes share no disk (ray.cluster_utils.Cluster's nodes share one and cannot
-    show it). One per module that uses it: idle, its processes take ~16 % of a core, which a
+    show it). One per module that uses it: idle, its processes take ~15 % of a core, which a
     session-wide one took from every test after test_cluster_storage's (about an hour on 2 cores);
-    starting it again costs ~15 s for each of the two modules after that one.
+    starting it again costs ~17 s for each of the two modules after that one.
 
     - Head: `ray start --head --num-cpus=0`, its own --temp-dir (see ray_cluster). Nothing that asks for CPU lands there, so every training
       worker and Tune trial runs on the worker node; the Train controller asks for 0 CPU and is pinned

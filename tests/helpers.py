@@ -146,11 +146,12 @@ def wait_for_an_epoch_on(run_dir: Path, driver, workers: int, timeout: float = 2
     raise AssertionError(f"no epoch on {workers} worker(s) in {metrics} within {timeout} s")
 
 
-def wait_for_line(run_dir: Path, driver, text: str, timeout: float, log: str = "logs/worker_0.log") -> None:
-    """Until `text` is in the run's `log`. Rank 0's own log reaches a run directory the workers cannot
-    see only with its next report; the driver's console (driver.log) has its lines as they come."""
+def wait_for_line(run_dir: Path, driver, text: str, timeout: float) -> None:
+    """Until rank 0 has said `text` on the driver's console (its driver.log). Not worker_0.log: on a
+    disk the workers cannot see it arrives only with rank 0's next report, and a run held at its
+    last epoch reports nothing more."""
     deadline = time.time() + timeout
-    log = run_dir / log
+    log = run_dir / "driver.log"
     while time.time() < deadline:
         assert driver.poll() is None, driver.communicate()[0]
         if log.exists() and text in log.read_text():
