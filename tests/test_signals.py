@@ -42,3 +42,39 @@ def test_off_the_main_thread_nothing_is_installed():
     assert signal.getsignal(signal.SIGTERM) is before
     restores[0]()
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_at_once_runs_as_sigterm_comes_while_the_main_thread_is_still_inside_a_c_call():
+    # The driver blocked in Ray: here a C call that releases the GIL and checks for no signal (hashlib's
+    # key derivation, ~2 s here). Python's handler waits for it to return; `at_once` must not.
+    import hashlib
+    import time
+
+    called = []
+    restore = sigterm_interrupts(at_once=lambda: called.append(time.monotonic()))
+    sender = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM))
+    try:
+        sender.start()
+        began = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            hashlib.pbkdf2_hmac("sha256", b"raydra", b"salt", 3_000_000)
+        back = time.monotonic()
+    finally:
+        sender.join()
+        restore()
+    assert back - began > 1.0, "the C call ended too soon to tell"
+    assert len(called) == 1 and called[0] < began + 0.7 < back
+
+
+def test_without_sigterm_at_once_is_not_called_and_the_wakeup_fd_is_put_back():
+    called = []
+    before = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(before)
+    restore = sigterm_interrupts(at_once=lambda: called.append(True))
+    previous_usr1 = signal.signal(signal.SIGUSR1, lambda signum, frame: None)
+    try:
+        os.kill(os.getpid(), signal.SIGUSR1)  # another signal, which the wakeup fd also carries
+    finally:
+        signal.signal(signal.SIGUSR1, previous_usr1)
+    restore()
+    assert called == [] and signal.set_wakeup_fd(before) == before

@@ -56,6 +56,16 @@ def train_run(
     # Where a refusal before the spec exists is recorded: this invocation's directory, no storage.
     place = Place(dir=str(run_dir), id=run_id, storage=None, logged_config={})
     restore_sigterm = lambda: None  # noqa: E731
+    # The at-once record, from SIGTERM's thread or from here, never after the final one.
+    at_once_lock, at_once_done = threading.Lock(), []
+
+    def interrupted_at_once(at: Place, last: bool = False) -> None:
+        with at_once_lock:
+            if not at_once_done:
+                _interrupted(record, at, started, run_dir, run_id, final=False)
+            if last:
+                at_once_done.append(True)
+
     redact_hydra_records(run_dir)
     if job and job.resume:
         # A resumed multirun continues the job's run in its own directory, where this job runs again.
@@ -93,8 +103,9 @@ def train_run(
                 record_dir=run_dir,
             )
         # After connecting: ray.init installs its own SIGTERM handler, which would end the process
-        # without a summary.
-        restore_sigterm = sigterm_interrupts()
+        # without a summary. The record is written the moment SIGTERM comes, from a thread: a
+        # driver that Ray ends (its node's raylet gone too) never gets back to Python.
+        restore_sigterm = sigterm_interrupts(at_once=lambda: interrupted_at_once(place))
         marks["ray_ready"] = time.time()
         spec = resolve.resolve(cfg, run_dir, run_id, wandb_group=job.wandb_group if job else None)
         place = spec.place
@@ -119,7 +130,7 @@ def train_run(
         # Recorded at once, as things stand: a driver that never gets past leaving Ray (scancel's
         # SIGTERM reaches the Ray head's processes too, and leaving a cluster whose head is gone
         # outlasted SLURM's 30 s before its SIGKILL, measured) still leaves the run interrupted.
-        _interrupted(record, place, started, run_dir, run_id, final=False)
+        interrupted_at_once(place, last=True)
         # Ray Train's controller and workers train on until this process leaves Ray, and a checkpoint
         # they register after the one named here deletes it under checkpoint.num_to_keep (seen in
         # the suite: summary.json named a checkpoint gone a moment later). Leave first, then give a

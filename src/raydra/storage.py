@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import threading
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit, urlunsplit
@@ -100,7 +101,8 @@ def replacing(path: "str | os.PathLike[str]") -> Iterator[str]:
     (beside `path`), and on leaving the block it is renamed over `path`, so a reader, a kill or a
     full disk never leaves half a file where the whole one was. If the block raises, the partial
     file is removed and `path` stays as it was."""
-    tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
+    # Per thread, too: the driver's SIGTERM thread records a run while its main thread may.
+    tmp = f"{os.fspath(path)}.tmp-{os.getpid()}-{threading.get_ident()}"
     try:
         yield tmp
         os.replace(tmp, path)
