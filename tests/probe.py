@@ -12,6 +12,7 @@ import hashlib
 import os
 import time
 from pathlib import Path
+from typing import Optional
 
 from raydra.lightning import pl
 from raydra.models.vit import ViTClassifier
@@ -20,14 +21,17 @@ from raydra.models.vit import ViTClassifier
 class RecordingViT(ViTClassifier):
     """`pause_s`: each training step takes at least this long, so that a test's run trains for a
     time it can count on whatever the machine's speed (a SLURM time limit's warning comes on
-    SLURM's clock, not the run's)."""
+    SLURM's clock, not the run's). `pause_until`: a file whose existence ends the pauses, so the
+    rest of a run the test is done waiting for trains at full speed."""
 
-    def __init__(self, *args, pause_s: float = 0.0, **kwargs):
+    def __init__(self, *args, pause_s: float = 0.0, pause_until: Optional[str] = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.pause_s = pause_s
+        self.pause_until = pause_until
 
     def on_train_batch_start(self, batch, batch_idx):
-        time.sleep(self.pause_s)
+        if not (self.pause_until and Path(self.pause_until).exists()):
+            time.sleep(self.pause_s)
         images, _ = batch
         folder = Path(self.trainer.default_root_dir) / "seen"
         folder.mkdir(exist_ok=True)

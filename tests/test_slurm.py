@@ -117,27 +117,6 @@ def _wait_for(what, timeout: float, why: str):
 
 
 @pytest.mark.e2e
-def test_an_sbatch_script_trains_across_the_allocation_and_leaves_nothing_running(slurm, tmp_path):
-    out = tmp_path / "job.out"
-    command = [sys.executable, "train.py", *RUN, "trainer.max_epochs=2", f"paths.outputs={tmp_path}", "ray.address=slurm"]
-    job = _sbatch(slurm, _batch_script(tmp_path / "job.sh", out, command))
-    _wait_job_gone(slurm, job, 300)
-
-    (run_dir,) = run_dirs(tmp_path)
-    summary = summary_of(run_dir)
-    assert summary["status"] == "completed", out.read_text()
-    assert summary["slurm"] == {"job_id": job, "nodes": "node[1-2]", "restarts": 0}
-    assert summary["world_size"] == 2 and summary["epochs_completed"] == 2
-    # A Ray node on each SLURM node, the head where the batch script ran: one worker each (1 CPU each).
-    assert f"started Ray across SLURM job {job} (2 nodes x 1 CPUs): head on node1, nodes on node2" in out.read_text()
-    for node in ("node1", "node2"):
-        assert "Ray runtime started" in (run_dir / run_record.slurm_node_log(node)).read_text()
-    assert (run_dir / "logs" / "worker_0.log").is_file() and (run_dir / "logs" / "worker_1.log").is_file()
-    # Stopped with the run: no Ray process or temp dir of the job's cluster remains.
-    assert not _left_running(run_dir)
-
-
-@pytest.mark.e2e
 def test_a_run_larger_than_its_allocation_is_refused_naming_both_numbers(slurm, tmp_path):
     command = [
         sys.executable,
@@ -198,10 +177,12 @@ def test_a_submitted_run_meets_its_time_limit_checkpoints_requeues_and_trains_ev
     # Steps of at least 30 ms: the epochs after the first train for longer than the 60 s the warning
     # may take to come (~105 s here; 36 s of it the pauses), on a machine twice as fast too.
     epochs = 30
+    # Once requeued, the rest trains without the pauses (tests.probe.RecordingViT's pause_until).
+    fast = tmp_path / "fast"
     # No periodic checkpoint: whatever the requeued job continues from, the notice saved.
     done = _submit(
         slurm, tmp_path, f"trainer.max_epochs={epochs}", "checkpoint.every_n_epochs=1000", "model._target_=tests.probe.RecordingViT", "+model.pause_s=0.03",
-        "slurm.nodes=2", "slurm.time=10", "slurm.notice_before_s=60",
+        f"+model.pause_until={fast}", "slurm.nodes=2", "slurm.time=10", "slurm.notice_before_s=60",
     )  # fmt: skip
     job, run_dir = _submitted(done)
     script = (run_dir / run_record.SLURM_SCRIPT).read_text()
@@ -218,6 +199,7 @@ def test_a_submitted_run_meets_its_time_limit_checkpoints_requeues_and_trains_ev
     slurm.command("scontrol", "update", f"JobId={job}", f"TimeLimit={limit}")
     # The requeued job gets the time to finish.
     _wait_for(lambda: _job(slurm, job).get("Restarts") == "1", 240, f"not requeued: {output.read_text()}")
+    fast.touch()
     slurm.command("scontrol", "update", f"JobId={job}", "TimeLimit=15")
     _wait_job_gone(slurm, job, 400)
 
@@ -250,11 +232,14 @@ def test_a_submitted_run_meets_its_time_limit_checkpoints_requeues_and_trains_ev
 @pytest.mark.e2e
 def test_scancel_leaves_the_run_interrupted_and_resume_continues_it(slurm, ray_cluster, tmp_path):
     # Epochs of ~4 s (steps of at least 50 ms): time to cancel after the first checkpoint, little to resume.
-    slow = ("model._target_=tests.probe.RecordingViT", "+model.pause_s=0.05")
+    # The resume trains without the pauses (tests.probe.RecordingViT's pause_until).
+    fast = tmp_path / "fast"
+    slow = ("model._target_=tests.probe.RecordingViT", "+model.pause_s=0.05", f"+model.pause_until={fast}")
     job, run_dir = _submitted(_submit(slurm, tmp_path, "trainer.max_epochs=5", *slow, "slurm.nodes=2"))
     _wait_for(lambda: _registered_checkpoint(run_dir), 240, "the run registered no checkpoint")
     slurm.command("scancel", job)
     _wait_job_gone(slurm, job, 120)
+    fast.touch()
 
     summary = summary_of(run_dir)
     assert summary["status"] == "interrupted"
@@ -275,6 +260,10 @@ def test_scancel_leaves_the_run_interrupted_and_resume_continues_it(slurm, ray_c
 
 @pytest.mark.e2e
 def test_a_multirun_inside_one_allocation_runs_its_jobs_side_by_side_on_it(slurm, tmp_path):
+    """A researcher's own batch script (not `raydra submit`'s): Ray across the allocation, a node on
+    each SLURM node, and nothing of it left once the job ends. The same holds for a single run in
+    such a script (the same start and stop; test_scancel and the time-limit test check a single
+    run's record and clean-up)."""
     out = tmp_path / "job.out"
     command = [
         sys.executable, "train.py", "-m", *RUN, "trainer.max_epochs=3", "scale.num_workers=1", "model.optimizer.lr=1e-3,3e-3",
@@ -287,8 +276,13 @@ def test_a_multirun_inside_one_allocation_runs_its_jobs_side_by_side_on_it(slurm
     first, second = (summary_of(d) for d in jobs)
     assert first["status"] == second["status"] == "completed", out.read_text()
     assert ran_side_by_side(first, second)
-    assert first["slurm"]["job_id"] == second["slurm"]["job_id"] == job
+    assert first["slurm"] == second["slurm"] == {"job_id": job, "nodes": "node[1-2]", "restarts": 0}
+    assert first["world_size"] == second["world_size"] == 1 and first["epochs_completed"] == 3
+    # A Ray node on each SLURM node, the head where the batch script ran: 1 CPU each, a job on each.
+    assert f"started Ray across SLURM job {job} (2 nodes x 1 CPUs): head on node1, nodes on node2" in out.read_text()
     # The multirun's launcher started Ray across the allocation; its nodes' logs are the sweep's.
+    for node in ("node1", "node2"):
+        assert "Ray runtime started" in (jobs[0].parent / run_record.slurm_node_log(node)).read_text()
     assert not _left_running(jobs[0].parent)
 
 

@@ -108,7 +108,7 @@ def test_trainer_compile_trains_the_digits_vit_to_the_eager_accuracy(accelerator
         graphs = counters["stats"]["unique_graphs"]
         if compiled:
             assert compile_networks(model) == ["stem", "net"]
-        trainer = bare_trainer(max_epochs=15, accelerator=accelerator, precision=precision)
+        trainer = bare_trainer(max_epochs=8, accelerator=accelerator, precision=precision)
         trainer.fit(model, datamodule=DigitsDataModule(batch_size=32))
         accuracy[compiled] = float(trainer.callback_metrics["val/acc"])
         keys[compiled] = list(model.state_dict())
