@@ -265,8 +265,9 @@ def test_an_elastic_run_on_s3_shrinks_when_a_private_disk_node_is_lost_and_grows
     outputs = private_disk_cluster.outputs / uuid.uuid4().hex[:8]
     # The resource check counts min: [3,4] asks for at least 3 workers, which the 2 CPUs of the
     # fixture's node cannot hold, whatever may join later.
+    larger = [o for o in run if not o.startswith("scale.num_workers=")] + ["scale.num_workers=[3,4]"]
     refused = run_train(
-        *run[:4], "scale.num_workers=[3,4]", *run[5:], _storage(s3_bucket), outputs=outputs.with_name(outputs.name + "-refused"), address=private_disk_cluster.address, env=S3_ENV, timeout=120
+        *larger, _storage(s3_bucket), outputs=outputs.with_name(outputs.name + "-refused"), address=private_disk_cluster.address, env=S3_ENV, timeout=120
     )  # fmt: skip
     assert refused.returncode == 1 and "asks for at least 3 workers" in refused.stdout + refused.stderr
     temps = [_short_temp_dir("rayx-"), _short_temp_dir("rayy-")]
