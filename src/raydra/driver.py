@@ -56,15 +56,16 @@ def train_run(
     # Where a refusal before the spec exists is recorded: this invocation's directory, no storage.
     place = Place(dir=str(run_dir), id=run_id, storage=None, logged_config={})
     restore_sigterm = lambda: None  # noqa: E731
-    # The at-once record, from SIGTERM's thread or from here, never after the final one.
-    at_once_lock, at_once_done = threading.Lock(), []
+    # The at-once record, from SIGTERM's thread or from here, never after the final one: once this
+    # thread has written its own (`last`), SIGTERM's thread writes nothing more.
+    at_once_lock, final_under_way = threading.Lock(), threading.Event()
 
     def interrupted_at_once(at: Place, last: bool = False) -> None:
         with at_once_lock:
-            if not at_once_done:
+            if not final_under_way.is_set():
                 _interrupted(record, at, started, run_dir, run_id, final=False)
             if last:
-                at_once_done.append(True)
+                final_under_way.set()
 
     redact_hydra_records(run_dir)
     if job and job.resume:
