@@ -119,17 +119,28 @@ def cluster_of_nodes(monkeypatch, nodes: int, temp_prefix: str):
     dashboard_port = free_port()
     monkeypatch.setenv("RAY_API_SERVER_ADDRESS", f"http://127.0.0.1:{dashboard_port}")
     temp_dir = _short_temp_dir(temp_prefix)
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 0, "gcs_server_port": free_port(), "dashboard_port": dashboard_port, "temp_dir": str(temp_dir)},
-    )
+    # The head writes its address to $RAY_TMPDIR/ray/ray_current_cluster, a dir it never makes: point
+    # it here, or it fails where /tmp/ray is absent (a fresh machine) and overwrites it where not.
+    monkeypatch.setenv("RAY_TMPDIR", str(temp_dir))
+    (temp_dir / "ray").mkdir()
+    cluster = None
     try:
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 0,
+                "gcs_server_port": free_port(),
+                "dashboard_port": dashboard_port,
+                "temp_dir": str(temp_dir / "ray"),
+            },
+        )
         for _ in range(nodes):
             cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
         yield cluster
     finally:
-        cluster.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
