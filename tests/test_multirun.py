@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -87,6 +87,9 @@ def test_the_basic_launcher_still_runs_jobs_one_after_another_in_one_process(tmp
     assert [s["epochs_completed"] for s in summaries] == [1, 2]
     assert all(s["status"] == "completed" for s in summaries)
     assert _when(summaries[1], "started_at") >= _when(summaries[0], "finished_at")
+    # The second job's start-up counts from the first's end, not from the process's launch.
+    began = _when(summaries[1], "started_at") - timedelta(seconds=summaries[1]["startup"]["phases"][0]["s"])
+    assert began >= _when(summaries[0], "finished_at") - timedelta(seconds=1)  # summary times are whole seconds
     assert "started a local Ray" in (jobs[0] / "driver.log").read_text()
     assert "reusing the Ray" in (jobs[1] / "driver.log").read_text()
 

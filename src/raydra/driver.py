@@ -49,7 +49,7 @@ def train_run(
     `job`: raydra's launcher's settings when this run is one of its multirun jobs (its W&B group;
     the job's own directory to continue in, for a resumed multirun)."""
     started = time.time()
-    marks = {"process_start": startup.process_started(), "run_entered": started}
+    marks = {"run_began": startup.run_began(), "run_entered": started}
     run_dir = Path(run_dir).resolve()
     run_id = f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{cfg.name}_{uuid.uuid4().hex[:6]}"
     record = summary.new_summary(cfg, run_dir, run_id, list(overrides))
@@ -149,6 +149,7 @@ def train_run(
         raise
     finally:
         restore_sigterm()
+        startup.run_ended()
     _report(record, spec)
     run_record.push_driver_files(place)  # driver.log with the closing lines
     return record

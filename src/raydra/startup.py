@@ -7,9 +7,10 @@ code on the driver, before its fit starts) makes its phase 0 s rather than negat
 """
 
 import os
+import time
 from typing import Dict, List, Optional
 
-# (mark that ends the phase, what the phase is), in order; the first phase starts at the process's start.
+# (mark that ends the phase, what the phase is), in order; the first phase starts at run_began().
 PHASES = (
     ("run_entered", "Python start, imports, Hydra composes the config"),
     ("ray_ready", "Ray started or joined (the training code imported alongside)"),
@@ -24,16 +25,30 @@ PHASES = (
 )
 
 
-def process_started() -> float:
-    """When this process started (its launch, before the interpreter loaded anything)."""
+# When the last run trained in this process ended. Hydra's basic launcher runs a multirun's jobs one
+# after another in one process: a later job's start-up starts there, not at the process's launch.
+_previous_run_ended: Optional[float] = None
+
+
+def run_began() -> float:
+    """Where this run's start-up starts: this process's launch (before the interpreter loaded
+    anything), or the end of the run this process trained before it."""
+    if _previous_run_ended is not None:
+        return _previous_run_ended
     import psutil  # a dependency of ray[default]
 
     return psutil.Process(os.getpid()).create_time()
 
 
+def run_ended() -> None:
+    """Note that this process's run is over, however it ended (see run_began)."""
+    global _previous_run_ended
+    _previous_run_ended = time.time()
+
+
 def phases(marks: Dict[str, Optional[float]]) -> Dict[str, object]:
     """{"to_first_step_s": ..., "phases": [{"phase", "s"}, ...]} from the marks present."""
-    start = marks.get("process_start")
+    start = marks.get("run_began")
     if start is None:
         return {}
     out: List[Dict[str, object]] = []
