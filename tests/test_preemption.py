@@ -100,19 +100,3 @@ def _notice(run_dir: Path, required: bool = True):
             return tuple(map(int, found.groups()))
     assert not required, "no worker logged a preemption notice"
     return None
-
-
-@pytest.mark.e2e
-def test_with_preemption_notice_off_a_sigtermed_worker_exits_at_once_as_ray_has_it(ray_cluster, reference, tmp_path):
-    driver = start_train(*EVERY_STEP, "failure.max_failures=1", "failure.preemption_notice=false", outputs=tmp_path, address=ray_cluster)
-    run_dir = wait_for_checkpoint(tmp_path, driver)
-    time.sleep(0.3)
-    os.kill(worker_pids(run_dir)[-1], signal.SIGTERM)
-    out, _ = driver.communicate(timeout=300)
-    assert driver.returncode == 0, out
-    summary = summary_of(run_dir)
-    assert summary["status"] == "completed" and summary["global_step"] == reference["global_step"]
-    # Ray's handler ended the process: no notice checkpoint, back to the last epoch's end.
-    assert _notice(run_dir, required=False) is None
-    _, batch, _, _ = resumed_at(run_dir)
-    assert batch == 0
