@@ -14,9 +14,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Set
 
 from raydra.private_apis import node_stops_at_once_env
 
@@ -25,11 +26,24 @@ STARTED = "Ray runtime started"
 _JOIN_ADDRESS = re.compile(r"ray start --address='([^']+)'")
 
 
+# The ports free_port has handed out in this process. A port picked and let go can come straight back
+# from the kernel (2000 picks here: 131 and 152 repeats), and `ray start` refuses a node whose components
+# share one (seen in the suite: the node manager's and the dashboard agent's, both 36207).
+_handed_out: Set[int] = set()
+_handing_out = threading.Lock()
+
+
 def free_port() -> int:
-    """A TCP port of this machine that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port of this machine that nothing listens on now and that this process has not handed
+    out before."""
+    with _handing_out:
+        while True:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            if port not in _handed_out:
+                _handed_out.add(port)
+                return port
 
 
 def ray_command() -> str:
