@@ -738,9 +738,12 @@ def test_a_lean_local_ray_prestarts_no_idle_workers_and_an_actors_setup_hook_run
     (tmp_path / "hook_module.py").write_text("import os\n\ndef hook():\n    os.environ['HOOK_RAN_IN'] = str(os.getpid())\n")
     temp_dir = tempfile.mkdtemp(prefix="rayl-", dir="/tmp")  # Ray's socket paths must stay short
     env = {k: v for k, v in base_env().items() if not k.startswith("RAY_AUTH")}
-    done = subprocess.run(
-        [sys.executable, "-c", LOCAL_RAY_PROBE, mode, temp_dir, str(tmp_path)], env=env, capture_output=True, text=True, timeout=180
-    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", LOCAL_RAY_PROBE, mode, temp_dir, str(tmp_path)], env=env, capture_output=True, text=True, timeout=180
+        )
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)  # the probe's Ray ended with it
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["hook_pid"] == str(seen["pid"])
