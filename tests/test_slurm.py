@@ -106,14 +106,16 @@ def _left_running(record_dir: Path) -> list:
     return left
 
 
-def _wait_for(what, timeout: float, why: str):
+def _wait_for(what, timeout: float, why):
+    """`what()` once it is true, polled every second; else fail with `why` (a callable: said as
+    things stand at the timeout)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         found = what()
         if found:
             return found
         time.sleep(1)
-    pytest.fail(why)
+    pytest.fail(why() if callable(why) else why)
 
 
 @pytest.mark.e2e
@@ -200,7 +202,7 @@ def test_a_submitted_run_meets_its_time_limit_checkpoints_requeues_and_trains_ev
     limit = math.ceil((_seconds(_job(slurm, job)["RunTime"]) + 81) / 60)
     slurm.command("scontrol", "update", f"JobId={job}", f"TimeLimit={limit}")
     # The requeued job gets the time to finish.
-    _wait_for(lambda: _job(slurm, job).get("Restarts") == "1", 240, f"not requeued: {output.read_text()}")
+    _wait_for(lambda: _job(slurm, job).get("Restarts") == "1", 240, lambda: f"not requeued: {output.read_text()}")
     fast.touch()
     slurm.command("scontrol", "update", f"JobId={job}", "TimeLimit=15")
     _wait_job_gone(slurm, job, 400)
@@ -250,10 +252,7 @@ def test_scancel_leaves_the_run_interrupted_and_resume_continues_it(slurm, ray_c
     # The head's keeper (python -m raydra.ray_node) stops the head and removes its temp dir itself.
     # Ray ends a driver whose raylet scancel stopped before the driver stops the head, and the job
     # leaves squeue with the driver: the keeper may still be at it then (seen in a CI-like run).
-    deadline = time.time() + 30
-    while _left_running(run_dir):
-        assert time.time() < deadline, f"the job's Ray outlived it by 30 s: {_left_running(run_dir)}"
-        time.sleep(1)
+    _wait_for(lambda: not _left_running(run_dir), 30, lambda: f"the job's Ray outlived it by 30 s: {_left_running(run_dir)}")
 
     # By hand, elsewhere (here: the session's Ray cluster), with the command the run was started with.
     overrides = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
