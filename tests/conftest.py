@@ -69,6 +69,23 @@ def pytest_sessionfinish(session, exitstatus):
         shutil.rmtree(path, ignore_errors=True)
 
 
+def pytest_terminal_summary(terminalreporter):
+    """Seconds per test file (set-up, call and tear-down, a shared fixture's start in the file that
+    first asked for it), slowest first: where the suite's time budget goes, in every CI log."""
+    per_file: dict = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) in ("setup", "call", "teardown"):
+                name = report.nodeid.split("::", 1)[0]
+                per_file[name] = per_file.get(name, 0.0) + report.duration
+    if not per_file:
+        return
+    terminalreporter.write_sep("=", "seconds per test file")
+    for name, seconds in sorted(per_file.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{seconds:8.1f}  {name}")
+    terminalreporter.write_line(f"{sum(per_file.values()):8.1f}  in all")
+
+
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory):
     """A 2-CPU Ray head node for the session; yields its address. Only this node is stopped.

@@ -46,10 +46,15 @@ def test_off_the_main_thread_nothing_is_installed():
 
 def test_at_once_runs_as_sigterm_comes_while_the_main_thread_is_still_inside_a_c_call():
     # The driver blocked in Ray: here a C call that releases the GIL and checks for no signal (hashlib's
-    # key derivation, ~2 s here). Python's handler waits for it to return; `at_once` must not.
+    # key derivation). Python's handler waits for it to return; `at_once` must not. Its length is
+    # measured first: this machine's speed moves 2.3 times between hours (a fixed 3,000,000 rounds took
+    # 0.55 s on a fast hour, too short to tell), so the call is sized to about 2 s.
     import hashlib
     import time
 
+    tick = time.perf_counter()
+    hashlib.pbkdf2_hmac("sha256", b"raydra", b"salt", 100_000)
+    rounds = int(100_000 * 2.0 / max(time.perf_counter() - tick, 1e-3))
     called = []
     restore = sigterm_interrupts(at_once=lambda: called.append(time.monotonic()))
     sender = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM))
@@ -57,7 +62,7 @@ def test_at_once_runs_as_sigterm_comes_while_the_main_thread_is_still_inside_a_c
         sender.start()
         began = time.monotonic()
         with pytest.raises(KeyboardInterrupt):
-            hashlib.pbkdf2_hmac("sha256", b"raydra", b"salt", 3_000_000)
+            hashlib.pbkdf2_hmac("sha256", b"raydra", b"salt", rounds)
         back = time.monotonic()
     finally:
         sender.join()
