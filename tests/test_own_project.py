@@ -131,6 +131,21 @@ def test_auto_ships_the_project_only_when_joining_a_cluster(project, monkeypatch
     assert runtime_env(cfg, cwd=project) is None
 
 
+def test_only_a_run_of_raydras_and_its_libraries_classes_has_its_workers_import_lean(project):
+    """Workers leave torchmetrics' optional integrations out (raydra.worker.preload) only when
+    nothing of the user's is built there: a user's class might use them."""
+    from raydra.project import builds_only_known_classes
+
+    def groups(cfg):
+        plain = OmegaConf.to_container(cfg, resolve=False)
+        return [plain[key] for key in ("model", "data", "callbacks", "logger")]
+
+    assert builds_only_known_classes(*groups(composed(project / "conf")))  # the default run
+    assert builds_only_known_classes(*groups(composed(project / "conf", "experiment=sd_tiny", "logger=[csv,tensorboard]")))
+    assert not builds_only_known_classes(*groups(composed(project / "conf", "model=mlp", "data=blobs")))
+    assert not builds_only_known_classes(*groups(composed(project / "conf", "+callbacks.mine._target_=my_project.callbacks.Mine")))
+
+
 def test_libraries_installed_in_a_venv_inside_the_project_are_never_shipped(project, monkeypatch):
     # `make train` puts .venv inside the checkout: torch, transformers (the optimizer's and
     # scheduler's _target_s) then live below the current directory, yet are no project code.

@@ -675,7 +675,7 @@ def test_nothing_outside_private_apis_reaches_into_private_modules():
     assert offenders == []
 
 
-@pytest.mark.parametrize("package", ["ray", "torch", "lightning", "transformers", "datasets", "huggingface-hub"])
+@pytest.mark.parametrize("package", ["ray", "torch", "lightning", "torchmetrics", "transformers", "datasets", "huggingface-hub"])
 def test_installed_versions_are_inside_the_caps_this_file_was_run_against(package):
     """pyproject.toml caps each library whose private API raydra reaches at the minor version this
     file passed with; an install outside the caps means nobody has run it against that version."""
@@ -925,3 +925,42 @@ def test_a_ray_node_raydra_starts_stops_at_once_and_takes_its_temp_dir_when_its_
     finally:
         ray_node.stop(head)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# torchmetrics
+
+LEAN_TORCHMETRICS_PROBE = """
+import json, sys
+from raydra import private_apis
+first = private_apis.torchmetrics_without_optional_integrations()
+import raydra.worker.loop  # what a Ray Train worker imports: Lightning, and torchmetrics with it
+left_out = [name for name in private_apis.TORCHMETRICS_LEAN_LEAVES_OUT if name in sys.modules]
+import torch, torchmetrics
+accuracy = float(torchmetrics.classification.MulticlassAccuracy(num_classes=3, average="micro")(torch.tensor([0, 1, 2]), torch.tensor([0, 1, 1])))
+bert = hasattr(torchmetrics.text, "BERTScore")  # exported only where transformers is there
+import lightning_utilities.core.imports as lu
+import scipy.signal
+print(json.dumps({"first": first, "again": private_apis.torchmetrics_without_optional_integrations(), "loaded": left_out,
+    "accuracy": accuracy, "bert": bert, "scipy_elsewhere": lu.package_available("scipy"),
+    "signal_works": float(scipy.signal.windows.hamming(3)[1]), "finders": [type(f).__name__ for f in sys.meta_path]}))
+"""
+
+
+def test_torchmetrics_imports_without_its_optional_integrations_and_its_metrics_still_work():
+    """A worker of a run that builds nothing of the user's: torchmetrics leaves out transformers,
+    scipy.signal and matplotlib (its flags in torchmetrics.utilities.imports and `package_available`
+    of lightning_utilities, as torchmetrics 1.9 reads them), its classification metrics work, the
+    metrics that need those packages are missing as without them, and everything else sees the packages as they are."""
+    import json
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", LEAN_TORCHMETRICS_PROBE], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["first"] is True and seen["again"] is False  # once torchmetrics is in, nothing changes
+    assert seen["loaded"] == [], seen["loaded"]
+    assert seen["accuracy"] == pytest.approx(2 / 3)
+    assert seen["bert"] is False  # as on a machine without transformers
+    assert seen["scipy_elsewhere"] is True and seen["signal_works"] == 1.0
+    assert "Finder" not in seen["finders"]  # the import hook is gone once it has served

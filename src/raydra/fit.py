@@ -25,6 +25,7 @@ from raydra.private_apis import (
     worker_groups_start_within,
     worker_setup_hook_env,
 )
+from raydra.project import builds_only_known_classes, targets
 from raydra.spec import RunSpec, WorkerOutcome
 from raydra.worker import preload
 
@@ -172,12 +173,15 @@ def _fit(spec: RunSpec, datasets: Any, tune_trial: bool, callbacks: List[Any], m
 
 def _worker_runtime_env(spec: RunSpec) -> Dict[str, Any]:
     """Ray Train's workers start importing the training code as their processes start, while Ray
-    Train still sets up the group (raydra.worker.preload): the model's and data's modules too.
+    Train still sets up the group (raydra.worker.preload): the model's and data's classes too.
     A setup hook of the user's own (ray.runtime_env.worker_process_setup_hook) keeps its place."""
     if (spec.ray.runtime_env or {}).get("worker_process_setup_hook"):
         return {}
-    modules = ["raydra.worker.loop"] + [
-        target.rpartition(".")[0] for target in (spec.model.get("_target_"), spec.data.get("_target_")) if target
-    ]
-    env = {preload.MODULES_ENV: ",".join(modules), **worker_setup_hook_env("raydra.worker.preload.start")}
+    # The model's and data's classes and what they are built with (an optimizer, a learning-rate
+    # schedule): found as Hydra's instantiate will find them, so set-up imports nothing more.
+    objects = ["raydra.worker.loop", *targets(spec.model), *targets(spec.data)]
+    env = {preload.OBJECTS_ENV: ",".join(dict.fromkeys(objects)), **worker_setup_hook_env("raydra.worker.preload.start")}
+    if builds_only_known_classes(spec.model, spec.data, spec.callbacks, spec.logger):
+        # Nothing of the user's runs there, so nothing asks for torchmetrics' optional integrations.
+        env[preload.LEAN_ENV] = "1"
     return {"env_vars": env}

@@ -235,7 +235,7 @@ def _directory_to_ship(cfg: Any, cwd: Path) -> Optional[Path]:
 def _project_packages(cfg: Any, directory: Path) -> List[Path]:
     """The files or package folders under `directory` that the run's `_target_`s come from."""
     found = []
-    for target in _targets(OmegaConf.to_container(cfg, resolve=False)):
+    for target in targets(OmegaConf.to_container(cfg, resolve=False)):
         top = target.split(".")[0]
         if top == "raydra" or "${" in target:
             continue
@@ -261,7 +261,19 @@ def _installed(path: Path) -> bool:
     return bool({"site-packages", "dist-packages"} & set(path.parts)) or any(path.is_relative_to(p) for p in prefixes)
 
 
-def _targets(node: Any) -> Iterator[str]:
+# Where a run's classes come from when none is the user's: raydra's own and the libraries it runs on
+# (transformers: the default learning-rate schedule, get_cosine_schedule_with_warmup).
+KNOWN_PACKAGES = ("raydra.", "torch.", "lightning.", "pytorch_lightning.", "lightning_fabric.", "transformers.")
+
+
+def builds_only_known_classes(*nodes: Any) -> bool:
+    """Whether every `_target_` in `nodes` (a spec's model, data, callbacks, logger) is raydra's or
+    Lightning's or torch's: nothing of the user's runs on the workers (raydra.fit's lean imports)."""
+    return all(target.startswith(KNOWN_PACKAGES) for node in nodes for target in targets(node))
+
+
+def targets(node: Any) -> Iterator[str]:
+    """Every `_target_` in a plain config tree (a spec's group, a container), outside Hydra's own node."""
     if isinstance(node, dict):
         for key, value in node.items():
             if key == "hydra":
@@ -269,10 +281,10 @@ def _targets(node: Any) -> Iterator[str]:
             if key == "_target_" and isinstance(value, str):
                 yield value
             else:
-                yield from _targets(value)
+                yield from targets(value)
     elif isinstance(node, list):
         for value in node:
-            yield from _targets(value)
+            yield from targets(value)
 
 
 def shadowed_configs(config_dirs: List[str], raydra_conf: Path) -> Optional[str]:
