@@ -7,6 +7,7 @@ in-process local start do so by leaving ray.address unset.
 
 import contextlib
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -169,6 +170,54 @@ def run_train(*overrides: str, outputs: Path, address: str = None, timeout: int 
     if address:
         args.append(f"ray.address={address}")
     return subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**base_env(), **(env or {})})
+
+
+@pytest.fixture
+def train_here(monkeypatch, capfd):
+    """`python train.py` run inside this process: the entry, Hydra's composition and records, the
+    driver and the fit as a user's command runs them, without the ~5 s a new Python process spends
+    importing torch and Lightning again. For runs that start no Ray: refusals before Ray starts, and
+    local mode (scale.num_workers=0), where Ray Train's own local mode runs the training function in
+    this process. Returns what run_train returns (returncode, stdout, stderr). What needs a process
+    of its own (a signal, a worker's Ray, a second run in one process) stays with run_train."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from raydra.entry import hydra_main
+
+    for key, value in base_env().items():
+        if key.startswith(("WANDB_", "RAY_USAGE", "PYTHONUNBUFFERED")):
+            monkeypatch.setenv(key, value)
+    for key in ("WANDB_API_KEY", "RAY_ADDRESS"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.chdir(REPO)
+
+    def train(*overrides: str, outputs: Path) -> subprocess.CompletedProcess:
+        flags = [o for o in overrides if o.startswith("-")]
+        rest = [o for o in overrides if not o.startswith("-")]
+        argv = ["train.py", *flags, f"paths.outputs={outputs}", *rest]
+        monkeypatch.setattr(sys, "argv", argv)
+        loggers = [logging.getLogger(), logging.getLogger("raydra")]
+        before = [(logger.handlers[:], logger.level) for logger in loggers]
+        capfd.readouterr()
+        GlobalHydra.instance().clear()
+        try:
+            hydra_main()
+            code = 0
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else 1
+        finally:
+            GlobalHydra.instance().clear()
+            # Hydra configured logging for this run (its driver.log, the console): put back what was.
+            for logger, (handlers, level) in zip(loggers, before, strict=True):
+                for handler in logger.handlers:
+                    if handler not in handlers:
+                        handler.close()
+                logger.handlers[:] = handlers
+                logger.setLevel(level)
+        out = capfd.readouterr()
+        return subprocess.CompletedProcess(argv, code, out.out, out.err)
+
+    return train
 
 
 def run_dirs(outputs: Path, kind: str = "runs") -> list:

@@ -26,8 +26,8 @@ def _val_epochs(run_dir: Path) -> list:
 
 
 @pytest.mark.e2e
-def test_a_local_mode_run_leaves_the_run_directory_a_ray_run_leaves_without_starting_ray(tmp_path):
-    done = run_train(*LOCAL, "trainer.max_epochs=3", "checkpoint.num_to_keep=1", outputs=tmp_path, timeout=300)
+def test_a_local_mode_run_leaves_the_run_directory_a_ray_run_leaves_without_starting_ray(train_here, tmp_path):
+    done = train_here(*LOCAL, "trainer.max_epochs=3", "checkpoint.num_to_keep=1", outputs=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     (run_dir,) = run_dirs(tmp_path)
     summary = summary_of(run_dir)
@@ -86,8 +86,8 @@ def test_sigterm_in_local_mode_records_the_run_interrupted_and_resume_finishes_i
 
 
 @pytest.mark.e2e
-def test_fast_dev_run_in_local_mode_runs_a_batch_of_each_split_and_stops(tmp_path):
-    done = run_train(*LOCAL, "trainer.fast_dev_run=true", outputs=tmp_path, timeout=300)
+def test_fast_dev_run_in_local_mode_runs_a_batch_of_each_split_and_stops(train_here, tmp_path):
+    done = train_here(*LOCAL, "trainer.fast_dev_run=true", outputs=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     summary = summary_of(run_dirs(tmp_path)[0])
     assert summary["status"] == "completed" and summary["global_step"] == 1 and "test/acc" in summary["metrics"]["final"]
@@ -98,8 +98,8 @@ def test_fast_dev_run_in_local_mode_runs_a_batch_of_each_split_and_stops(tmp_pat
     "override, named",
     [("strategy=fsdp", "strategy=fsdp"), ("tune=random", "Tune sweep"), ("paths.storage=/tmp/elsewhere", "paths.storage")],
 )
-def test_what_needs_workers_is_refused_in_local_mode_with_one_sentence(tmp_path, override, named):
-    done = run_train(*LOCAL, override, outputs=tmp_path, timeout=120)
+def test_what_needs_workers_is_refused_in_local_mode_with_one_sentence(train_here, tmp_path, override, named):
+    done = train_here(*LOCAL, override, outputs=tmp_path)
     assert done.returncode == 1
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("error:")]
     assert "scale.num_workers=0 (local mode)" in line and named in line
@@ -124,49 +124,27 @@ def test_local_checkpoints_keep_the_best_by_the_monitor_and_the_latest(tmp_path)
     assert len(record["history"]) == 5 and sorted(p.name.startswith("checkpoint_") for p in (tmp_path / "ckpts").iterdir()) == [True] * 3
 
 
-FIT_LEAVES_THE_SPEC = """
-import copy, dataclasses, sys, time
-from pathlib import Path
-from hydra import compose, initialize_config_dir
-from raydra import fit, resolve, summary
-from raydra.entry import CONF_DIR
-from raydra.schema import register_schemas
-
-register_schemas()
-with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-    cfg = compose(config_name="train", overrides=sys.argv[2:])
-run_dir = Path(sys.argv[1])
-run_dir.mkdir(parents=True)
-spec = resolve.resolve(cfg, run_dir, "spec_run")
-before = copy.deepcopy(spec)
-record = summary.new_summary(cfg, run_dir, "spec_run", [])
-summary.record_start(spec, record)
-fit.fit_and_record(spec, record, time.time())
-try:
-    spec.place = None
-    frozen = False
-except dataclasses.FrozenInstanceError:
-    frozen = True
-print(record["status"], spec == before, frozen, type(spec.trainer).__name__, type(spec.strategy).__name__)
-"""
-
-
 def test_a_fit_leaves_the_run_spec_as_it_was_made(tmp_path):
     """The spec is resolved once and never written into: what the fit learns (the restore point,
     the outcome) comes back as values, so a local-mode fit leaves it equal to a copy taken before."""
-    overrides = [
-        *LOCAL,
-        f"paths.outputs={tmp_path}",
-        "trainer.max_epochs=1",
-        "trainer.limit_train_batches=2",
-        "trainer.limit_val_batches=2",
-    ]
-    done = subprocess.run(
-        [sys.executable, "-c", FIT_LEAVES_THE_SPEC, str(tmp_path / "run"), *overrides],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
+    import copy
+    import dataclasses
+
+    from helpers import composed
+
+    from raydra import fit, resolve, summary
+
+    cfg = composed(
+        *LOCAL, f"paths.outputs={tmp_path}", "trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=2"
     )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    assert done.stdout.split()[-5:] == ["completed", "True", "True", "TrainerConfig", "DDPConfig"]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(parents=True)
+    spec = resolve.resolve(cfg, run_dir, "spec_run")
+    before = copy.deepcopy(spec)
+    record = summary.new_summary(cfg, run_dir, "spec_run", [])
+    summary.record_start(spec, record)
+    fit.fit_and_record(spec, record, time.time())
+    assert record["status"] == "completed" and spec == before
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.place = None
+    assert (type(spec.trainer).__name__, type(spec.strategy).__name__) == ("TrainerConfig", "DDPConfig")
