@@ -370,6 +370,8 @@ def ray_dashboard(ray_cluster):
 
 @pytest.mark.e2e
 def test_a_run_submitted_as_a_ray_job_trains_on_the_cluster_and_leaves_its_record(ray_cluster, ray_dashboard, tmp_path):
+    """Also ray.address=auto joining the cluster RAY_ADDRESS names (Ray's job hands it to its
+    driver), and logger=none."""
     ray = str(Path(sys.executable).parent / "ray")
     for _ in range(3):
         done = subprocess.run(
@@ -386,6 +388,7 @@ def test_a_run_submitted_as_a_ray_job_trains_on_the_cluster_and_leaves_its_recor
                 "train.py",
                 "ray.address=auto",
                 *SMALL_JOB,
+                "logger=none",
                 f"paths.outputs={tmp_path}",
             ],
             cwd=REPO,
@@ -405,5 +408,8 @@ def test_a_run_submitted_as_a_ray_job_trains_on_the_cluster_and_leaves_its_recor
     summary = summary_of(run_dir)
     assert summary["status"] == "completed" and summary["epochs_completed"] == 1
     assert "ray.address=auto" in summary["overrides"]
-    # It joined the cluster it was submitted to, through the job's RAY_ADDRESS.
+    # It joined the cluster it was submitted to, through the job's RAY_ADDRESS, and said so.
     assert f"joined the Ray cluster at {ray_cluster} " in (run_dir / "driver.log").read_text()
+    assert f"joined the Ray cluster at {ray_cluster} " in done.stdout
+    # logger=none: no logger's files.
+    assert not (run_dir / "metrics.csv").exists() and not (run_dir / "wandb").exists()

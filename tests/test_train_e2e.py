@@ -82,18 +82,6 @@ def test_default_run_trains_the_digits_vit_and_leaves_a_self_describing_run_dir(
 
 
 @pytest.mark.e2e
-def test_joins_a_running_cluster_with_address_auto_and_logger_none(ray_cluster, tmp_path):
-    done = run_train("experiment=vit_digits_smoke", "logger=none", "ray.address=auto", outputs=tmp_path, env={"RAY_ADDRESS": ray_cluster})
-    assert done.returncode == 0, done.stdout + done.stderr
-    (run_dir,) = run_dirs(tmp_path)
-    summary = summary_of(run_dir)
-    assert summary["status"] == "completed" and summary["epochs_completed"] == 3
-    assert not (run_dir / "metrics.csv").exists() and not (run_dir / "wandb").exists()
-    port = ray_cluster.rsplit(":", 1)[1]
-    assert "joined the Ray cluster at " in done.stdout and f":{port} " in done.stdout
-
-
-@pytest.mark.e2e
 def test_a_request_larger_than_the_cluster_fails_in_seconds(ray_cluster, tmp_path):
     started = time.time()
     done = run_train("scale.num_workers=8", "data.batch_size=64", outputs=tmp_path, address=ray_cluster, timeout=120)
