@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, bare_trainer
+from conftest import REPO, bare_trainer, run_dirs, summary_of
 from helpers import composed
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
@@ -69,6 +69,23 @@ def test_unknown_group_option_lists_the_choices():
     assert "ddp" in str(error.value)
 
 
+def test_an_unknown_experiment_lists_the_presets_instead_of_training_the_default():
+    with pytest.raises(ConfigCompositionException, match="Could not find 'experiment/doesnotexist'") as error:
+        composed("experiment=doesnotexist")
+    assert "vit_digits_smoke" in str(error.value)
+
+
+def test_a_worker_count_that_is_no_count_is_refused_by_the_command_in_one_sentence(train_here, tmp_path):
+    """Through the entry, which records the run before validating it: no traceback, the run failed."""
+    for n, value in enumerate(("abc", "[1,2,3]")):
+        done = train_here(f"scale.num_workers={value}", "logger=csv", outputs=tmp_path / str(n))
+        assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+        assert f"error: scale.num_workers={value} is neither a count of workers nor [min, max]" in done.stdout
+        (run_dir,) = run_dirs(tmp_path / str(n))
+        summary = summary_of(run_dir)
+        assert summary["status"] == "failed" and summary["world_size"] is None
+
+
 def test_wrong_type_fails_at_compose_time():
     # scale.num_workers takes a count or [min, max], which OmegaConf cannot type: validate refuses it.
     with pytest.raises(ConfigCompositionException, match="scale.cpus_per_worker=abc") as error:
@@ -95,11 +112,18 @@ def test_misspelt_key_in_a_typed_group_fails():
         ("checkpoint.every_n_epochs=-2", "checkpoint.every_n_epochs=-2 must be positive"),
         ("data.batch_size=33", "does not split evenly"),
         ("scale.placement_strategy=RANDOM", "not a Ray placement strategy"),
+        ("data.batch_size=1.5", "data.batch_size=1.5 must be a whole number of samples"),
+        ("data.batch_size=1.5 scale.num_workers=0", "data.batch_size=1.5 must be a whole number of samples"),
+        # `+` adds a key to a typed section, where nothing would read it.
+        ("+scale.num_workerz=2", r"scale.num_workerz is not a key raydra knows .*; did you mean scale.num_workers\?"),
+        ("+trainer.max_epoch=3", r"trainer.max_epoch is not a key raydra knows .*; did you mean trainer.max_epochs\?"),
+        ("+strategy.sharding=full", "strategy.sharding is not a key raydra knows"),
+        ("+foo=1", "foo is not a key raydra knows"),
     ],
 )
 def test_validation_names_the_key_and_the_fix(override, message):
     with pytest.raises(RaydraError, match=message):
-        validate(composed(override))
+        validate(composed(*override.split()))
 
 
 def test_validation_names_every_problem_of_a_config_at_once():

@@ -11,6 +11,8 @@ YAML option under conf/ selects its schema and sets only what that option change
 `python train.py --cfg job` prints every key with the value it ends up with.
 """
 
+import dataclasses
+import difflib
 import importlib.util
 import math
 import os
@@ -448,7 +450,7 @@ def _check_num_workers(cfg: Any) -> Iterator[str]:
     """scale.num_workers is a count, or [min, max] with 1 <= min <= max."""
     value = cfg.scale.num_workers
     shown = f"scale.num_workers={_shown(value)}"
-    if isinstance(value, bool) or not (isinstance(value, int) or _is_pair_of_ints(value)):
+    if not is_worker_count(value):
         yield (f"{shown} is neither a count of workers nor [min, max]; use e.g. scale.num_workers=4 or scale.num_workers=[2,4].")
         return
     if isinstance(value, int):
@@ -470,6 +472,12 @@ def _check_num_workers(cfg: Any) -> Iterator[str]:
             f"{shown} continues after losing a node by restarting its workers, which failure.max_failures=0 forbids; "
             "set failure.max_failures to the losses to survive (e.g. 3, or -1 for no limit)."
         )
+
+
+def is_worker_count(num_workers: Any) -> bool:
+    """scale.num_workers is a count or [min, max] of counts (what worker_range can read); validate
+    says what is wrong with anything else."""
+    return not isinstance(num_workers, bool) and (isinstance(num_workers, int) or _is_pair_of_ints(num_workers))
 
 
 def _is_pair_of_ints(value: Any) -> bool:
@@ -495,9 +503,10 @@ def validate(cfg: Any) -> None:
 def problems_of(cfg: Any) -> Iterator[str]:
     """Each problem validate() finds in `cfg`, as a sentence that names its key, in a fixed order."""
     scale, trainer, ckpt = cfg.scale, cfg.trainer, cfg.checkpoint
+    yield from _check_unknown_keys(cfg)
     yield from _check_template_keys(cfg)
     yield from _check_num_workers(cfg)
-    countable = not isinstance(scale.num_workers, bool) and (isinstance(scale.num_workers, int) or _is_pair_of_ints(scale.num_workers))
+    countable = is_worker_count(scale.num_workers)
     if scale.num_workers == 0:
         yield from _validate_local_mode(cfg)
     if countable and is_elastic(scale.num_workers):
@@ -560,10 +569,34 @@ def problems_of(cfg: Any) -> Iterator[str]:
             )
     batch_size = cfg.data.get("batch_size")
     if batch_size is not None:
-        not_positive = list(_positive("data.batch_size", batch_size))
-        yield from not_positive
-        if countable and not not_positive:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+            yield f"data.batch_size={batch_size} must be a whole number of samples (the global batch), e.g. data.batch_size=32."
+        elif batch_size <= 0:
+            yield from _positive("data.batch_size", batch_size)
+        elif countable:
             yield from _check_batch_splits(batch_size, scale.num_workers)
+
+
+def _check_unknown_keys(cfg: Any, where: str = "") -> Iterator[str]:
+    """A key that no schema field names, under the root or a section the schema types (scale,
+    trainer, checkpoint, ...): Hydra refuses `scale.num_workerz=2` itself, but `+scale.num_workerz=2`
+    adds the key, which nothing would ever read. The open groups (model, data, logger, callbacks)
+    are the user's classes' arguments, which project.check_classes checks against their signatures."""
+    schema = OmegaConf.get_type(cfg)
+    if not dataclasses.is_dataclass(schema):
+        return
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    for key in cfg.keys():
+        path = f"{where}{key}"
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f"did you mean {where}{close[0]}? " if close else ""
+            yield (
+                f"{path} is not a key raydra knows (a `+` adds it, but nothing reads it); {hint}"
+                f"python train.py --cfg job lists the keys{' of ' + where.rstrip('.') if where else ''}."
+            )
+        elif OmegaConf.is_dict(cfg._get_node(key)):
+            yield from _check_unknown_keys(cfg[key], f"{path}.")
 
 
 def _check_template_keys(cfg: Any) -> Iterator[str]:

@@ -21,6 +21,7 @@ from raydra.errors import out_of_space
 
 # The names of the record's files are run_record's; these two are read through this module too.
 from raydra.run_record import CHECKPOINT_FILE, SUMMARY  # noqa: F401
+from raydra.schema import is_worker_count, worker_range
 from raydra.slurm.allocation import job_record
 from raydra.spec import Place, RunSpec, WorkerOutcome
 from raydra.storage import replacing
@@ -96,7 +97,8 @@ def new_summary(cfg: DictConfig, run_dir: Path, run_id: str, overrides: List[str
         # The strategy's settings, not only its name: sharding and layout decide memory and checkpoints.
         "strategy": OmegaConf.to_container(cfg["strategy"], resolve=True),
         # An elastic group's ([min, max]) starts as its max; the outcome replaces it with the last size.
-        "world_size": OmegaConf.to_object(cfg.scale).max_workers,
+        # Null where scale.num_workers is no count: validation, after this, refuses it by name.
+        "world_size": worker_range(cfg.scale.num_workers)[1] if is_worker_count(cfg.scale.num_workers) else None,
         "use_gpu": cfg["scale"]["use_gpu"],
         "git_commit": git_commit(Path(__file__).parent),
         "versions": versions(),
