@@ -35,6 +35,15 @@ def composed(*overrides: str):
 
 
 # ---------------------------------------------------------------------------------------------
+# A researcher's own project: the README's example (test_own_project, and on the private-disk
+# cluster in test_cluster_storage)
+
+OWN_PROJECT = REPO / "examples" / "own_project"
+# The README's command, with what keeps a test short.
+OWN_PROJECT_QUICK = ("model=mlp", "data=blobs", "name=blobs_mlp", "trainer.max_epochs=3", "logger=csv")
+
+
+# ---------------------------------------------------------------------------------------------
 # A digits run to stop, kill and resume (test_reliability, test_preemption, test_multinode, test_elastic,
 # test_strategies, test_cluster_storage)
 

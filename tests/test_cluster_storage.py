@@ -17,10 +17,11 @@ import uuid
 from pathlib import Path
 
 import psutil
+import pyarrow.fs as pafs
 import pytest
 from conftest import REPO, S3_ENV, _short_temp_dir, base_env, run_dirs, run_train, start_private_node, summary_of
 from helpers import EPOCHS as REFERENCE_EPOCHS
-from helpers import resumed_at
+from helpers import OWN_PROJECT, OWN_PROJECT_QUICK, raydra_train, resumed_at
 
 from raydra import storage
 from raydra.errors import RaydraError
@@ -84,6 +85,88 @@ def _wait(condition, driver, what: str, timeout: float = 300):
 
 def _train_workers() -> list:
     return [p for p in psutil.process_iter(["cmdline"]) if "RayTrainWorker" in " ".join(p.info["cmdline"] or [])]
+
+
+# ---------------------------------------------------------------------------------------------
+# The fixture does what it claims (first: every test below relies on it): the worker node of
+# `private_disk_cluster` has its own outputs directory, and it reaches the `s3_server` as storage.
+
+# Runs as a driver of its own (a subprocess, as train.py would be), so this pytest process never
+# joins a Ray cluster. Plain pyarrow in the task: nothing from raydra needs to be importable there.
+PROBE = r"""
+import json, os, sys, time
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+address, outputs, object_uri = sys.argv[1:4]
+ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+deadline = time.time() + 60
+while len([n for n in ray.nodes() if n["Alive"]]) < 2 and time.time() < deadline:
+    time.sleep(0.5)
+nodes = [n for n in ray.nodes() if n["Alive"]]
+driver_node = ray.get_runtime_context().get_node_id()
+worker_node = next(n["NodeID"] for n in nodes if n["NodeID"] != driver_node)
+
+
+@ray.remote(num_cpus=1)
+def on_worker_node(outputs, object_uri):
+    import pyarrow.fs as pafs
+
+    os.makedirs(outputs, exist_ok=True)  # the node's own (empty) disk below the tmpfs
+    with open(os.path.join(outputs, "from_worker.txt"), "w") as f:
+        f.write("written on the worker node")
+    fs, path = pafs.FileSystem.from_uri(object_uri)
+    with fs.open_input_stream(path) as stream:
+        from_s3 = stream.read().decode()
+    return {
+        "node": ray.get_runtime_context().get_node_id(),
+        "sees_marker": os.path.exists(os.path.join(outputs, "driver_marker.txt")),
+        "listing": sorted(os.listdir(outputs)),
+        "from_s3": from_s3,
+    }
+
+
+strategy = NodeAffinitySchedulingStrategy(worker_node, soft=False)
+seen = ray.get(on_worker_node.options(scheduling_strategy=strategy).remote(outputs, object_uri), timeout=120)
+print(json.dumps({
+    "seen": seen, "driver_node": driver_node, "worker_node": worker_node,
+    "cpus": {n["NodeID"]: n["Resources"].get("CPU", 0) for n in nodes},
+    "head": [n["NodeID"] for n in nodes if "node:__internal_head__" in n["Resources"]],
+}))
+"""
+
+
+@pytest.mark.e2e
+def test_the_worker_node_has_its_own_outputs_dir_and_reaches_s3(private_disk_cluster, s3_bucket):
+    # A directory of this test's own: the session's other tests write beside it.
+    outputs = private_disk_cluster.outputs / f"probe-{uuid.uuid4().hex[:8]}"
+    outputs.mkdir()
+    (outputs / "driver_marker.txt").write_text("written by the driver")
+    fs, prefix = pafs.FileSystem.from_uri(s3_bucket)
+    with fs.open_output_stream(f"{prefix}/hello.txt") as stream:
+        stream.write(b"hello from the driver")
+    object_uri = s3_bucket.replace("/prefix?", "/prefix/hello.txt?")
+
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, private_disk_cluster.address, str(outputs), object_uri],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**base_env(), **S3_ENV},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    seen = result["seen"]
+
+    # The driver is on the head, which offers no CPU; the task ran on the other node.
+    assert result["head"] == [result["driver_node"]]
+    assert result["cpus"] == {result["driver_node"]: 0, result["worker_node"]: 2}
+    assert seen["node"] == result["worker_node"]
+    # Each side sees only its own file in "the same" directory.
+    assert not seen["sees_marker"] and seen["listing"] == ["from_worker.txt"]
+    assert sorted(p.name for p in outputs.iterdir()) == ["driver_marker.txt"]
+    # Storage is what they share.
+    assert seen["from_s3"] == "hello from the driver"
 
 
 @pytest.mark.e2e
@@ -320,3 +403,26 @@ def test_an_elastic_run_on_s3_shrinks_when_a_private_disk_node_is_lost_and_grows
     assert "resized from 3 to 2 workers" in out and "resized from 2 to 3 workers" in out
     # The record came through storage: the workers could not see this directory.
     assert summary["checkpoints"]["last"].startswith("s3://")
+
+
+@pytest.mark.e2e
+def test_the_project_reaches_workers_on_a_node_that_cannot_see_it(private_disk_cluster, s3_bucket, tmp_path):
+    """A researcher's own project (test_own_project's, the README's example) on the remote-cluster
+    case itself: the project lies where the worker node has only an empty disk of its own, so its
+    workers can import my_project only from what Ray shipped."""
+    project = private_disk_cluster.outputs / f"project-{tmp_path.name}"
+    shutil.copytree(OWN_PROJECT, project, ignore=shutil.ignore_patterns("__pycache__", "outputs"))
+    outputs = project / "outputs"
+    args = ("--config-dir", "conf", *OWN_PROJECT_QUICK, "trainer.max_epochs=2", f'paths.storage="{s3_bucket}"')
+    cluster = dict(cwd=project, address=private_disk_cluster.address, env=S3_ENV)
+    # The control: shipped nothing, the worker node cannot import the project.
+    done = raydra_train(*args, "ray.working_dir=null", outputs=project / "control", **cluster)
+    assert done.returncode == 1
+    assert "data._target_=my_project.data.BlobsDataModule: the worker on " in done.stdout, done.stdout
+    assert "cannot import my_project, so your project did not reach it" in done.stdout
+    done = raydra_train(*args, outputs=outputs, **cluster)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"shipped {project.resolve()} to the workers" in done.stdout
+    (run_dir,) = run_dirs(outputs)
+    assert summary_of(run_dir)["status"] == "completed"
+    assert (run_dir / "logs" / "worker_1.log").is_file()

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, S3_ENV, bare_trainer, run_dirs, summary_of
-from helpers import raydra_train
+from conftest import REPO, bare_trainer, run_dirs, summary_of
+from helpers import OWN_PROJECT, OWN_PROJECT_QUICK, raydra_train
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 from torch.utils.data import DataLoader, TensorDataset
@@ -25,17 +25,14 @@ from raydra.worker.contract import Contract
 
 register_schemas()
 
-EXAMPLE = REPO / "examples" / "own_project"
 EXAMPLE_FILES = ["my_project/model.py", "my_project/data.py", "conf/model/mlp.yaml", "conf/data/blobs.yaml"]
-# The README's command, with what keeps a test short.
-QUICK = ("model=mlp", "data=blobs", "name=blobs_mlp", "trainer.max_epochs=3", "logger=csv")
 
 
 @pytest.fixture
 def project(tmp_path) -> Path:
     """The README's example project, copied where nothing else is. Each test imports its own copy."""
     copy = tmp_path / "my-research"
-    shutil.copytree(EXAMPLE, copy, ignore=shutil.ignore_patterns("__pycache__", "outputs"))
+    shutil.copytree(OWN_PROJECT, copy, ignore=shutil.ignore_patterns("__pycache__", "outputs"))
     _forget_my_project()
     yield copy
     _forget_my_project()
@@ -54,8 +51,8 @@ def composed(config_dir: Path, *overrides: str):
 def test_the_readme_shows_the_example_project_file_for_file():
     readme = (REPO / "README.md").read_text()
     for name in EXAMPLE_FILES:
-        assert (EXAMPLE / name).read_text().strip() in readme, f"README.md's example differs from examples/own_project/{name}"
-    assert (EXAMPLE / "my_project" / "__init__.py").read_text() == ""
+        assert (OWN_PROJECT / name).read_text().strip() in readme, f"README.md's example differs from examples/own_project/{name}"
+    assert (OWN_PROJECT / "my_project" / "__init__.py").read_text() == ""
     assert "raydra train --config-dir conf model=mlp data=blobs" in readme
 
 
@@ -63,7 +60,7 @@ def test_raydra_train_is_train_py_for_help_and_cfg_job_with_the_projects_groups_
     help_text = raydra_train("--config-dir", "conf", "--help", cwd=project, outputs=project / "outputs", timeout=120).stdout
     groups = dict(line.split(": ", 1) for line in help_text.splitlines() if ": " in line and line.split(": ")[0] in ("model", "data"))
     assert {"mlp", "vit"} <= set(groups["model"].split(", ")) and {"blobs", "digits"} <= set(groups["data"].split(", "))
-    job = raydra_train("--config-dir", "conf", "--cfg", "job", *QUICK, cwd=project, outputs=project / "outputs", timeout=120)
+    job = raydra_train("--config-dir", "conf", "--cfg", "job", *OWN_PROJECT_QUICK, cwd=project, outputs=project / "outputs", timeout=120)
     assert job.returncode == 0, job.stderr
     cfg = OmegaConf.create(job.stdout)
     assert cfg.model._target_ == "my_project.model.MLPClassifier" and cfg.data._target_ == "my_project.data.BlobsDataModule"
@@ -161,8 +158,8 @@ def test_libraries_installed_in_a_venv_inside_the_project_are_never_shipped(proj
 def test_a_src_layout_package_goes_as_a_py_module_and_settings_are_kept(tmp_path, monkeypatch):
     _forget_my_project()
     project = tmp_path / "proj"
-    shutil.copytree(EXAMPLE / "my_project", project / "src" / "my_project")
-    shutil.copytree(EXAMPLE / "conf", project / "conf")
+    shutil.copytree(OWN_PROJECT / "my_project", project / "src" / "my_project")
+    shutil.copytree(OWN_PROJECT / "conf", project / "conf")
     monkeypatch.syspath_prepend(str(project / "src"))
     cfg = composed(
         project / "conf", "model=mlp", "data=blobs", "ray.address=auto", "ray.runtime_env={env_vars: {A: '1'}, excludes: [data/]}"
@@ -246,7 +243,9 @@ def test_a_batch_raydra_cannot_count_is_named():
 @pytest.mark.e2e
 def test_the_own_project_trains_on_two_workers_of_a_cluster_through_raydra_train(ray_cluster, project, tmp_path, monkeypatch):
     outputs = tmp_path / "outputs"
-    done = raydra_train("--config-dir", "conf", *QUICK, "scale.num_workers=2", cwd=project, outputs=outputs, address=ray_cluster)
+    done = raydra_train(
+        "--config-dir", "conf", *OWN_PROJECT_QUICK, "scale.num_workers=2", cwd=project, outputs=outputs, address=ray_cluster
+    )
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     (run_dir,) = run_dirs(outputs)
@@ -265,7 +264,7 @@ def test_the_own_project_trains_on_two_workers_of_a_cluster_through_raydra_train
 @pytest.mark.e2e
 def test_a_multirun_of_the_own_project_runs_each_job_as_raydra_train(ray_cluster, project, tmp_path):
     outputs = tmp_path / "outputs"
-    grid = ("-m", "--config-dir", "conf", *QUICK, "trainer.max_epochs=1", "scale.num_workers=1", "model.hidden_size=16,32")
+    grid = ("-m", "--config-dir", "conf", *OWN_PROJECT_QUICK, "trainer.max_epochs=1", "scale.num_workers=1", "model.hidden_size=16,32")
     done = raydra_train(*grid, cwd=project, outputs=outputs, address=ray_cluster)
     assert done.returncode == 0, done.stdout + done.stderr
     jobs = run_dirs(outputs, kind="sweeps")
@@ -279,7 +278,9 @@ def test_a_multirun_of_the_own_project_runs_each_job_as_raydra_train(ray_cluster
 def test_a_monitor_metric_the_module_never_logs_fails_the_run_fast_with_the_sentence(project, tmp_path):
     # A local Ray (no ray.address): its workers import the project from the driver's directory.
     outputs = tmp_path / "outputs"
-    done = raydra_train("--config-dir", "conf", *QUICK, "trainer.max_epochs=30", "checkpoint.monitor=val/f1", cwd=project, outputs=outputs)
+    done = raydra_train(
+        "--config-dir", "conf", *OWN_PROJECT_QUICK, "trainer.max_epochs=30", "checkpoint.monitor=val/f1", cwd=project, outputs=outputs
+    )
     assert done.returncode == 1
     (run_dir,) = run_dirs(outputs)
     summary = summary_of(run_dir)
@@ -288,25 +289,3 @@ def test_a_monitor_metric_the_module_never_logs_fails_the_run_fast_with_the_sent
     assert 'log it in validation_step with self.log("val/f1", value, sync_dist=True)' in summary["error"]
     assert f"error: {summary['error']}" in done.stdout
     assert "epoch 2/30" not in done.stdout and "Traceback" not in done.stdout + done.stderr
-
-
-@pytest.mark.e2e
-def test_the_project_reaches_workers_on_a_node_that_cannot_see_it(private_disk_cluster, s3_bucket, tmp_path):
-    """The remote-cluster case itself: the project lies where the worker node has only an empty
-    disk of its own, so its workers can import my_project only from what Ray shipped."""
-    project = private_disk_cluster.outputs / f"project-{tmp_path.name}"
-    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__", "outputs"))
-    outputs = project / "outputs"
-    args = ("--config-dir", "conf", *QUICK, "trainer.max_epochs=2", f'paths.storage="{s3_bucket}"')
-    cluster = dict(cwd=project, address=private_disk_cluster.address, env=S3_ENV)
-    # The control: shipped nothing, the worker node cannot import the project.
-    done = raydra_train(*args, "ray.working_dir=null", outputs=project / "control", **cluster)
-    assert done.returncode == 1
-    assert "data._target_=my_project.data.BlobsDataModule: the worker on " in done.stdout, done.stdout
-    assert "cannot import my_project, so your project did not reach it" in done.stdout
-    done = raydra_train(*args, outputs=outputs, **cluster)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert f"shipped {project.resolve()} to the workers" in done.stdout
-    (run_dir,) = run_dirs(outputs)
-    assert summary_of(run_dir)["status"] == "completed"
-    assert (run_dir / "logs" / "worker_1.log").is_file()
