@@ -198,6 +198,7 @@ def train_here(monkeypatch, capfd):
         monkeypatch.setattr(sys, "argv", argv)
         loggers = [logging.getLogger(), logging.getLogger("raydra")]
         before = [(logger.handlers[:], logger.level) for logger in loggers]
+        environ = dict(os.environ)
         capfd.readouterr()
         GlobalHydra.instance().clear()
         try:
@@ -214,10 +215,26 @@ def train_here(monkeypatch, capfd):
                         handler.close()
                 logger.handlers[:] = handlers
                 logger.setLevel(level)
+            started_ray = _leave_ray_started_here()
+            # What the run set in the environment (Ray Train's poll interval, Ray's auth mode) stays
+            # with it: a later test's own cluster, started in this process, would inherit it.
+            os.environ.clear()
+            os.environ.update(environ)
         out = capfd.readouterr()
+        if started_ray:
+            pytest.fail(f"{' '.join(argv)} started Ray inside the test's process; run it with run_train\n{out.out[-2000:]}")
         return subprocess.CompletedProcess(argv, code, out.out, out.err)
 
     return train
+
+
+def _leave_ray_started_here() -> bool:
+    """Whether a run in this process started Ray (then left at once); only if Ray is imported."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return False
+    ray.shutdown()
+    return True
 
 
 def run_dirs(outputs: Path, kind: str = "runs") -> list:

@@ -225,9 +225,11 @@ def test_ray_data_settings_are_checked(override, message):
         validate(composed("data=cifar10", "data.root=/x", "data.loader=ray_data", override))
 
 
-def test_a_missing_column_fails_the_run_before_ray_starts_and_is_recorded(train_here, tmp_path):
+@pytest.mark.e2e
+def test_a_missing_column_fails_the_run_before_any_worker_starts_and_is_recorded(tmp_path):
+    # A process of its own: the driver describes the data (its columns) once Ray has started.
     root = save_to_disk(tmp_path / "disk", n=30)
-    done = train_here("data=hf", f"data.name={root}", "data.label_column=kind", "logger=csv", outputs=tmp_path / "out")
+    done = run_train("data=hf", f"data.name={root}", "data.label_column=kind", "logger=csv", outputs=tmp_path / "out")
     assert done.returncode == 1
     assert f"error: data.label_column=kind is not a column of {root} (columns: image, labels)" in done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
