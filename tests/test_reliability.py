@@ -48,13 +48,18 @@ def test_a_worker_killed_after_a_mid_epoch_checkpoint_resumes_inside_the_epoch_o
 
 
 @pytest.mark.e2e
-def test_sigterm_stops_the_run_and_resume_latest_finishes_it_in_the_same_dir(ray_cluster, reference, tmp_path):
+def test_ctrl_c_stops_the_run_and_resume_latest_finishes_it_in_the_same_dir(ray_cluster, reference, tmp_path, train_here):
+    """Ctrl-C (SIGINT), which Ray Train's fit answers with a handler of its own; SIGTERM on a Ray run
+    is the sd_tiny test's below, and SLURM's scancel's."""
     driver = start_train(*RUN, outputs=tmp_path, address=ray_cluster)
     run_dir = wait_for_checkpoint(tmp_path, driver)
     workers = worker_pids(run_dir)
-    driver.send_signal(signal.SIGTERM)
+    driver.send_signal(signal.SIGINT)
     out, _ = driver.communicate(timeout=120)
-    assert driver.returncode != 0
+    # The shell's code for Ctrl-C, and how to continue, as SIGTERM gives (Ray Train's own handler
+    # ended the process with 0 and left summary.json "running").
+    assert driver.returncode == 130, out
+    assert f"continue it with resume={run_dir}" in out and "Traceback" not in out
     stopped = summary_of(run_dir)
     assert stopped["status"] == "interrupted", out
     assert Path(stopped["checkpoints"]["last"]).is_file()
@@ -62,10 +67,10 @@ def test_sigterm_stops_the_run_and_resume_latest_finishes_it_in_the_same_dir(ray
     _, alive = psutil.wait_procs([p for p in map(_process, workers) if p], timeout=30)
     assert not alive
 
-    # Refusals, all before Ray is touched: a changed config, and a directory that is no run.
-    changed = run_train(*RUN[:-1], "checkpoint.num_to_keep=2", "resume=latest", outputs=tmp_path, address=ray_cluster)
+    # Refusals, all before Ray is touched (in this process): a changed config, and a directory that is no run.
+    changed = train_here(*RUN[:-1], "checkpoint.num_to_keep=2", "resume=latest", f"ray.address={ray_cluster}", outputs=tmp_path)
     assert changed.returncode == 1 and "checkpoint.num_to_keep: 1 -> 2" in changed.stdout + changed.stderr
-    not_a_run = run_train(*RUN, f"resume={tmp_path}", outputs=tmp_path, address=ray_cluster)
+    not_a_run = train_here(*RUN, f"resume={tmp_path}", f"ray.address={ray_cluster}", outputs=tmp_path)
     assert not_a_run.returncode == 1 and "is not a raydra run" in not_a_run.stdout + not_a_run.stderr
 
     resumed = run_train(*RUN, "resume=latest", outputs=tmp_path, address=ray_cluster)
@@ -78,7 +83,7 @@ def test_sigterm_stops_the_run_and_resume_latest_finishes_it_in_the_same_dir(ray
     assert summary["metrics"]["final"]["val/acc"] == pytest.approx(reference["metrics"]["final"]["val/acc"], abs=0.03)
 
     # A finished run is not trained again.
-    again = run_train(*RUN, "resume=latest", outputs=tmp_path, address=ray_cluster)
+    again = train_here(*RUN, "resume=latest", f"ray.address={ray_cluster}", outputs=tmp_path)
     assert again.returncode == 1 and "already completed" in again.stdout + again.stderr
 
 

@@ -161,6 +161,13 @@ def _fit(spec: RunSpec, datasets: Any, tune_trial: bool, callbacks: List[Any], m
     try:
         with starting:
             result = trainer.fit()
+    except SystemExit:
+        if spec.local:
+            raise
+        # Ray Train's fit answers Ctrl-C with a handler of its own (it replaces the process's SIGINT
+        # handler for the fit): it aborts the controller and ends the process with sys.exit(0), which
+        # left summary.json "running" and said nothing. The run was interrupted, as on SIGTERM.
+        raise KeyboardInterrupt from None
     except Exception as error:
         friendly = user_error(error) or storage_failure(spec.place.storage and spec.paths.storage, error)
         if friendly:
