@@ -148,3 +148,34 @@ def test_a_fit_leaves_the_run_spec_as_it_was_made(tmp_path):
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.place = None
     assert (type(spec.trainer).__name__, type(spec.strategy).__name__) == ("TrainerConfig", "DDPConfig")
+
+
+def test_a_run_that_a_driver_trains_is_not_taken_by_a_second_one(train_here, tmp_path):
+    """Two drivers given the same resume= both trained the run. The one that trains it holds it
+    (run_record.hold, the kernel's lock, gone with its process however it ends): the second is told
+    which process has it, before it writes anything; once that one is gone, the same command resumes."""
+    import json
+    import os
+
+    from raydra import run_record
+
+    quick = (*LOCAL, "trainer.max_epochs=2", "trainer.limit_train_batches=2", "trainer.limit_val_batches=2")
+    assert train_here(*quick, outputs=tmp_path).returncode == 0
+    (run_dir,) = run_dirs(tmp_path)
+    # As a driver whose machine went down mid-run would have left it.
+    record = summary_of(run_dir)
+    (run_dir / "summary.json").write_text(json.dumps({**record, "status": "interrupted"}))
+    before = (run_dir / "summary.json").read_bytes()
+
+    release = run_record.hold(run_dir, "the first driver")  # the first driver, still training it
+    try:
+        second = train_here(*quick, f"resume={run_dir}", outputs=tmp_path)
+    finally:
+        release()
+    assert second.returncode == 1
+    assert f"error: resume={run_dir}: {run_dir} is being trained by another driver (pid {os.getpid()} on " in second.stdout
+    assert (run_dir / "summary.json").read_bytes() == before  # the run's record as it was
+
+    again = train_here(*quick, f"resume={run_dir}", outputs=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert summary_of(run_dir)["status"] == "completed" and len(summary_of(run_dir)["resumed"]) == 1

@@ -55,7 +55,7 @@ def train_run(
     record = summary.new_summary(cfg, run_dir, run_id, list(overrides))
     # Where a refusal before the spec exists is recorded: this invocation's directory, no storage.
     place = Place(dir=str(run_dir), id=run_id, storage=None, logged_config={})
-    restore_sigterm = lambda: None  # noqa: E731
+    restore_sigterm = release_run = lambda: None  # noqa: E731
     # The at-once record, from SIGTERM's thread or from here, never after the final one: once this
     # thread has written its own (`last`), SIGTERM's thread writes nothing more.
     at_once_lock, final_under_way = threading.Lock(), threading.Event()
@@ -81,7 +81,9 @@ def train_run(
             raise RaydraError(f"{run_dir} already holds a run; give this one its own hydra.run.dir.")
         composed = resolve_and_validate(cfg, overrides)
         if cfg.resume:
-            run_dir, run_id = _continue(composed, record, run_dir)
+            run_dir, run_id, release_run = _continue(composed, record, run_dir)
+        else:
+            release_run = run_record.hold(run_dir, "this run")
         if cfg.paths.storage:
             # Before Ray starts: a bad URI, endpoint or credentials fail in a second, not after it.
             run_record.check_writable(cfg.paths.storage)
@@ -149,6 +151,7 @@ def train_run(
         raise
     finally:
         restore_sigterm()
+        release_run()
         startup.run_ended()
     _report(record, spec)
     run_record.push_driver_files(place)  # driver.log with the closing lines
@@ -205,10 +208,12 @@ def _import_in_background(data_target: Optional[str]) -> None:
 
 
 def _continue(cfg: DictConfig, record: Dict[str, Any], fresh_dir: Path) -> Any:
-    """Switch this invocation over to the run it resumes: its directory, run id and start time."""
+    """Switch this invocation over to the run it resumes: its directory, run id and start time, and
+    the run's lock (run_record.hold), held until the invocation ends; returns all three."""
     run_dir = resume.find(cfg)
     # Checked before this invocation takes the run over: a refusal leaves the run's record as it was.
     _check_same_storage(cfg, run_dir, run_record.location(cfg.paths.storage, cfg.paths.outputs, run_dir))
+    release = run_record.hold(run_dir, f"resume={cfg.resume}")
     previous = summary.read(run_dir)
     record.update(
         run_id=previous["run_id"],
@@ -221,7 +226,7 @@ def _continue(cfg: DictConfig, record: Dict[str, Any], fresh_dir: Path) -> Any:
         + [{"at": summary.now(), "from_status": previous.get("status"), "log": str(fresh_dir / run_record.DRIVER_LOG)}],
     )
     log.info(f"resuming {run_dir} (this invocation's driver.log: {fresh_dir})")
-    return run_dir, previous["run_id"]
+    return run_dir, previous["run_id"], release
 
 
 def _check_same_storage(cfg: DictConfig, run_dir: Path, location: Optional[str]) -> None:

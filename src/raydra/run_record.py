@@ -16,14 +16,17 @@ run directory itself, which every worker must then be able to reach (one machine
 disk; `check_shared` refuses a cluster where it is not).
 """
 
+import fcntl
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import threading
+import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from raydra import storage
 from raydra.errors import RaydraError, storage_error
@@ -65,6 +68,8 @@ CONSOLE = "console.log"
 # logs/: each allocation node's Ray node output (slurm-ray-<node>.log).
 SLURM_SCRIPT = "slurm.sh"
 SLURM_OUTPUT = "slurm-%j.out"
+# Locked (flock) by the driver training in the run directory, for as long as it does: who holds it.
+DRIVER_LOCK = ".driver.lock"
 
 
 def slurm_node_log(node: str) -> str:
@@ -111,6 +116,34 @@ def claim_directory(path: str) -> str:
         except FileExistsError:
             n += 1
             candidate = Path(f"{path}_{n}")
+
+
+def hold(run_dir: Path, asked: str) -> Callable[[], None]:
+    """Lock `run_dir` for this process, which trains in it from now on; returns what lets it go.
+
+    A second driver for the same run (`resume=` given twice, a run resumed while its first driver
+    still trains, a requeued job while the old one lives on) is refused here, before it writes
+    anything, told which process holds the run (`asked`: what it was asked, e.g. resume=<dir>).
+    The lock is the kernel's (flock): it ends with the process however it ends, SIGKILL included, so
+    a crashed driver never leaves a run locked. The file stays, emptied, once it is let go."""
+    path = Path(run_dir) / DRIVER_LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 300).decode(errors="replace").strip() or "a process on another machine"
+        os.close(fd)
+        raise RaydraError(
+            f"{asked}: {run_dir} is being trained by another driver ({holder}); wait for it to end, or stop it, and resume then."
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+
+    def release() -> None:
+        os.ftruncate(fd, 0)
+        os.close(fd)  # closing the last descriptor lets the lock go
+
+    return release
 
 
 def relocated(recorded: str, recorded_run_dir: Any, run_location: str) -> str:
