@@ -150,7 +150,7 @@ def test_a_fit_leaves_the_run_spec_as_it_was_made(tmp_path):
     assert (type(spec.trainer).__name__, type(spec.strategy).__name__) == ("TrainerConfig", "DDPConfig")
 
 
-def test_a_run_that_a_driver_trains_is_not_taken_by_a_second_one(train_here, tmp_path):
+def test_a_run_that_a_driver_trains_is_not_taken_by_a_second_one(train_here, tmp_path, monkeypatch):
     """Two drivers given the same resume= both trained the run. The one that trains it holds it
     (run_record.hold, the kernel's lock, gone with its process however it ends): the second is told
     which process has it, before it writes anything; once that one is gone, the same command resumes."""
@@ -168,11 +168,15 @@ def test_a_run_that_a_driver_trains_is_not_taken_by_a_second_one(train_here, tmp
     before = (run_dir / "summary.json").read_bytes()
 
     release = run_record.hold(run_dir, "the first driver")  # the first driver, still training it
+    # A second driver waits this long for the first to let go (30 s by default: a driver that has
+    # recorded its run interrupted still leaves Ray for a few seconds).
+    monkeypatch.setattr("raydra.driver.RUN_LOCK_WAIT_S", 1.0)
     try:
         second = train_here(*quick, f"resume={run_dir}", outputs=tmp_path)
     finally:
         release()
     assert second.returncode == 1
+    assert f"{run_dir} is held by another driver (pid {os.getpid()} on " in second.stdout  # said while it waits
     assert f"error: resume={run_dir}: {run_dir} is being trained by another driver (pid {os.getpid()} on " in second.stdout
     assert (run_dir / "summary.json").read_bytes() == before  # the run's record as it was
 

@@ -39,6 +39,11 @@ from raydra.spec import Place, RunSpec
 
 log = logging.getLogger("raydra")
 
+# How long a resume= waits for the run's previous driver to let go of it (run_record.hold) before it
+# is refused: a driver that has recorded its run interrupted still leaves Ray for a few seconds (a
+# resumed multirun's jobs, a requeued SLURM job come right after).
+RUN_LOCK_WAIT_S = 30.0
+
 
 def train_run(
     cfg: DictConfig, run_dir: Path, overrides: List[str], process_ends_with_run: bool = False, job: Optional[JobSettings] = None
@@ -213,7 +218,7 @@ def _continue(cfg: DictConfig, record: Dict[str, Any], fresh_dir: Path) -> Any:
     run_dir = resume.find(cfg)
     # Checked before this invocation takes the run over: a refusal leaves the run's record as it was.
     _check_same_storage(cfg, run_dir, run_record.location(cfg.paths.storage, cfg.paths.outputs, run_dir))
-    release = run_record.hold(run_dir, f"resume={cfg.resume}")
+    release = run_record.hold(run_dir, f"resume={cfg.resume}", wait_s=RUN_LOCK_WAIT_S)
     previous = summary.read(run_dir)
     record.update(
         run_id=previous["run_id"],

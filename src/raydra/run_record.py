@@ -118,26 +118,36 @@ def claim_directory(path: str) -> str:
             candidate = Path(f"{path}_{n}")
 
 
-def hold(run_dir: Path, asked: str) -> Callable[[], None]:
+def hold(run_dir: Path, asked: str, wait_s: float = 0.0) -> Callable[[], None]:
     """Lock `run_dir` for this process, which trains in it from now on; returns what lets it go.
 
     A second driver for the same run (`resume=` given twice, a run resumed while its first driver
     still trains, a requeued job while the old one lives on) is refused here, before it writes
-    anything, told which process holds the run (`asked`: what it was asked, e.g. resume=<dir>).
-    The lock is the kernel's (flock): it ends with the process however it ends, SIGKILL included, so
-    a crashed driver never leaves a run locked. The file stays, emptied, once it is let go."""
+    anything, told which process holds the run (`asked`: what it was asked, e.g. resume=<dir>),
+    once `wait_s` has passed without the holder letting go (a driver that has recorded its run
+    interrupted is still leaving Ray for a few seconds). The lock is the kernel's (flock): it ends
+    with the process however it ends, SIGKILL included, so a crashed driver never leaves a run
+    locked. The file stays, emptied, once it is let go."""
     path = Path(run_dir) / DRIVER_LOCK
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 300).decode(errors="replace").strip() or "a process on another machine"
-        os.close(fd)
-        raise RaydraError(
-            f"{asked}: {run_dir} is being trained by another driver ({holder}); wait for it to end, or stop it, and resume then."
-        ) from None
+    deadline, said = time.monotonic() + wait_s, False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            holder = os.pread(fd, 300, 0).decode(errors="replace").strip() or "a process on another machine"
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise RaydraError(
+                    f"{asked}: {run_dir} is being trained by another driver ({holder}); wait for it to end, or stop it, and resume then."
+                ) from None
+            if not said:
+                log.info(f"{run_dir} is held by another driver ({holder}); waiting up to {wait_s:.0f} s for it to let go")
+                said = True
+            time.sleep(0.5)
     os.ftruncate(fd, 0)
-    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
 
     def release() -> None:
         os.ftruncate(fd, 0)
