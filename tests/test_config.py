@@ -6,6 +6,7 @@ import sys
 import pytest
 from conftest import REPO, bare_trainer, run_dirs, summary_of
 from helpers import composed
+from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
@@ -124,6 +125,15 @@ def test_misspelt_key_in_a_typed_group_fails():
 def test_validation_names_the_key_and_the_fix(override, message):
     with pytest.raises(RaydraError, match=message):
         validate(composed(*override.split()))
+
+
+def test_a_config_composed_with_hydras_own_node_validates_as_a_launchers_job_does():
+    """A launcher composes each job's config with Hydra's `hydra` node in it (raydra's checks every
+    job before any starts): that node is Hydra's, not a key a `+` added."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=["experiment=vit_digits_smoke"], return_hydra_config=True)
+    assert "hydra" in cfg
+    validate(cfg)
 
 
 def test_validation_names_every_problem_of_a_config_at_once():

@@ -588,6 +588,8 @@ def _check_unknown_keys(cfg: Any, where: str = "") -> Iterator[str]:
     fields = {f.name: f for f in dataclasses.fields(schema)}
     for key in cfg.keys():
         path = f"{where}{key}"
+        if not where and key == "hydra":
+            continue  # Hydra's own node, in the config a launcher composes for each job
         if key not in fields:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
             hint = f"did you mean {where}{close[0]}? " if close else ""
