@@ -613,8 +613,9 @@ TORCHMETRICS_LEAN_LEAVES_OUT = ("transformers", "scipy.signal", "matplotlib")
 
 def torchmetrics_without_optional_integrations() -> bool:
     """Have torchmetrics, when it is first imported in this process, leave out the integrations that
-    the flags above gate: ~1.1 s of a Ray Train worker's ~4.5 s of imports on 2 cores (transformers
-    0.48, scipy.signal 0.48, matplotlib 0.21; torchmetrics' own issue #3457). Only for a process whose
+    the flags above gate (torchmetrics' own issue #3457): `import raydra.worker.loop` took 4.3-4.7 s
+    and takes 2.9-3.1 s with them left out (transformers 0.48, scipy.signal 0.48, matplotlib 0.21 of
+    it in -X importtime, 2026-11-27, this 2-core machine). Only for a process whose
     run builds nothing of the user's (raydra.fit decides): those metrics then say they need the
     package, as on a machine without it. False, changing nothing, where torchmetrics is already
     imported.

@@ -267,8 +267,8 @@ KNOWN_PACKAGES = ("raydra.", "torch.", "lightning.", "pytorch_lightning.", "ligh
 
 
 def builds_only_known_classes(*nodes: Any) -> bool:
-    """Whether every `_target_` in `nodes` (a spec's model, data, callbacks, logger) is raydra's or
-    Lightning's or torch's: nothing of the user's runs on the workers (raydra.fit's lean imports)."""
+    """Whether every `_target_` in `nodes` (a spec's model, data, callbacks, logger) comes from
+    KNOWN_PACKAGES: nothing of the user's runs on the workers (raydra.fit's lean imports)."""
     return all(target.startswith(KNOWN_PACKAGES) for node in nodes for target in targets(node))
 
 

@@ -585,13 +585,13 @@ def _check_unknown_keys(cfg: Any, where: str = "") -> Iterator[str]:
     schema = OmegaConf.get_type(cfg)
     if not dataclasses.is_dataclass(schema):
         return
-    fields = {f.name: f for f in dataclasses.fields(schema)}
+    fields = [f.name for f in dataclasses.fields(schema)]
     for key in cfg.keys():
         path = f"{where}{key}"
         if not where and key == "hydra":
             continue  # Hydra's own node, in the config a launcher composes for each job
         if key not in fields:
-            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            close = difflib.get_close_matches(str(key), fields, n=1)
             hint = f"did you mean {where}{close[0]}? " if close else ""
             yield (
                 f"{path} is not a key raydra knows (a `+` adds it, but nothing reads it); {hint}"
