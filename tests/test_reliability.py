@@ -44,7 +44,7 @@ def test_a_worker_killed_after_a_mid_epoch_checkpoint_resumes_inside_the_epoch_o
     assert summary["metrics"]["final"]["val/loss"] == pytest.approx(reference["metrics"]["final"]["val/loss"], rel=1e-4)
     assert summary["metrics"]["final"]["val/acc"] == pytest.approx(reference["metrics"]["final"]["val/acc"], abs=1e-6)
     # Mid-epoch checkpoints hold unvalidated weights: never the best one.
-    assert checkpoint_meta(summary["checkpoints"]["best"])["global_step"] % steps_per_epoch == 0
+    assert checkpoint_meta(run_dir / summary["checkpoints"]["best"])["global_step"] % steps_per_epoch == 0
 
 
 @pytest.mark.e2e
@@ -62,7 +62,7 @@ def test_ctrl_c_stops_the_run_and_resume_latest_finishes_it_in_the_same_dir(ray_
     assert f"continue it with resume={run_dir}" in out and "Traceback" not in out
     stopped = summary_of(run_dir)
     assert stopped["status"] == "interrupted", out
-    assert Path(stopped["checkpoints"]["last"]).is_file()
+    assert (run_dir / stopped["checkpoints"]["last"]).is_file()
     # Nothing of the run keeps running on the cluster.
     _, alive = psutil.wait_procs([p for p in map(_process, workers) if p], timeout=30)
     assert not alive

@@ -242,7 +242,7 @@ def test_sd_tiny_trains_samples_and_exports(train_here, tmp_path):
     assert image.size == (32, 32)
 
     # A checkpoint is plain data: it rebuilds the module, tokenizer included, with weights_only.
-    model = StableDiffusion.load_from_checkpoint(summary["checkpoints"]["last"], map_location="cpu", weights_only=True)
+    model = StableDiffusion.load_from_checkpoint(run_dir / summary["checkpoints"]["last"], map_location="cpu", weights_only=True)
     assert model.generate(["a red circle on a blue background"]).shape == (1, 32, 32, 3)
     # With EMA on, the export carries the averaged weights, not the last step's.
     exported = dict(pipe.unet.named_parameters())

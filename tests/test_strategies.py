@@ -2,7 +2,6 @@
 workers that are stopped, resumed and loaded back into a plain module (e2e)."""
 
 import signal
-from pathlib import Path
 
 import pytest
 import torch
@@ -99,7 +98,7 @@ def test_fsdp_shards_state_checkpoints_per_worker_resumes_and_loads_into_a_plain
     assert epochs_with_val(run_dir) == list(range(EPOCHS))  # no epoch lost or trained twice across the stop
 
     # Each worker wrote its own shard of the checkpoint; Ray merged them into one folder.
-    checkpoint = Path(summary["checkpoints"]["last"])
+    checkpoint = run_dir / summary["checkpoints"]["last"]
     assert {"__0_0.distcp", "__1_0.distcp", "meta.pt", ".metadata"} <= {p.name for p in checkpoint.iterdir()}
 
     # Loaded back into one process, the weights give exactly the accuracy the run's own test measured.

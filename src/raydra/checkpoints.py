@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 from urllib.parse import urlsplit
 
-from raydra import run_record, storage
+from raydra import record, run_record, storage
 from raydra.errors import RaydraError
 from raydra.private_apis import registered_checkpoint_names
-from raydra.run_record import CHECKPOINT_FILE, SUMMARY, relocated
+from raydra.run_record import CHECKPOINT_FILE, SUMMARY
 from raydra.spec import Place
 from raydra.storage import is_uri
 
@@ -136,10 +136,9 @@ def locate(location: str, which: str = "best") -> str:
         if path.name == CHECKPOINT_FILE and path.exists():
             return str(path)
         raise RaydraError(f"{path} is neither a raydra run directory (no summary.json) nor a checkpoint.ckpt.")
-    checkpoints = json.loads(summary_file.read_text()).get("checkpoints") or {}
     if which not in ("best", "last"):
         raise RaydraError(f"which={which} must be best or last.")
-    found = checkpoints.get(which)
+    found = record.read(path).checkpoint(which, path)
     if isinstance(found, str) and is_uri(found):
         # A run with paths.storage: its record is on this disk, its checkpoints in storage.
         missing = f"{path} has no {which} checkpoint (summary.json lists {found}, which is not there); were its checkpoints deleted?"
@@ -159,12 +158,17 @@ def _locate_in_storage(location: str, which: str, missing: str = "") -> str:
     try:
         summary_location = storage.join(location, SUMMARY)
         if storage.exists(summary_location):
-            summary = json.loads(storage.read_text(summary_location))
             if which not in ("best", "last"):
                 raise RaydraError(f"which={which} must be best or last.")
-            recorded = (summary.get("checkpoints") or {}).get(which)
-            # A copied run's summary.json may name the checkpoint on the disk it was written on.
-            found = relocated(recorded, summary.get("run_dir"), location) if isinstance(recorded, str) and recorded else None
+            try:
+                run = record.RunRecord.from_dict(json.loads(storage.read_text(summary_location)))
+            except (ValueError, record.RecordError) as error:
+                raise RaydraError(
+                    f"{summary_location} is not a readable run record ({error}); it was cut short or is not raydra's."
+                ) from None
+            recorded = getattr(run.checkpoints, which)
+            # Below the URI the run was found at, wherever it was first written.
+            found = run.checkpoint(which, location)
             if not found or not (is_uri(found) and storage.exists(found) or not is_uri(found) and Path(found).exists()):
                 raise RaydraError(
                     f"{location} has no {which} checkpoint (summary.json lists {recorded}, which is not there); "
