@@ -89,7 +89,9 @@ def test_each_transition_settles_status_error_and_times_in_one_place():
     assert (again.run_id, again.run_dir, again.started_at, again.status) == ("r1", "/runs/r1", opening.started_at, "running")
     assert [(r.from_status, r.log) for r in again.resumed] == [("interrupted", "/runs/fresh/driver.log")]
 
-    done = again.with_start(config_hash="sha256:x").completed(started, metrics=record.Metrics(final={"val/acc": 0.5}, best={"val/acc": 0.75}))
+    done = again.with_start(config_hash="sha256:x").completed(
+        started, metrics=record.Metrics(final={"val/acc": 0.5}, best={"val/acc": 0.75})
+    )
     assert (done.status, done.error, done.config_hash) == ("completed", None, "sha256:x")
     assert done.with_start(monitor=record.Monitor("val/acc", "max")).best_value() == 0.75
     trial = opening.stopped("the asha scheduler after 1 epoch(s)", 3.5, epochs_completed=1)
@@ -132,3 +134,23 @@ def test_resume_of_a_run_recorded_before_format_passes_its_config_check(tmp_path
     changed = composed(*overrides[:-1], "model.optimizer.lr=0.1", f"paths.outputs={tmp_path}", f"resume={run_dir}")
     with pytest.raises(RaydraError, match=r"model.optimizer.lr: 0.001 -> 0.1"):
         resume.find(changed)
+
+
+@pytest.mark.parametrize("content", ['{"status": "completed", "checkpoints": {', '"a string"'], ids=["truncated", "not_an_object"])
+def test_resume_ckpt_path_and_load_of_a_damaged_record_say_so_in_one_sentence_naming_it(content, tmp_path, train_here):
+    """Were a JSONDecodeError, an AttributeError or torch's "corrupted" with no path; refused now
+    before anything trains or is written into the damaged run."""
+    import raydra
+
+    damaged = tmp_path / "damaged"
+    (damaged / ".hydra").mkdir(parents=True)
+    (damaged / ".hydra" / "config.yaml").write_text("name: vit_digits\n")
+    (damaged / "summary.json").write_text(content)
+    named = f"{damaged / 'summary.json'} is not a readable run record"
+    for asked in (f"resume={damaged}", f"ckpt_path={damaged}"):
+        done = train_here("scale.num_workers=0", "logger=csv", asked, outputs=tmp_path / "outputs")
+        assert done.returncode == 1 and named in done.stdout + done.stderr, done.stdout + done.stderr
+        assert "Traceback" not in done.stdout + done.stderr
+    with pytest.raises(RaydraError, match=named):
+        raydra.load(str(damaged))
+    assert (damaged / "summary.json").read_text() == content

@@ -166,12 +166,11 @@ def _locate_in_storage(location: str, which: str, missing: str = "") -> str:
                 raise RaydraError(
                     f"{summary_location} is not a readable run record ({error}); it was cut short or is not raydra's."
                 ) from None
-            recorded = getattr(run.checkpoints, which)
             # Below the URI the run was found at, wherever it was first written.
             found = run.checkpoint(which, location)
             if not found or not (is_uri(found) and storage.exists(found) or not is_uri(found) and Path(found).exists()):
                 raise RaydraError(
-                    f"{location} has no {which} checkpoint (summary.json lists {recorded}, which is not there); "
+                    f"{location} has no {which} checkpoint (summary.json lists {found}, which is not there); "
                     "was the run stopped before its first epoch ended, or its checkpoints deleted?"
                 )
             return found
