@@ -107,7 +107,7 @@ def test_trainer_compile_trains_the_digits_vit_to_the_eager_accuracy(accelerator
         model = tiny_vit(conv_stem=[32, 32])  # the default model's stem
         graphs = counters["stats"]["unique_graphs"]
         if compiled:
-            assert compile_networks(model) == ["stem", "net"]
+            assert compile_networks(model) == ["forward", "stem", "net"]
         trainer = bare_trainer(max_epochs=8, accelerator=accelerator, precision=precision)
         trainer.fit(model, datamodule=DigitsDataModule(batch_size=32))
         accuracy[compiled] = float(trainer.callback_metrics["val/acc"])
@@ -121,6 +121,32 @@ def test_trainer_compile_trains_the_digits_vit_to_the_eager_accuracy(accelerator
     assert abs(accuracy[True] - accuracy[False]) < 0.05, accuracy
     # Checkpoints of a compiled run load into an eager module (raydra.load) and the other way round.
     assert keys[True] == keys[False]
+
+
+def test_trainer_compile_compiles_the_vit_with_its_conv_stem_as_one_graph(monkeypatch):
+    """Compiled on its own, in place, the stem (an nn.Sequential) ran eager: dynamo skips that code."""
+    import functools
+
+    from raydra.worker.loop import compile_networks
+
+    graphs = []
+
+    def keeping_backend(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=keeping_backend))
+    model = tiny_vit(conv_stem=[32, 32])
+    compile_networks(model)
+    torch.compiler.reset()
+    try:
+        model(torch.randn(4, 1, 8, 8)).sum().backward()
+    finally:
+        torch.compiler.reset()
+    (graph,) = graphs
+    # The stem's two convolutions and the patch embedding's, in the one graph.
+    convolutions = [node for node in graph.graph.nodes if "conv2d" in str(node.target)]
+    assert len(convolutions) == 3, graph.graph
 
 
 class SlowStart(Linear):

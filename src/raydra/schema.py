@@ -162,7 +162,8 @@ class TrainerConfig:
     # raydra's own keys from here on.
     # Run the test split after fit with the final weights.
     test: bool = True
-    # torch.compile the model's trainable networks on every worker (first steps pay for compilation).
+    # torch.compile the model on every worker: its forward as one graph, and each network with trainable
+    # weights for steps that call one directly (first steps pay for compilation; docs/performance.md).
     compile: bool = False
     # TensorFloat-32 matmuls on GPU for fp32 work: ~8x the fp32 peak on Ampere and newer.
     tf32: bool = True
