@@ -42,6 +42,7 @@ def test_each_strategy_composes_with_its_own_schema():
         (["strategy=deepspeed", "scale=gpu", "strategy.stage=4"], "strategy.stage=4 is not a ZeRO stage"),
         (["strategy=deepspeed", "scale=gpu", "strategy.offload_parameters=true"], "needs strategy.stage=3"),
         (["trainer.precision=16-mixed"], "needs GPU workers; on CPU use trainer.precision=bf16-mixed or 32"),
+        (["strategy.bucket_cap_mb=0"], "strategy.bucket_cap_mb=0 must be positive"),
     ],
 )
 def test_unsupported_combinations_fail_at_validation_saying_what_to_use(overrides, message):
@@ -81,6 +82,34 @@ def test_ddp_wraps_the_module_only_when_there_are_replicas_to_average(monkeypatc
     monkeypatch.setattr("ray.train.torch.get_device", lambda: torch.device("cpu"))  # no Train worker here
     together.configure_ddp()
     assert wrapped == [module] and together.model is not module
+
+
+@pytest.mark.parametrize("setting, bucket_bytes", [(None, 25 * 2**20), (100, 100 * 2**20)])
+def test_strategy_bucket_cap_mb_sizes_the_ddp_buckets_dynamo_splits_compiled_graphs_at(monkeypatch, tmp_path, setting, bucket_bytes):
+    """The bucket size reaches the DDP module, where dynamo reads it (bucket_bytes_cap) to split a compiled graph."""
+    from lightning.fabric.plugins.environments import LightningEnvironment
+
+    from raydra.schema import DDPConfig
+    from raydra.worker.strategies import build_strategy
+
+    class TwoWorkers(LightningEnvironment):
+        def world_size(self) -> int:
+            return 2
+
+    strategy = build_strategy(DDPConfig(bucket_cap_mb=setting))
+    strategy.cluster_environment = TwoWorkers()
+    strategy.model = tiny_vit(
+        optimizer={"_target_": "torch.optim.AdamW", "_partial_": True}, hidden_size=16, num_layers=1, num_heads=2, mlp_size=16
+    )
+    monkeypatch.setattr("ray.train.torch.get_device", lambda: torch.device("cpu"))  # no Train worker here
+    # DDP needs a process group to wrap a module; one of this process alone stands in for the workers'.
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0, world_size=1)
+    try:
+        strategy.configure_ddp()
+    finally:
+        torch.distributed.destroy_process_group()
+    assert isinstance(strategy.model, torch.nn.parallel.DistributedDataParallel)
+    assert strategy.model.bucket_bytes_cap == bucket_bytes
 
 
 @pytest.mark.e2e

@@ -77,6 +77,11 @@ class DDPConfig(ProcessGroupConfig):
     find_unused_parameters: bool = False
     gradient_as_bucket_view: bool = True
     static_graph: bool = False
+    # MiB of gradients all-reduced together (DDP's bucket_cap_mb); null: DDP's 25. A compiled model
+    # (trainer.compile=true) on two or more workers is split into one graph per bucket, so backward
+    # overlaps the all-reduces: ~140 graphs for SD's UNet at 25. Larger buckets, fewer and larger
+    # graphs, less overlap.
+    bucket_cap_mb: Optional[int] = None
 
 
 @dataclass
@@ -655,6 +660,8 @@ def _validate_local_mode(cfg: Any) -> Iterator[str]:
 
 
 def _validate_strategy(strategy: Any, scale: Any, precision: str) -> Iterator[str]:
+    if strategy.name == "ddp" and strategy.bucket_cap_mb is not None:
+        yield from _positive("strategy.bucket_cap_mb", strategy.bucket_cap_mb)
     if strategy.name == "fsdp":
         if strategy.sharding not in {"full", "grad_op", "hybrid"}:
             yield (f"strategy.sharding={strategy.sharding} is not an FSDP sharding; use full, grad_op or hybrid.")
