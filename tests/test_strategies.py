@@ -143,6 +143,32 @@ def test_fsdp_shards_state_checkpoints_per_worker_resumes_and_loads_into_a_plain
     assert all(w["peak_bytes"] > 0 for w in summary["memory_per_worker"])
 
 
+def test_a_deepspeed_checkpoint_is_handed_to_lightnings_zero_conversion(monkeypatch, tmp_path):
+    """raydra.load of a DeepSpeed run reached Lightning's ZeRO conversion as an attribute of
+    lightning.pytorch.utilities, which that package never imports: AttributeError on a GPU. Here
+    in a process where nothing has imported it either; without the deepspeed package (CI), the
+    conversion's own refusal comes back as one sentence. The gpu test converts a real one."""
+    import importlib.util
+    import sys
+
+    import lightning.pytorch.utilities
+
+    if importlib.util.find_spec("deepspeed") is not None:
+        pytest.skip("deepspeed is installed: test_each_strategy_trains_with_bf16_on_gpu_and_loads_back converts a real checkpoint")
+    monkeypatch.delattr(lightning.pytorch.utilities, "deepspeed", raising=False)
+    monkeypatch.delitem(sys.modules, "lightning.pytorch.utilities.deepspeed", raising=False)
+    module = tiny_vit(hidden_size=16, num_layers=1, num_heads=2, mlp_size=16)
+    # A ZeRO checkpoint's folder as Lightning's DeepSpeed strategy writes it: Lightning's own state
+    # in the model-states file, the weights in ZeRO's partitions beside it.
+    checkpoint = tmp_path / "checkpoint.ckpt"
+    (checkpoint / "checkpoint").mkdir(parents=True)
+    meta = {"module_class": "raydra.models.vit.ViTClassifier", "hyper_parameters": dict(module.hparams), "epoch": 0, "global_step": 1}
+    torch.save(meta, checkpoint / "checkpoint" / "mp_rank_00_model_states.pt")
+    (checkpoint / "latest").write_text("checkpoint")
+    with pytest.raises(RaydraError, match=r"is a DeepSpeed checkpoint \(strategy=deepspeed\), and reading it needs the deepspeed package"):
+        raydra.load(checkpoint)
+
+
 @pytest.mark.e2e
 @pytest.mark.gpu
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp", "deepspeed"])
