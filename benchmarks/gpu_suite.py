@@ -97,7 +97,7 @@ STEPS = [
     ),
     Step(
         "sd-cached",
-        "the same with cached latents (the last epoch, once every image's latent is cached)",
+        "the same with cached latents and text (the last epoch, once every image's latent and caption's embedding is cached)",
         210,
         ["benchmarks/sd.py", "--gpu", "--latents", "cached"],
         ["diffusers", "transformers", "raydra.models.stable_diffusion", "ray.train", "hydra"],
