@@ -14,7 +14,10 @@ driver finds checkpoints without it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.util
+import io
 import json
 import posixpath
 import tempfile
@@ -233,12 +236,30 @@ def _state_dict(path: Path, module: torch.nn.Module) -> Dict[str, Any]:
             # has a process group, whose collectives a load by every rank would otherwise wait on).
             dcp.load({"state_dict": state}, checkpoint_id=path, no_dist=True)
         return state
-    from raydra.lightning import pl
 
     with tempfile.TemporaryDirectory() as tmp:
         single = Path(tmp) / "model.pt"
-        pl.utilities.deepspeed.convert_zero_checkpoint_to_fp32_state_dict(str(path), str(single))
+        _zero_to_fp32(path, single)
         return torch.load(single, map_location="cpu", weights_only=False)["state_dict"]
+
+
+def _zero_to_fp32(checkpoint: Path, target: Path) -> None:
+    """The weights of a DeepSpeed (ZeRO) checkpoint folder gathered into one fp32 file, by Lightning."""
+    # From the submodule itself: lightning.pytorch.utilities never imports it, so where nothing else
+    # has, it is no attribute of the package (raydra.load of a DeepSpeed run failed so on a GPU).
+    from lightning.pytorch.utilities.deepspeed import convert_zero_checkpoint_to_fp32_state_dict
+
+    try:
+        # It prints where it saves: a scratch file of this function's, nothing for the user.
+        with contextlib.redirect_stdout(io.StringIO()):
+            convert_zero_checkpoint_to_fp32_state_dict(str(checkpoint), str(target))
+    except ModuleNotFoundError:
+        if importlib.util.find_spec("deepspeed") is not None:
+            raise
+        raise RaydraError(
+            f"{checkpoint} is a DeepSpeed checkpoint (strategy=deepspeed), and reading it needs the deepspeed package; "
+            "install it with `pip install raydra[deepspeed]`."
+        ) from None
 
 
 def last_checkpoint(run_dir: Path, run_id: str, storage_location: Optional[str] = None, settle_s: float = 0.0) -> Optional[str]:
