@@ -40,6 +40,7 @@ from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
 from raydra import job_process, summary
 from raydra.errors import RaydraError
 from raydra.multirun_job import JobFailed, JobSettings
+from raydra.redact import SecretsFilter
 from raydra.run_record import CONSOLE, JOBS_RECORD, MULTIRUN_LOG
 from raydra.schema import data_loader
 from raydra.signals import sigterm_interrupts
@@ -752,6 +753,8 @@ def _console(sweep_dir: Path) -> Iterator[None]:
     console.setFormatter(logging.Formatter("%(message)s"))
     file = logging.FileHandler(sweep_dir / MULTIRUN_LOG)
     file.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
+    for handler in (console, file):
+        handler.addFilter(SecretsFilter())
     saved = logger.handlers[:], logger.level, logger.propagate
     logger.handlers, logger.propagate = [console, file], False
     logger.setLevel(logging.INFO)

@@ -33,6 +33,7 @@ from raydra.checkpoints import checkpoint_meta
 from raydra.console import PROGRESS_MARK
 from raydra.errors import WORKER_RANK, RaydraError
 from raydra.lightning import pl
+from raydra.redact import SecretsFilter
 from raydra.run_record import CHECKPOINT_FILE, METRICS, WorkerMirror, checkpoints_location, worker_log
 from raydra.schema import lightning_trainer_arguments
 from raydra.spec import RunSpec, WorkerOutcome
@@ -392,6 +393,7 @@ def _route_logs(path: Path, verbose: bool, local: bool) -> Callable[[], None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
+    handler.addFilter(SecretsFilter())
     loggers = [
         logging.getLogger(name)
         for name in ("raydra", "lightning", "lightning.pytorch", "pytorch_lightning", "lightning_fabric", "torch", "wandb", "ray.train")
