@@ -76,6 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a recorded run again from its own config, into a new run directory",
         epilog="example: raydra rerun outputs/runs/2026-11-22/15-50-43_vit_digits trainer.max_epochs=1",
     )
+    r.add_argument(
+        "--trusted",
+        action="store_true",
+        help="run it even if it was not made on this machine: its config's _target_s are imported and run (docs/compare.md)",
+    )
     r.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its .hydra/config.yaml is the config)")
     r.add_argument("overrides", nargs=argparse.REMAINDER, metavar="OVERRIDE", help="key=value overrides on top of the recorded config")
     r.set_defaults(func=run_rerun)
@@ -197,7 +202,9 @@ def run_rerun(args: argparse.Namespace) -> int:
     project_on_path()
     from raydra.rerun import rerun
 
-    return rerun(args.run_dir, args.overrides)
+    # `raydra rerun RUN_DIR --trusted`: argparse hands everything after RUN_DIR to the overrides.
+    trusted = args.trusted or "--trusted" in args.overrides
+    return rerun(args.run_dir, [o for o in args.overrides if o != "--trusted"], trusted)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

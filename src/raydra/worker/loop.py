@@ -327,7 +327,8 @@ def _position_of(checkpoint_path: Optional[str]) -> Optional[Dict[str, Any]]:
     after it are about to be logged again."""
     if checkpoint_path is None:
         return None
-    meta = checkpoint_meta(checkpoint_path)
+    # The run's own checkpoint (resume= of a run from elsewhere was let through by name on the driver).
+    meta = checkpoint_meta(checkpoint_path, trusted=True)
     data = meta.get("callbacks", {}).get("Resumable", {}).get("data", {})
     return {"epoch": int(meta["epoch"]), "global_step": int(meta["global_step"]), "mid_epoch": bool(data.get("mid_epoch"))}
 
