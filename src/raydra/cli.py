@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from raydra import compare as cmp
+from raydra.compare.terminal import inert
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def report(notes: List[str], command: str) -> None:
     for note in dict.fromkeys(notes):  # the curves and the report may both notice the same file
-        print(f"raydra {command}: {note}", file=sys.stderr)
+        print(inert(f"raydra {command}: {note}"), file=sys.stderr)
 
 
 def run_compare(args: argparse.Namespace) -> int:
@@ -116,11 +117,11 @@ def run_compare(args: argparse.Namespace) -> int:
         report([*notes, str(error)], "compare")
         return 2
     if grouped is None:
-        print(cmp.RENDERERS[args.format](columns, rows, keys))
+        print(inert(cmp.RENDERERS[args.format](columns, rows, keys)))
     else:
         if args.format == "table":
-            print(grouped.heading)
-        print(cmp.render_groups(args.format, grouped.columns, grouped.rows))
+            print(inert(grouped.heading))
+        print(inert(cmp.render_groups(args.format, grouped.columns, grouped.rows)))
 
     written = []
     if args.plot:
@@ -162,7 +163,7 @@ def run_show(args: argparse.Namespace) -> int:
         run = loaded[args.run_dir]
     else:
         run = cmp.load_run(path, notes)
-    print(cmp.show_text(run, notes))
+    print(inert(cmp.show_text(run, notes)))
     report(notes, "show")
     return 0
 
