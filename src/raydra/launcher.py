@@ -234,6 +234,12 @@ def _prepare_runs(multirun: Multirun, jobs: List[Job]) -> None:
     # as a job started after ray.init would (this process's own Ray, imported already, learns it
     # from ray.init). `auto` finds a cluster whose mode only ray.init learns: the server waits.
     alongside = first.ray.address != "auto"
+    if first.ray.address == "slurm":
+        from raydra.slurm import cluster as allocation_cluster
+
+        # The token the allocation's cluster will check, in the environment before the jobs' server
+        # takes it (and imports Ray with it): each job joins the cluster with it.
+        allocation_cluster.job_token()
     if alongside:
         local_mode = {"RAY_AUTH_MODE": "token"} if first.ray.address is None and "RAY_AUTH_MODE" not in os.environ else {}
         job_process.start_server(env=local_mode)
