@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import pickle
 import posixpath
 import tempfile
 import time
@@ -246,16 +247,17 @@ def _state_dict(path: Path, module: torch.nn.Module, trusted: bool = False) -> D
     with tempfile.TemporaryDirectory() as tmp:
         single = Path(tmp) / "model.pt"
         # DeepSpeed and Lightning read the ZeRO files with weights_only=False: made weights-only here.
-        with contextlib.nullcontext() if trusted else weights_only_loads():
-            pl.utilities.deepspeed.convert_zero_checkpoint_to_fp32_state_dict(str(path), str(single))
+        try:
+            with contextlib.nullcontext() if trusted else weights_only_loads():
+                pl.utilities.deepspeed.convert_zero_checkpoint_to_fp32_state_dict(str(path), str(single))
+        except pickle.UnpicklingError as error:
+            raise unpickling_refused(str(path), error) from None
         return _load_deepspeed_file(single, trusted)["state_dict"]
 
 
 def _load_deepspeed_file(path: Path, trusted: bool) -> Dict[str, Any]:
     """A file of a DeepSpeed checkpoint: weights-only, DeepSpeed's own types allowed; anything
     else is refused in one sentence unless `trusted`."""
-    import pickle
-
     import torch
 
     if trusted:

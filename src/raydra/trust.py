@@ -68,13 +68,13 @@ def _named(target: str, names: Sequence[str]) -> bool:
 
 def targets(node: Any, where: str = "") -> List[Tuple[str, str, bool]]:
     """(key, `_target_`, whether `_partial_`) of every node in `node` (dicts and lists, nested)
-    that names one; the key of `node` itself is "(top)"."""
+    that names one; the key of `node` itself is "" (nested keys are never empty: `''` for an empty one)."""
     found: List[Tuple[str, str, bool]] = []
     if isinstance(node, dict):
         if "_target_" in node:
-            found.append((where or "(top)", str(node["_target_"]), node.get("_partial_") is True))
+            found.append((where, str(node["_target_"]), node.get("_partial_") is True))
         for key, value in node.items():
-            found += targets(value, f"{where}.{key}" if where else str(key))
+            found += targets(value, f"{where}.{key}" if where else str(key) or "''")
     elif isinstance(node, (list, tuple)):
         for i, value in enumerate(node):
             found += targets(value, f"{where}[{i}]")
@@ -128,7 +128,7 @@ def buildable(node: dict, source: str, trusted: Trust) -> None:
     refused = [
         target
         for key, target, partial in targets(node)
-        if not _named(target, names) and not importable(target, (pl.LightningModule,) if key == "(top)" else () if partial else parts)
+        if not _named(target, names) and not importable(target, (pl.LightningModule,) if key == "" else () if partial else parts)
     ]
     resolved = interpolations(node)
     if refused or resolved:
@@ -136,10 +136,12 @@ def buildable(node: dict, source: str, trusted: Trust) -> None:
             ([f"build {', '.join(dict.fromkeys(refused))}"] if refused else [])
             + ([f"resolve {', '.join(resolved[:3])}"] if resolved else [])
         )
-        listed = ", ".join(repr(t) for t in dict.fromkeys(refused)) or "..."
+        # Names let a class or function through; only trusted=True lets an interpolation be resolved.
+        listed = ", ".join(repr(t) for t in dict.fromkeys(refused))
+        remedy = f"trusted=[{listed}] (or trusted=True)" if refused and not resolved else "trusted=True"
         raise RaydraError(
             f"{source} asks raydra.load to {what}, but it builds only a LightningModule with networks, optimizers, "
-            f"schedulers and partials from installed packages; if you trust this run, pass trusted=[{listed}] (or trusted=True)."
+            f"schedulers and partials from installed packages; if you trust this run, pass {remedy}."
         )
 
 
@@ -240,7 +242,7 @@ def made_here(run_dir: Path) -> bool:
 
 def foreign_targets(config: Any) -> List[str]:
     """`key=_target_` for every `_target_` of a recorded config, as a refusal lists them."""
-    return [f"{key}._target_={target}" if key != "(top)" else f"_target_={target}" for key, target, _ in targets(config)]
+    return [f"{key}._target_={target}" if key else f"_target_={target}" for key, target, _ in targets(config)]
 
 
 def refuse_foreign(run_dir: Path, config: Any, what: str, flag: str) -> RaydraError:
