@@ -28,18 +28,28 @@ while loaded is None:
     loaded = re.search(r"Loaded (\\d+) subprocess modules", text)
 modules = [p for p in psutil.Process().children(recursive=True) if "ray-dashboard-" in " ".join(p.cmdline())]
 print("LOADED", loaded.group(1))
-print(json.dumps({"state_api": os.environ.get("RAY_API_SERVER_ADDRESS"), "dashboard_modules": len(modules)}))
+# Every address this Ray's processes listen on, and the mode of the token it was started with.
+mine = {p.pid for p in [psutil.Process(), *psutil.Process().children(recursive=True)]}
+listening = sorted({c.laddr.ip for c in psutil.net_connections("inet") if c.status == psutil.CONN_LISTEN and c.pid in mine})
+token_mode = oct(os.stat(os.path.expanduser("~/.ray/auth_token")).st_mode & 0o777)
+print(json.dumps({"state_api": os.environ.get("RAY_API_SERVER_ADDRESS"), "dashboard_modules": len(modules), "listening": listening, "token_mode": token_mode}))
 """
 
 
 @pytest.mark.e2e
-def test_a_local_ray_for_a_run_whose_process_ends_with_it_starts_no_dashboard():
+def test_a_local_ray_for_a_run_whose_process_ends_with_it_starts_no_dashboard(tmp_path):
     """Only Ray Train's placement-group cleaner asks the dashboard's State API, and such a run starts
-    no cleaner (fit.fit_and_record's process_ends_with_run): its processes took ~1 s of the start."""
-    done = subprocess.run([sys.executable, "-c", LOCAL_RAY], env=own_local_ray_env(), capture_output=True, text=True, timeout=180)
+    no cleaner (fit.fit_and_record's process_ends_with_run): its processes took ~1 s of the start.
+    The local Ray is reachable from this machine alone: every process of it listens on the loopback
+    address, and the token raydra made for it (a home without one) is readable by its user only."""
+    env = {**own_local_ray_env(), "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", LOCAL_RAY], env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"state_api": None, "dashboard_modules": 0}
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {k: seen[k] for k in ("state_api", "dashboard_modules")} == {"state_api": None, "dashboard_modules": 0}
     assert "LOADED 0" in done.stdout  # the head itself chose none, so none can start later either
+    assert seen["listening"] and all(ip in ("127.0.0.1", "::1", "::ffff:127.0.0.1") for ip in seen["listening"]), seen["listening"]
+    assert seen["token_mode"] == "0o600"
 
 
 # Joins a cluster through raydra.cluster.connect and says what Ray Train's preemption-watcher

@@ -296,3 +296,26 @@ def test_python_m_raydra_compare_runs_without_the_training_stack(sweep):
     assert {"yaml", "raydra"} <= imported
     heavy = {"ray", "torch", "wandb", "hydra", "omegaconf", "lightning", "pytorch_lightning", "matplotlib", "pandas"}
     assert not imported & heavy
+
+
+def test_show_and_compare_print_a_hostile_runs_control_characters_escaped(tmp_path, capsys):
+    """A run directory's values reach the terminal as text: a clear-screen, a carriage return and
+    a cursor move in its error (that would overwrite its "failed" line), an 8-bit CSI in a tag and
+    a right-to-left override in a metric's name all show as escapes."""
+    root = tmp_path / "sweep"
+    hostile = "boom\x1b[2J\rcompleted\x1b[1A"
+    run = make_run(root, "0", status="failed", error=hostile, tags=("tag\x9b2J",))
+    make_run(root, "1")
+    summary = json.loads((run / "summary.json").read_text())
+    summary["metrics"] = {"final": {"val/acc\u202e": 0.5}, "best": {}}
+    (run / "summary.json").write_text(json.dumps(summary))
+
+    assert main(["show", str(run)]) == 0
+    shown = capsys.readouterr().out
+    code, compared, _ = compare(capsys, root, "--metric", "val/acc\u202e")
+    assert code == 0
+    for out in (shown, compared):
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]", out), repr(out)
+    assert "failed: boom\\x1b[2J" in shown and "completed\\x1b[1A" in shown
+    assert "tag\\x9b2J" in shown and "val/acc\\u202e" in shown
+    assert "failed: boom\\x1b[2J" in compared

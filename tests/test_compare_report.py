@@ -227,15 +227,29 @@ def test_the_report_works_in_headless_chromium(report, browser):
     assert errors == [], errors
 
 
+# What a hostile run directory may hold: an HTML comment opening before a script tag (inside the
+# page's data it switches the HTML parser into a state where the data's own </script> no longer
+# closes it: the page went blank), and markup that Plotly renders in plot titles and legends.
+COMMENT_OPENER = "<!--<script>"
+LINKED_METRIC = '<a href="https://example.com/x">val/linked</a>'
+
+
 @pytest.mark.browser
 def test_seed_groups_draw_one_point_metrics_as_mean_bars_with_sd(tmp_path, capsys, browser):
     """Three seeds at each of two learning rates: test/acc as one bar per group, its height the mean
-    and its error bar the standard deviation; unticking the groups gives one bar per run."""
+    and its error bar the standard deviation; unticking the groups gives one bar per run. One run
+    is hostile (COMMENT_OPENER in its tags, LINKED_METRIC logged): the page still draws,
+    and the markup shows as text, nowhere a link."""
     root = tmp_path / "sweep"
     for job, (lr, seed, acc) in enumerate(
         (lr, seed, acc) for lr, accs in ((0.01, (0.8, 0.82, 0.84)), (0.1, (0.9, 0.91, 0.92))) for seed, acc in enumerate(accs)
     ):
-        make_run(root, str(job), lr=lr, accs=(0.5, acc), seed=seed)
+        hostile = {"tags": (COMMENT_OPENER,)} if job == 5 else {}
+        make_run(root, str(job), lr=lr, accs=(0.5, acc), seed=seed, **hostile)
+    with open(root / "5" / "metrics.csv", "a") as metrics:
+        metrics.write("".join(f"{epoch},{step},,,,,,,{0.1 * epoch}\n" for epoch, step in ((0, 30), (1, 60))))
+    header, *rows = (root / "5" / "metrics.csv").read_text().splitlines()
+    (root / "5" / "metrics.csv").write_text("\n".join([f'{header},"{LINKED_METRIC.replace(chr(34), chr(34) * 2)}"', *rows]) + "\n")
     path = tmp_path / "report.html"
     code, _, err = compare(capsys, root, "--html", path)
     assert code == 0, err
@@ -254,3 +268,15 @@ def test_seed_groups_draw_one_point_metrics_as_mean_bars_with_sd(tmp_path, capsy
     assert browser.execute_script(f"return {bars}.map(t => t.name)") == ["0", "1", "2", "3", "4", "5"]
     errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
     assert errors == [], errors
+
+    # The hostile run: the whole page is there, its tags as text, its metric's title the markup as
+    # text, and no link anywhere in the plots.
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")) == 6
+    assert COMMENT_OPENER in [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#runs tbody td")]
+    linked = browser.execute_script(
+        "return [...document.querySelectorAll('#curves .plot')].filter(d => d.dataset.metric === arguments[0])"
+        ".map(d => d.querySelector('.gtitle').textContent)",
+        LINKED_METRIC,
+    )
+    assert linked == [LINKED_METRIC]
+    assert browser.execute_script("return document.querySelectorAll('#curves a, #scatters a, #parcoords a').length") == 0

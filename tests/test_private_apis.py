@@ -576,9 +576,12 @@ def test_an_elastic_trainer_gets_a_policy_that_sees_the_nodes_as_they_are_now(mo
 
 # Environment variables of Ray and torch that their documentation names for users (docs.ray.io:
 # Ray Core's RAY_ADDRESS, usage stats, token authentication; Ray Tune's and Ray AIR's pages of
-# environment variables). Any other RAY_*, TUNE_*, TORCH_*, TORCHELASTIC_* name is an internal
-# one and is read or set in private_apis.py only.
-PUBLIC_ENV_VARS = {"RAY_ADDRESS", "RAY_USAGE_STATS_ENABLED", "RAY_AUTH_MODE", "RAY_AIR_NEW_OUTPUT", "TUNE_GLOBAL_CHECKPOINT_S"}
+# environment variables; torch's "Miscellaneous Environment Variables"). Any other RAY_*, TUNE_*,
+# TORCH_*, TORCHELASTIC_* name is an internal one and is read or set in private_apis.py only.
+PUBLIC_ENV_VARS = {
+    "RAY_ADDRESS", "RAY_USAGE_STATS_ENABLED", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AIR_NEW_OUTPUT",
+    "TUNE_GLOBAL_CHECKPOINT_S", "TORCH_FORCE_WEIGHTS_ONLY_LOAD",
+}  # fmt: skip
 PRIVATE_ENV_VAR = re.compile(r"(__)?(RAY|TUNE|TORCH|TORCHELASTIC)_[A-Z0-9_]+")
 # Attributes of other libraries' objects (not modules) that raydra reaches; a module path is found
 # by the walk below instead.
@@ -693,12 +696,15 @@ def test_installed_versions_are_inside_the_caps_this_file_was_run_against(packag
 
 
 LOCAL_RAY_PROBE = """
-import glob, json, os, sys, time
+import contextlib, glob, json, os, sys, time
+import psutil
 import ray
 from raydra import private_apis
 
 lean = private_apis.lean_local_ray() if sys.argv[1] == "lean" else {}
-ray.init(address="local", num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[2], **lean)
+# raydra's local Ray (lean) listens on the loopback address only; a plain one on the machine's too.
+with private_apis.local_ray_on_loopback() if sys.argv[1] == "lean" else contextlib.nullcontext():
+    ray.init(address="local", num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[2], **lean)
 # The raylet prestarts its idle workers as the first driver registers, before it logs that driver's
 # job as started in its worker pool: wait for that line, then count the workers started before it.
 raylet, deadline, text = glob.glob(os.path.join(sys.argv[2], "session_latest", "logs", "raylet.out"))[0], time.time() + 60, ""
@@ -718,7 +724,10 @@ class Probe:
 
 hook_env = {**private_apis.worker_setup_hook_env("hook_module.hook"), "PYTHONPATH": sys.argv[3]}
 seen = ray.get(Probe.options(runtime_env={"env_vars": hook_env}).remote().report.remote())
-print(json.dumps({"prestarted": prestarted, **seen}))
+# Every address a process of this Ray (the driver's, the GCS, the raylet, its workers and agents) listens on.
+mine = {p.pid for p in [psutil.Process(), *psutil.Process().children(recursive=True)]}
+listening = sorted({c.laddr.ip for c in psutil.net_connections("inet") if c.status == psutil.CONN_LISTEN and c.pid in mine})
+print(json.dumps({"prestarted": prestarted, "listening": listening, **seen}))
 """
 
 
@@ -726,8 +735,10 @@ print(json.dumps({"prestarted": prestarted, **seen}))
 @pytest.mark.parametrize("mode", ["lean", "plain"])
 def test_a_lean_local_ray_prestarts_no_idle_workers_and_an_actors_setup_hook_runs_first(mode, tmp_path):
     """lean_local_ray's system config stops the idle workers Ray starts for the first driver (the
-    plain start shows them), and an actor whose env carries worker_setup_hook_env runs the hook in
-    its own process before its first method."""
+    plain start shows them), an actor whose env carries worker_setup_hook_env runs the hook in
+    its own process before its first method, and a Ray started inside local_ray_on_loopback
+    listens on the loopback address alone (the plain start on others too)."""
+    import ipaddress
     import json
     import subprocess
     import sys
@@ -747,10 +758,44 @@ def test_a_lean_local_ray_prestarts_no_idle_workers_and_an_actors_setup_hook_run
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["hook_pid"] == str(seen["pid"])
+    loopback = [ip for ip in seen["listening"] if ipaddress.ip_address(ip).is_loopback or ip == "::ffff:127.0.0.1"]
     if mode == "lean":
         assert seen["prestarted"] == 0
+        assert seen["listening"] and loopback == seen["listening"], seen["listening"]
     else:
         assert seen["prestarted"] >= 1
+        assert loopback != seen["listening"], seen["listening"]  # the machine's address, or every interface
+
+
+REREAD_AUTH_PROBE = """
+import os
+import ray
+from ray._raylet import AuthenticationMode, AuthenticationTokenLoader, get_authentication_mode
+from raydra import private_apis
+
+token = lambda: (get_authentication_mode() == AuthenticationMode.TOKEN, AuthenticationTokenLoader.instance().has_token())
+before = token()
+os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="c" * 64)
+unread = token()
+private_apis.reread_auth_settings()
+print(before, unread, token())
+"""
+
+
+def test_ray_takes_up_a_token_set_after_its_import_once_told_to_reread():
+    """What `ray.address=slurm` does in a driver that imported Ray before it made the job's token:
+    until told, Ray keeps the mode and token it read at import (none here: a home without a token)."""
+    import subprocess
+    import sys
+
+    from conftest import base_env
+
+    env = {k: v for k, v in base_env().items() if not k.startswith("RAY_AUTH")}
+    done = subprocess.run(
+        [sys.executable, "-c", REREAD_AUTH_PROBE], env={**env, "HOME": "/nonexistent"}, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n")[-2] == "(False, False) (False, False) (True, True)"
 
 
 def test_ray_trains_preemption_watcher_switch_is_read_by_name_and_sent_on_to_the_controller():

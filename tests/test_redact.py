@@ -169,3 +169,48 @@ def test_storage_uri_credentials_are_masked_and_its_other_options_kept():
     assert masked == "s3://***@bucket/p?endpoint_override=127.0.0.1:9000&secret_key=***&scheme=http"
     override = 'paths.storage="s3://b/p?endpoint_override=127.0.0.1:9000&scheme=http"'
     assert redact(override, []) == override
+
+
+# ---------------------------------------------------------------------------------------------
+# Failure paths: what a failing run prints and writes. Three secrets, planted where users put them.
+
+STORAGE_SECRET, LOGGER_SECRET = "storeSecret4711", "wandbKey0815xyz"
+PLANTED = (
+    f"paths.storage='s3://bucket/p?endpoint_override=127.0.0.1:9&secret_key={STORAGE_SECRET}'",
+    f"+logger.wandb.api_key={LOGGER_SECRET}",
+)
+
+
+def _leaks(done, outputs) -> list:
+    """Where a planted secret shows: the console, or a file of the run directory."""
+    found = [f"console: {line}" for line in (done.stdout + done.stderr).splitlines() if STORAGE_SECRET in line or LOGGER_SECRET in line]
+    for path in outputs.rglob("*"):
+        if path.is_file() and any(s.encode() in path.read_bytes() for s in (STORAGE_SECRET, LOGGER_SECRET)):
+            found.append(f"file: {path.relative_to(outputs)}")
+    return found
+
+
+def test_a_run_refused_at_start_up_prints_and_writes_its_secrets_masked(train_here, tmp_path):
+    # A storage that cannot be written: the driver refuses it, quoting the URI, before Ray starts.
+    done = train_here("scale.num_workers=1", "logger=csv", *PLANTED, outputs=tmp_path)
+    assert done.returncode == 1 and "storage cannot be written" in done.stdout
+    assert "secret_key=***" in done.stdout and "secret_key=***" in next(tmp_path.rglob("driver.log")).read_text()
+    assert _leaks(done, tmp_path) == []
+    # An override Hydra cannot apply (no + for a key the config lacks): Hydra's error quotes it.
+    done = train_here("logger=csv", f"logger.wandb.api_key={LOGGER_SECRET}", outputs=tmp_path)
+    assert done.returncode == 1 and f"use +logger.wandb.api_key={MASK}" in done.stderr
+    assert _leaks(done, tmp_path) == []
+
+
+@pytest.mark.e2e
+def test_a_run_failing_mid_run_prints_and_writes_its_secrets_masked(train_here, tmp_path):
+    # EarlyStopping (strict) on a metric nobody logs fails at the first epoch's end, with an error
+    # Hydra reports itself, quoting the job's overrides.
+    failing = ("callbacks=early_stopping", "callbacks.early_stopping.monitor=val/nothing", "trainer.max_epochs=1")
+    failing += ("trainer.limit_train_batches=2", "trainer.limit_val_batches=1")
+    done = train_here("scale.num_workers=0", "logger=[csv,wandb]", PLANTED[1], *failing, outputs=tmp_path)
+    assert done.returncode == 1 and "Error executing job with overrides" in done.stderr
+    (summary,) = tmp_path.rglob("summary.json")
+    assert "Early stopping conditioned on metric `val/nothing`" in yaml.safe_load(summary.read_text())["error"]
+    assert f"+logger.wandb.api_key={MASK}" in done.stderr
+    assert _leaks(done, tmp_path) == []

@@ -60,8 +60,9 @@ def _env(slurm) -> dict:
     return {**base_env(), **slurm.env}
 
 
-def _sbatch(slurm, script: Path) -> str:
-    done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, env=_env(slurm), cwd=REPO, timeout=60)
+def _sbatch(slurm, script: Path, env: dict = None) -> str:
+    env = env or _env(slurm)
+    done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -265,18 +266,38 @@ def test_scancel_leaves_the_run_interrupted_and_resume_continues_it(slurm, ray_c
     assert summary_of(run_dir)["status"] == "completed"
 
 
+def _gcs_answers(address: str) -> str:
+    """How a Ray GCS at `address` answers a client that sends no token: "answered", or the gRPC
+    status it refuses with (UNAUTHENTICATED under token authentication). One call of the GCS's
+    own, as a ray.init without the token makes first (which, refused, retries for ~20 s)."""
+    import grpc
+
+    with grpc.insecure_channel(address) as channel:
+        call = channel.unary_unary("/ray.rpc.NodeInfoGcsService/GetClusterId", request_serializer=bytes, response_deserializer=bytes)
+        try:
+            call(b"", timeout=10)
+            return "answered"
+        except grpc.RpcError as error:
+            return error.code().name
+
+
 @pytest.mark.e2e
 def test_a_multirun_inside_one_allocation_runs_its_jobs_side_by_side_on_it(slurm, tmp_path):
-    """A researcher's own batch script (not `raydra submit`'s): Ray across the allocation, a node on
-    each SLURM node, and nothing of it left once the job ends. The same holds for a single run in
-    such a script (the same start and stop; test_scancel and the time-limit test check a single
-    run's record and clean-up)."""
+    """A researcher's own batch script (not `raydra submit`'s), in an environment that says nothing
+    of Ray's authentication: Ray across the allocation, a node on each SLURM node, with a token made
+    for the job (a client without it is refused; every job joins with it), and nothing of it left
+    once the job ends. The same holds for a single run in such a script (the same start and stop;
+    test_scancel and the time-limit test check a single run's record and clean-up)."""
     out = tmp_path / "job.out"
     command = [
         sys.executable, "train.py", "-m", *RUN, "trainer.max_epochs=3", "scale.num_workers=1", "model.optimizer.lr=1e-3,3e-3",
         f"paths.outputs={tmp_path}", "ray.address=slurm",
     ]  # fmt: skip
-    job = _sbatch(slurm, _batch_script(tmp_path / "job.sh", out, command))
+    unauthenticated = {k: v for k, v in _env(slurm).items() if not k.startswith("RAY_AUTH")}
+    job = _sbatch(slurm, _batch_script(tmp_path / "job.sh", out, command), env=unauthenticated)
+    joined = re.compile(r"joined the Ray cluster at (\S+) with")
+    found = _wait_for(lambda: out.is_file() and joined.search(out.read_text()), 240, lambda: f"Ray never started: {out.read_text()}")
+    assert _gcs_answers(found.group(1)) == "UNAUTHENTICATED"
     _wait_job_gone(slurm, job, 400)
 
     jobs = run_dirs(tmp_path, "sweeps")

@@ -19,6 +19,7 @@ import importlib
 import importlib.util
 import io
 import json
+import pickle
 import posixpath
 import tempfile
 import time
@@ -33,6 +34,7 @@ from raydra.private_apis import registered_checkpoint_names
 from raydra.run_record import CHECKPOINT_FILE, SUMMARY
 from raydra.spec import Place
 from raydra.storage import is_uri
+from raydra.trust import Trust, buildable, unpickling_refused, weights_only_loads
 
 if TYPE_CHECKING:
     import torch
@@ -40,8 +42,10 @@ if TYPE_CHECKING:
 PathLike = Union[str, Path]
 
 
-def checkpoint_meta(path: PathLike) -> Dict[str, Any]:
-    """Lightning's non-tensor state of a checkpoint: epoch, global_step, hyper_parameters, module_class."""
+def checkpoint_meta(path: PathLike, trusted: bool = False) -> Dict[str, Any]:
+    """Lightning's non-tensor state of a checkpoint: epoch, global_step, hyper_parameters, module_class.
+    Read weights-only (tensors and plain data: unpickling runs no code); `trusted`: a DeepSpeed
+    checkpoint may hold any pickled object (see raydra.trust)."""
     import torch
 
     path = Path(path)
@@ -51,15 +55,14 @@ def checkpoint_meta(path: PathLike) -> Dict[str, Any]:
         return torch.load(path / "meta.pt", map_location="cpu", weights_only=True)
     deepspeed_states = path / "checkpoint" / "mp_rank_00_model_states.pt"
     if deepspeed_states.is_file():
-        # DeepSpeed pickles its own config objects beside the tensors, so this file cannot load with
-        # weights_only; it is the run's own output.
-        return torch.load(deepspeed_states, map_location="cpu", weights_only=False)
+        # DeepSpeed pickles a few objects of its own beside the tensors: those are allowed, nothing else.
+        return _load_deepspeed_file(deepspeed_states, trusted)
     raise RaydraError(
         f"{path} is not a Lightning checkpoint (no file, no meta.pt, no DeepSpeed states); pass a checkpoint.ckpt a raydra run wrote."
     )
 
 
-def load(run_or_checkpoint: PathLike, which: str = "best") -> Any:
+def load(run_or_checkpoint: PathLike, which: str = "best", trusted: Trust = False) -> Any:
     """The trained LightningModule of a run, on CPU in eval mode, for evaluation or inference in a
     plain process: `raydra.load("outputs/runs/<date>/<time>_<name>")`.
 
@@ -70,21 +73,29 @@ def load(run_or_checkpoint: PathLike, which: str = "best") -> Any:
     hydra.utils.instantiate with the flags the run recorded, so a nested `net: {_target_: ...}`
     becomes the network again and a `_partial_` optimizer a partial (a checkpoint written before
     raydra recorded them holds plain-data hyperparameters: `cls(**hyperparameters)`, as then). Then
-    its weights are loaded. Nothing but tensors and plain data is unpickled.
+    its weights are loaded. Nothing but tensors and plain data is unpickled (and DeepSpeed's own
+    types, in its files).
+
+    `trusted`: what the checkpoint may have built. False: a LightningModule with networks,
+    optimizers, schedulers and partials from installed packages; anything else is refused by name
+    (raydra.trust). A list of dotted names (modules, classes, functions): those too. True: anything,
+    and any pickled object in a DeepSpeed checkpoint; only for a run you trust as your own code.
     """
     # The module is built in memory before the scratch copy of a checkpoint in storage is removed.
     with tempfile.TemporaryDirectory(prefix="raydra-load-") as scratch:
         path = fetch(locate(str(run_or_checkpoint), which), scratch)
-        module = _rebuild(path, checkpoint_meta(path))
-        load_weights(module, path, str(run_or_checkpoint), "the checkpoint was written by another version of the class")
+        module = _rebuild(path, checkpoint_meta(path, trusted is True), trusted)
+        load_weights(module, path, str(run_or_checkpoint), "the checkpoint was written by another version of the class", trusted is True)
     return module.eval()
 
 
-def _rebuild(path: Path, meta: Dict[str, Any]) -> Any:
+def _rebuild(path: Path, meta: Dict[str, Any], trusted: Trust = False) -> Any:
     if "module_class" not in meta:
         raise RaydraError(f"{path} does not name its module class; it was written before raydra recorded it.")
     hyperparameters = meta.get("hyper_parameters", {})
     recorded = (meta.get("raydra") or {}).get("instantiate")
+    # What would be built, checked before anything is: the class and every _target_ inside.
+    buildable({"_target_": meta["module_class"], **hyperparameters}, str(path), trusted)
     if recorded is None:
         module_path, _, class_name = meta["module_class"].rpartition(".")
         return getattr(importlib.import_module(module_path), class_name)(**hyperparameters)
@@ -93,20 +104,20 @@ def _rebuild(path: Path, meta: Dict[str, Any]) -> Any:
     return instantiate({"_target_": meta["module_class"], **hyperparameters}, **recorded)
 
 
-def load_weights(module: torch.nn.Module, path: PathLike, source: str, remedy: str) -> None:
+def load_weights(module: torch.nn.Module, path: PathLike, source: str, remedy: str, trusted: bool = False) -> None:
     """Load the weights of the checkpoint at `path` (any of the three layouts) into `module`;
     weights that do not fit it are refused in one sentence naming the first key that differs,
-    `source` (what the user named) and `remedy`."""
+    `source` (what the user named) and `remedy`. `trusted`: as checkpoint_meta's."""
     path = Path(path)
     expected = {key: tuple(tensor.shape) for key, tensor in module.state_dict().items()}
     sharded = (path / "meta.pt").is_file()
     # A sharded checkpoint is read into the module's own tensors: its shapes are compared first.
-    state = None if sharded else _state_dict(path, module)
+    state = None if sharded else _state_dict(path, module, trusted)
     found = _sharded_shapes(path) if sharded else {key: tuple(tensor.shape) for key, tensor in state.items()}
     misfit = _first_misfit(expected, found)
     if misfit:
         raise RaydraError(f"{source}: its weights do not fit {type(module).__name__} ({misfit}); {remedy}.")
-    module.load_state_dict(_state_dict(path, module) if sharded else state)
+    module.load_state_dict(_state_dict(path, module, trusted) if sharded else state)
 
 
 def _first_misfit(expected: Dict[str, tuple], found: Dict[str, tuple]) -> Optional[str]:
@@ -218,7 +229,7 @@ def _unreadable(location: str, error: BaseException) -> RaydraError:
     )
 
 
-def _state_dict(path: Path, module: torch.nn.Module) -> Dict[str, Any]:
+def _state_dict(path: Path, module: torch.nn.Module, trusted: bool = False) -> Dict[str, Any]:
     import torch
 
     if path.is_file():
@@ -239,8 +250,27 @@ def _state_dict(path: Path, module: torch.nn.Module) -> Dict[str, Any]:
 
     with tempfile.TemporaryDirectory() as tmp:
         single = Path(tmp) / "model.pt"
-        _zero_to_fp32(path, single)
-        return torch.load(single, map_location="cpu", weights_only=False)["state_dict"]
+        # DeepSpeed and Lightning read the ZeRO files with weights_only=False: made weights-only here.
+        try:
+            with contextlib.nullcontext() if trusted else weights_only_loads():
+                _zero_to_fp32(path, single)
+        except pickle.UnpicklingError as error:
+            raise unpickling_refused(str(path), error) from None
+        return _load_deepspeed_file(single, trusted)["state_dict"]
+
+
+def _load_deepspeed_file(path: Path, trusted: bool) -> Dict[str, Any]:
+    """A file of a DeepSpeed checkpoint: weights-only, DeepSpeed's own types allowed; anything
+    else is refused in one sentence unless `trusted`."""
+    import torch
+
+    if trusted:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        with weights_only_loads():
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise unpickling_refused(str(path), error) from None
 
 
 def _zero_to_fp32(checkpoint: Path, target: Path) -> None:

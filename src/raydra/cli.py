@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from raydra import compare as cmp
+from raydra.compare.terminal import inert
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a recorded run again from its own config, into a new run directory",
         epilog="example: raydra rerun outputs/runs/2026-11-22/15-50-43_vit_digits trainer.max_epochs=1",
     )
+    r.add_argument(
+        "--trusted",
+        action="store_true",
+        help="run it even if it was not made on this machine: its config's _target_s are imported and run (docs/compare.md)",
+    )
     r.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its .hydra/config.yaml is the config)")
     r.add_argument("overrides", nargs=argparse.REMAINDER, metavar="OVERRIDE", help="key=value overrides on top of the recorded config")
     r.set_defaults(func=run_rerun)
@@ -88,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def report(notes: List[str], command: str) -> None:
     for note in dict.fromkeys(notes):  # the curves and the report may both notice the same file
-        print(f"raydra {command}: {note}", file=sys.stderr)
+        print(inert(f"raydra {command}: {note}"), file=sys.stderr)
 
 
 def run_compare(args: argparse.Namespace) -> int:
@@ -111,11 +117,11 @@ def run_compare(args: argparse.Namespace) -> int:
         report([*notes, str(error)], "compare")
         return 2
     if grouped is None:
-        print(cmp.RENDERERS[args.format](columns, rows, keys))
+        print(inert(cmp.RENDERERS[args.format](columns, rows, keys)))
     else:
         if args.format == "table":
-            print(grouped.heading)
-        print(cmp.render_groups(args.format, grouped.columns, grouped.rows))
+            print(inert(grouped.heading))
+        print(inert(cmp.render_groups(args.format, grouped.columns, grouped.rows)))
 
     written = []
     if args.plot:
@@ -157,7 +163,7 @@ def run_show(args: argparse.Namespace) -> int:
         run = loaded[args.run_dir]
     else:
         run = cmp.load_run(path, notes)
-    print(cmp.show_text(run, notes))
+    print(inert(cmp.show_text(run, notes)))
     report(notes, "show")
     return 0
 
@@ -197,7 +203,9 @@ def run_rerun(args: argparse.Namespace) -> int:
     project_on_path()
     from raydra.rerun import rerun
 
-    return rerun(args.run_dir, args.overrides)
+    # `raydra rerun RUN_DIR --trusted`: argparse hands everything after RUN_DIR to the overrides.
+    trusted = args.trusted or "--trusted" in args.overrides
+    return rerun(args.run_dir, [o for o in args.overrides if o != "--trusted"], trusted)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -4,8 +4,10 @@ Ray waits forever for resources a cluster will never have; raydra fails in secon
 naming what was asked and what the cluster has.
 """
 
+import contextlib
 import logging
 import os
+import secrets
 import socket
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -14,7 +16,7 @@ import ray
 
 from raydra.console import take_over_worker_output
 from raydra.errors import RaydraError
-from raydra.private_apis import lean_local_ray, leave_out_preemption_watcher, state_api_address_env
+from raydra.private_apis import lean_local_ray, leave_out_preemption_watcher, local_ray_on_loopback, state_api_address_env
 from raydra.ray_node import free_port
 from raydra.schema import ScaleConfig, SlurmConfig
 
@@ -76,20 +78,26 @@ def connect(
         dashboard_port = free_port()
         os.environ.update(state_api_address_env(dashboard_port))
     lean = lean_local_ray() if not address else {}
+    if not address:
+        _private_token_file()
     try:
-        ray.init(
-            # "local" forces a fresh in-process cluster even if `ray start` left one running here.
-            address=address or "local",
-            num_cpus=None if address else num_cpus,
-            include_dashboard=None if address or dashboard else False,
-            dashboard_port=dashboard_port,
-            logging_level=logging.INFO if verbose else logging.WARNING,
-            # Not verbose: Ray's own driver-side notices propagate to driver.log, not the console.
-            configure_logging=verbose,
-            log_to_driver=True,
-            runtime_env=runtime_env,
-            **lean,
-        )
+        # A local Ray is this process's own, or its multirun's, on one machine: it listens on the
+        # loopback address, which a job joining its launcher's Ray must be let keep (Ray would turn
+        # 127.0.0.1 into the machine's address, where nothing listens).
+        with local_ray_on_loopback() if not address or launchers_local else contextlib.nullcontext():
+            ray.init(
+                # "local" forces a fresh in-process cluster even if `ray start` left one running here.
+                address=address or "local",
+                num_cpus=None if address else num_cpus,
+                include_dashboard=None if address or dashboard else False,
+                dashboard_port=dashboard_port,
+                logging_level=logging.INFO if verbose else logging.WARNING,
+                # Not verbose: Ray's own driver-side notices propagate to driver.log, not the console.
+                configure_logging=verbose,
+                log_to_driver=True,
+                runtime_env=runtime_env,
+                **lean,
+            )
     except ValueError as error:
         if "exceeds the maximum size" not in str(error) or not runtime_env:
             raise
@@ -115,6 +123,32 @@ def connect(
     log.info(f"{where} with {ray.cluster_resources().get('CPU', 0):g} CPUs")
     if shipping:
         log.info(f"shipped {', '.join(shipping)} to the workers as Ray's runtime_env (ray.working_dir; they run in its copy)")
+
+
+def ray_token_file() -> Path:
+    """Where Ray keeps its authentication token: RAY_AUTH_TOKEN_PATH, else ~/.ray/auth_token."""
+    return Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+
+
+def _private_token_file() -> None:
+    """The token a local Ray in token mode (Ray's default for one it starts) reads, readable by
+    this user alone. Ray writes ~/.ray/auth_token when it is missing, with the umask's mode
+    (0644 here): whoever could read it could run code through any Ray using it. So raydra writes it
+    first, mode 0600, as Ray would (32 random bytes, hex), or takes a looser one's mode to 0600."""
+    if os.environ.get("RAY_AUTH_MODE", "token").lower() != "token" or os.environ.get("RAY_AUTH_TOKEN"):
+        return
+    path = ray_token_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_hex(32))
+    except FileExistsError:
+        mode = path.stat()
+        if mode.st_mode & 0o077 and mode.st_uid == os.getuid():
+            path.chmod(0o600)
+    except OSError as error:  # a read-only home: Ray says what it needs itself
+        log.debug(f"could not write {path}: {error}")
 
 
 def is_local_ray() -> bool:

@@ -11,9 +11,10 @@ This hooks Ray's driver-side stream dispatcher, the one place all worker output 
 import logging
 import threading
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from raydra.private_apis import RAY_PRINT_LOGS_HANDLER, worker_stdstream_dispatcher
+from raydra.redact import redact, secret_values
 from raydra.run_record import LOGS, RAY_LOG
 
 # Rank 0 prefixes the lines meant for the researcher with this; the driver strips it.
@@ -26,6 +27,7 @@ class WorkerOutput:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._file: Optional[Any] = None
+        self._secrets: List[str] = []
         # Verbose runs keep Ray's own printing, which already shows the progress lines.
         self.echo_progress = True
 
@@ -33,6 +35,8 @@ class WorkerOutput:
         with self._lock:
             (run_dir / LOGS).mkdir(parents=True, exist_ok=True)
             self._file = open(run_dir / RAY_LOG, "a", buffering=1)
+            # A worker may print what it was given (a config, a URI): masked as the driver's lines are.
+            self._secrets = secret_values()
 
     def end_run(self) -> None:
         with self._lock:
@@ -44,6 +48,7 @@ class WorkerOutput:
         source = f"({data.get('actor_name') or data.get('task_name') or 'worker'} pid={data.get('pid')})"
         with self._lock:
             for line in data.get("lines", []):
+                line = redact(line, self._secrets)
                 if self._file:
                     self._file.write(f"{source} {line}\n")
                 if self.echo_progress and line.startswith(PROGRESS_MARK):

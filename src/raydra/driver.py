@@ -25,7 +25,7 @@ from typing import Any, List, Optional
 import ray
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from raydra import fit, project, resolve, resume, run_record, startup, summary
+from raydra import fit, project, resolve, resume, run_record, startup, summary, trust
 from raydra import record as record_module
 from raydra.callbacks import resolve_and_validate
 from raydra.checkpoints import last_checkpoint
@@ -80,6 +80,10 @@ def train_run(
         # A resumed multirun continues the job's run in its own directory, where this job runs again.
         with open_dict(cfg):
             cfg.resume = job.resume
+    if not _continues_here(cfg, run_dir):
+        # A fresh directory, its config written by Hydra a moment ago: this machine's (raydra.trust).
+        # A run continued in place keeps the mark it has, or its lack, which resume= then checks.
+        trust.mark_run(run_dir)
     try:
         requeued = allocation.requeued()
         if requeued and not cfg.resume and not job:

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, open_dict
 from raydra.errors import RaydraError
 from raydra.multirun_job import JobFailed, JobSettings
 from raydra.project import shadowed_configs
+from raydra.redact import masked_stderr
 
 log = logging.getLogger("raydra")
 
@@ -53,7 +54,10 @@ def hydra_main() -> None:
     from raydra.schema import register_schemas
 
     register_schemas()
-    hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")(main)()
+    # Hydra prints its own errors to stderr: a composition error quoting the override it could not
+    # apply, "Error executing job with overrides: [...]" for a job that raised. Masked there too.
+    with masked_stderr():
+        hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")(main)()
 
 
 def main(cfg: DictConfig) -> Optional[float]:

@@ -41,6 +41,7 @@ from raydra import job_process, record, run_record
 from raydra.errors import RaydraError
 from raydra.multirun_job import JobFailed, JobSettings
 from raydra.record import RunRecord
+from raydra.redact import SecretsFilter
 from raydra.run_record import CONSOLE, JOBS_RECORD, MULTIRUN_LOG
 from raydra.schema import data_loader
 from raydra.signals import sigterm_interrupts
@@ -234,6 +235,12 @@ def _prepare_runs(multirun: Multirun, jobs: List[Job]) -> None:
     # as a job started after ray.init would (this process's own Ray, imported already, learns it
     # from ray.init). `auto` finds a cluster whose mode only ray.init learns: the server waits.
     alongside = first.ray.address != "auto"
+    if first.ray.address == "slurm":
+        from raydra.slurm import cluster as allocation_cluster
+
+        # The token the allocation's cluster will check, in the environment before the jobs' server
+        # takes it (and imports Ray with it): each job joins the cluster with it.
+        allocation_cluster.job_token()
     if alongside:
         local_mode = {"RAY_AUTH_MODE": "token"} if first.ray.address is None and "RAY_AUTH_MODE" not in os.environ else {}
         job_process.start_server(env=local_mode)
@@ -751,6 +758,8 @@ def _console(sweep_dir: Path) -> Iterator[None]:
     console.setFormatter(logging.Formatter("%(message)s"))
     file = logging.FileHandler(sweep_dir / MULTIRUN_LOG)
     file.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
+    for handler in (console, file):
+        handler.addFilter(SecretsFilter())
     saved = logger.handlers[:], logger.level, logger.propagate
     logger.handlers, logger.propagate = [console, file], False
     logger.setLevel(logging.INFO)

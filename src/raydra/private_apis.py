@@ -193,6 +193,40 @@ def lean_local_ray() -> dict:
     return {"_system_config": {"prestart_worker_first_driver": False}}
 
 
+def reread_auth_settings() -> None:
+    """Ray in this process takes up RAY_AUTH_MODE and RAY_AUTH_TOKEN as they are now. Ray reads
+    them into its config as it is imported and caches the token it loaded: set later, a driver
+    joining a cluster with token authentication would send no token (measured: refused). Ray's
+    own switch to token mode for a new local cluster does the same two things
+    (authentication_token_setup._enable_token_auth, and the test utilities' reset)."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+@contextlib.contextmanager
+def local_ray_on_loopback() -> Iterator[None]:
+    """A local Ray that ray.init starts inside the block listens on the loopback address only: its
+    GCS, raylet, object manager, workers, agents and metrics endpoints (measured with psutil: on
+    Linux they took the machine's address or every interface, `*`/0.0.0.0).
+
+    Ray binds each server to its node's IP (and loopback), and takes the node IP of a new local
+    cluster from services.get_node_ip_address, which answers 127.0.0.1 where
+    ray_constants.ENABLE_RAY_CLUSTER is false (Ray's own default on macOS and Windows, where a
+    local Ray is one machine's alone); passing `_node_ip_address="127.0.0.1"` to ray.init is
+    turned back into the machine's address. The flag is read only there, and put back after the
+    block: the processes the block started were told their address on their command lines."""
+    from ray._private import ray_constants
+
+    before = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before
+
+
 def leave_out_preemption_watcher() -> None:
     """Ray Train's controllers started from this process start no preemption watcher (a process
     per run polling Ray for node drains). The switch is Ray Train's environment variable

@@ -16,10 +16,14 @@ a part (key_dim, token_dropout), and a tokenizer's special tokens (pad_token, eo
 vocabulary entries. Masking those would hide the config and make resume= refuse an unchanged run.
 """
 
+import contextlib
+import logging
 import os
 import re
+import sys
+import traceback
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Iterator, List
 
 import yaml
 
@@ -35,10 +39,14 @@ SPECIAL_TOKENS = {"bos", "eos", "pad", "unk", "sep", "cls", "mask"}
 # Word boundaries inside a name: lower->Upper (apiKey), and the end of an acronym (HFToken -> HF Token).
 CASE_CHANGE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 # `name=value` in a string: one override (`+logger.wandb.api_key=...`), or an item of a joined list
-# of them (Hydra's override_dirname: `+a=1,+logger.wandb.api_key=...,b=2`). The value runs up to
-# the next item (a comma or space, then another `name=`) or the end of the line.
+# of them (Hydra's override_dirname: `+a=1,+logger.wandb.api_key=...,b=2`), or of a printed Python
+# list (Hydra's "Error executing job with overrides: ['a=1', '+logger.wandb.api_key=...']"). The
+# value runs up to the next item (a comma or space, then another `name=`, each maybe quoted) or the
+# end of the line (a closing quote and bracket left out).
 ASSIGNMENT = re.compile(
-    r"(?:^|(?<=[,\s]))(?P<name>[+~]{0,2}[A-Za-z_][\w.\-/@]*)=(?P<value>.*?)(?=[,\s]+[+~]{0,2}[A-Za-z_][\w.\-/@]*=|$)", re.MULTILINE
+    r"(?:^|(?<=[,\s'\"\[]))(?P<name>[+~]{0,2}[A-Za-z_][\w.\-/@]*)=(?P<value>.*?)"
+    r"(?=['\"]?[,\s]+['\"]?[+~]{0,2}[A-Za-z_][\w.\-/@]*=|['\"]?\]?$)",
+    re.MULTILINE,
 )
 
 # A storage URI's credentials: query options (`s3://b/p?access_key=...&secret_key=...`, pyarrow's
@@ -97,6 +105,47 @@ def _mask_assignment(match: re.Match) -> str:
     if match["value"] and names_a_secret(match["name"]):
         return f"{match['name']}={MASK}"
     return match[0]
+
+
+class SecretsFilter(logging.Filter):
+    """Masks secrets in every record a handler writes (the console, driver.log, a worker's log): an
+    error can quote what it was given, a storage URI with its `?secret_key=` or an override with a key.
+    Set on handlers, not loggers, so that records propagated from any logger pass through it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = redact(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        if record.exc_info and not record.exc_text:
+            # What Formatter.formatException would write, masked; the formatter then uses it as it is.
+            record.exc_text = redact("".join(traceback.format_exception(*record.exc_info)).rstrip("\n"))
+        return True
+
+
+class _MaskedStream:
+    """A text stream whose writes pass through redact; everything else is the stream's own."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(redact(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def masked_stderr() -> Iterator[None]:
+    """sys.stderr masked while the block runs: what Hydra prints of a failure (the override it
+    could not apply, the overrides of a job that raised) goes there, past any logging handler."""
+    before = sys.stderr
+    sys.stderr = _MaskedStream(before)
+    try:
+        yield
+    finally:
+        sys.stderr = before
 
 
 def redact_hydra_records(run_dir: Path) -> None:

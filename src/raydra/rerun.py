@@ -17,8 +17,9 @@ from typing import List
 
 import yaml
 
-from raydra import run_record
+from raydra import run_record, trust
 from raydra.entry import CONF_DIR
+from raydra.redact import masked_stderr
 
 PRIMARY = "recorded"
 
@@ -40,7 +41,13 @@ def mark(new_run_dir: Path, reproduces: str) -> None:
         overrides.write_text(f"# raydra rerun of {reproduces}\n" + overrides.read_text())
 
 
-def rerun(run_dir: str, overrides: List[str]) -> int:
+# Hydra's flags that print the composed config (or help) and run nothing.
+PRINT_ONLY = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i")
+
+
+def rerun(run_dir: str, overrides: List[str], trusted: bool = False) -> int:
+    """Run `run_dir`'s recorded config again with `overrides` on top. A run not made on this
+    machine is refused, naming what it would import, unless `trusted` (raydra.trust)."""
     source = Path(run_dir).expanduser().resolve()
     config_file = source / run_record.CONFIG
     if not config_file.is_file():
@@ -59,6 +66,9 @@ def rerun(run_dir: str, overrides: List[str]) -> int:
         return 1
     if not isinstance(recorded, dict):
         print(f"raydra rerun: {config_file} holds no config; it cannot be re-run.", file=sys.stderr)
+        return 1
+    if not trusted and not trust.made_here(source) and not any(o.split("=")[0] in PRINT_ONLY for o in overrides):
+        print(f"raydra {trust.refuse_foreign(source, recorded, 'rerun', '--trusted (raydra rerun --trusted RUN_DIR)')}", file=sys.stderr)
         return 1
 
     import hydra
@@ -82,7 +92,8 @@ def rerun(run_dir: str, overrides: List[str]) -> int:
 
     sys.argv = ["raydra rerun", *overrides]
     try:
-        app()
+        with masked_stderr():  # Hydra's own failure lines quote overrides (raydra.entry.hydra_main)
+            app()
     except SystemExit as done:
         return int(done.code or 0) if not isinstance(done.code, str) else 1
     finally:

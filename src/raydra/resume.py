@@ -16,13 +16,13 @@ from typing import Any, Dict, List, Optional
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from raydra import record, run_record, storage
+from raydra import record, run_record, storage, trust
 from raydra.errors import RaydraError
 from raydra.keys import flatten
 from raydra.redact import redact
 
 # Keys that say how or where to run, not what is trained: changing them does not change the run.
-NOT_THE_RUN = {"resume", "resume_force", "ray", "slurm", "verbose", "paths", "failure"}
+NOT_THE_RUN = {"resume", "resume_force", "resume_trusted", "ray", "slurm", "verbose", "paths", "failure"}
 
 
 def find(cfg: DictConfig) -> Path:
@@ -45,10 +45,13 @@ def find(cfg: DictConfig) -> Path:
             f"resume={cfg.resume}: {run_dir} is not a raydra run directory (no summary.json and .hydra/config.yaml); "
             "pass a directory a raydra run wrote."
         )
+    recorded = yaml.safe_load((run_dir / run_record.CONFIG).read_text())
+    if not cfg.get("resume_trusted") and not trust.made_here(run_dir):
+        raise trust.refuse_foreign(run_dir, recorded, f"resume={cfg.resume}", "resume_trusted=true")
     previous = record.read(run_dir)
     if previous.status == record.COMPLETED:
         raise RaydraError(f"resume={cfg.resume}: {run_dir} already completed; start a new run instead of resuming it.")
-    changes = changed_keys(yaml.safe_load((run_dir / run_record.CONFIG).read_text()), cfg)
+    changes = changed_keys(recorded, cfg)
     if changes and not cfg.resume_force:
         raise RaydraError(
             f"resume={cfg.resume}: the config differs from the one {run_dir} started with ({'; '.join(changes)}); "

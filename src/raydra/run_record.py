@@ -70,6 +70,9 @@ SLURM_SCRIPT = "slurm.sh"
 SLURM_OUTPUT = "slurm-%j.out"
 # Locked (flock) by the driver training in the run directory, for as long as it does: who holds it.
 DRIVER_LOCK = ".driver.lock"
+# This machine's mark over the run's recorded config (raydra.trust): rerun and resume= build what
+# a run without it names only when told the run is trusted.
+MACHINE_MARK = ".machine_mark"
 
 
 def slurm_node_log(node: str) -> str:
@@ -85,7 +88,7 @@ def worker_log(rank: int) -> str:
 log = logging.getLogger("raydra")
 
 # What the process driving a run (the driver, or a Tune trial's process) writes itself.
-DRIVER_FILES = (SUMMARY, HYDRA_DIR, DRIVER_LOG, RAY_LOG)
+DRIVER_FILES = (SUMMARY, HYDRA_DIR, DRIVER_LOG, RAY_LOG, MACHINE_MARK)
 # Ray's checkpoints (CHECKPOINTS) are in storage already, and read from there (raydra.load, resume).
 
 

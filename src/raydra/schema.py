@@ -396,6 +396,9 @@ class RaydraConfig:
     resume: Optional[str] = None
     # A resumed run refuses a config that differs from the one it started with, unless this is true.
     resume_force: bool = False
+    # resume= of a run this machine did not make (downloaded, copied): refused, naming the _target_s
+    # it would import and run, unless this is true (raydra.trust; docs/compare.md).
+    resume_trusted: bool = False
     # A new run (its own record) that starts from another run's trained weights: a checkpoint.ckpt
     # (any of raydra's layouts), a run directory (its best checkpoint) or a storage URI of either.
     # Optimizer, schedule and epochs start afresh; to continue a run where it stopped, use resume=.

@@ -3,7 +3,7 @@
 One module per concern, imports pointing down: runs (find and read run directories, tags) <- table
 (metrics and config columns, text formats) <- groups (seeds aggregated, differences to a baseline)
 and curves (which plots, in which order; PNGs) <- report (the interactive HTML page); show (one
-run as text). None imports ray, torch, wandb or hydra; matplotlib, plotly and scipy are imported
+run as text); terminal (what is printed, its control characters escaped). None imports ray, torch, wandb or hydra; matplotlib, plotly and scipy are imported
 only by the functions that need them.
 """
 

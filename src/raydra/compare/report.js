@@ -5,6 +5,10 @@
   const D = JSON.parse(document.getElementById("data").textContent);
   const $ = (id) => document.getElementById(id);
   const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
+  // Plotly reads its titles, names, labels and hover texts as a little HTML (<a href>, <b>, <br>):
+  // what a run recorded goes in as text, its markup escaped (Plotly shows &lt; as <).
+  const plain = (s) => String(s).replace(/[&<>]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;" })[c]);
+  const plainValue = (v) => (typeof v === "string" ? plain(v) : v);
   const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
   const color = (i) => COLORS[i % COLORS.length];
   const FAST = D.runs.length > 200; // many runs: WebGL lines, no markers
@@ -78,13 +82,13 @@
   function barTraces(curves, grouped) {
     // One trace per run (or group), so the legend hides bars as it hides curves, in the same colours.
     if (!grouped) {
-      return curves.map((c) => ({ type: "bar", name: D.runs[c.run].label, x: [D.runs[c.run].label], y: [c.y[c.y.length - 1]],
+      return curves.map((c) => ({ type: "bar", name: plain(D.runs[c.run].label), x: [plain(D.runs[c.run].label)], y: [c.y[c.y.length - 1]],
         marker: { color: color(c.run) }, hovertemplate: "%{x}: %{y}<extra></extra>" }));
     }
     return D.groups.map((g, gi) => {
       const ys = curves.filter((c) => g.runs.includes(c.run)).map((c) => c.y[c.y.length - 1]);
       if (!ys.length) return null;
-      const [mean, sd] = meanSd(ys), name = `${g.label} (n=${ys.length})`;
+      const [mean, sd] = meanSd(ys), name = plain(`${g.label} (n=${ys.length})`);
       return { type: "bar", name, x: [name], y: [mean], error_y: { type: "data", array: [sd], visible: ys.length > 1 }, marker: { color: color(gi) } };
     }).filter((t) => t);
   }
@@ -93,7 +97,7 @@
     if (!grouped) {
       curves.forEach((c) => {
         const p = points(c, x);
-        traces.push({ type: FAST ? "scattergl" : "scatter", mode: p.length < 3 ? "lines+markers" : "lines", name: D.runs[c.run].label,
+        traces.push({ type: FAST ? "scattergl" : "scatter", mode: p.length < 3 ? "lines+markers" : "lines", name: plain(D.runs[c.run].label),
           x: p.map((q) => q[0]), y: smooth(p.map((q) => q[1]), a), line: { color: color(c.run), width: 1.5 } });
       });
       return traces;
@@ -107,7 +111,7 @@
       if (!at.size) return;
       const xs = [...at.keys()].sort((p, q) => p - q);
       const stats = xs.map((v) => meanSd(at.get(v))), mean = stats.map((q) => q[0]), sd = stats.map((q) => q[1]);
-      const name = `${g.label} (n=${g.runs.length})`;
+      const name = plain(`${g.label} (n=${g.runs.length})`);
       traces.push({ type: "scatter", mode: "lines", x: xs.concat(xs.slice().reverse()), y: mean.map((v, k) => v + sd[k]).concat(mean.map((v, k) => v - sd[k]).reverse()),
         fill: "toself", fillcolor: color(gi) + "33", line: { width: 0 }, hoverinfo: "skip", showlegend: false, legendgroup: "g" + gi, name: name + " ±sd" });
       traces.push({ type: "scatter", mode: xs.length < 3 ? "lines+markers" : "lines", x: xs, y: mean, name, legendgroup: "g" + gi, line: { color: color(gi), width: 2 } });
@@ -123,7 +127,7 @@
       const traces = plot.bar ? barTraces(curves, grouped) : lineTraces(curves, grouped, x, a);
       const xlabel = plot.bar ? (grouped ? "group" : "run") : x === "time" ? "wall time (s, estimated from the run's mean time per step)" : x;
       const xaxis = plot.bar ? { title: { text: xlabel }, type: "category" } : { title: { text: xlabel } };
-      Plotly.react(div, traces, { title: { text: plot.metric }, xaxis, yaxis: { title: { text: plot.metric }, type: logy ? "log" : "linear" },
+      Plotly.react(div, traces, { title: { text: plain(plot.metric) }, xaxis, yaxis: { title: { text: plain(plot.metric) }, type: logy ? "log" : "linear" },
         barmode: "overlay", hovermode: "closest", margin: { t: 40, r: 10 }, showlegend: traces.length <= 60 }, { displaylogo: false, responsive: true });
     });
   }
@@ -136,12 +140,12 @@
     if (!m) return;
     const dims = D.keys.map((k) => {
       const vals = D.runs.map((r) => r.settings[k]);
-      if (vals.every((v) => v === null || typeof v === "number")) return { label: k, values: vals.map((v) => (v === null ? NaN : v)) };
+      if (vals.every((v) => v === null || typeof v === "number")) return { label: plain(k), values: vals.map((v) => (v === null ? NaN : v)) };
       const cats = [...new Set(vals.map(String))];
-      return { label: k, values: vals.map((v) => cats.indexOf(String(v))), tickvals: cats.map((_, i) => i), ticktext: cats };
+      return { label: plain(k), values: vals.map((v) => cats.indexOf(String(v))), tickvals: cats.map((_, i) => i), ticktext: cats.map(plain) };
     });
     const done = D.runs.map((r) => r.cls === "completed");
-    dims.push({ label: m.metric, values: m.values.map((v) => (v === null ? NaN : v)) });
+    dims.push({ label: plain(m.metric), values: m.values.map((v) => (v === null ? NaN : v)) });
     Plotly.react("parcoords", [{ type: "parcoords", dimensions: dims, line: { color: m.values.map((v) => (v === null ? 0 : v)), colorscale: "Viridis", showscale: true } }],
       { margin: { l: 80, r: 80, t: 50 } }, { displaylogo: false });
     $("scatters").innerHTML = "";
@@ -153,10 +157,10 @@
       const mk = (ok) => {
         const idx = D.runs.map((_, j) => j).filter((j) => done[j] === ok && m.values[j] !== null);
         return { type: "scatter", mode: "markers", name: ok ? "completed" : "stopped / failed / running",
-          x: idx.map((j) => D.runs[j].settings[k]), y: idx.map((j) => m.values[j]), text: idx.map((j) => D.runs[j].label + " — " + D.runs[j].status),
+          x: idx.map((j) => plainValue(D.runs[j].settings[k])), y: idx.map((j) => m.values[j]), text: idx.map((j) => plain(D.runs[j].label + " — " + D.runs[j].status)),
           marker: ok ? { color: "#1f77b4", size: 8 } : { color: "#d62728", symbol: "x", size: 9 } };
       };
-      Plotly.react(div, [mk(true), mk(false)], { title: { text: k }, xaxis: { title: { text: k } }, yaxis: { title: { text: m.metric } }, margin: { t: 40, r: 10 } }, { displaylogo: false });
+      Plotly.react(div, [mk(true), mk(false)], { title: { text: plain(k) }, xaxis: { title: { text: plain(k) } }, yaxis: { title: { text: plain(m.metric) } }, margin: { t: 40, r: 10 } }, { displaylogo: false });
     });
   }
   if (D.keys.length && D.monitor.length && D.runs.length > 1) {

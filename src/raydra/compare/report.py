@@ -158,8 +158,11 @@ def render_html(
 
     e = html.escape
     data = page_data(rows, columns, keys, metrics, grouped, notes)
-    # "</" inside a script would end it early; JSON allows the escaped form.
-    payload = json.dumps(data, default=str, separators=(",", ":")).replace("</", "<\\/")
+    # Inside a script, "</script" would end it early and "<!--" followed by "<script" would keep the
+    # next "</script>" from ending it (the page went blank): no "<", ">" or "&" reaches the HTML
+    # parser, JSON's escaped forms of them reach JSON.parse.
+    payload = json.dumps(data, default=str, separators=(",", ":"))
+    payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     out = [
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',

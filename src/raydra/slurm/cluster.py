@@ -18,6 +18,7 @@ machine (srun hands it back), so the logs need no shared disk.
 import atexit
 import logging
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -31,7 +32,7 @@ from typing import Dict, Optional
 
 from raydra import ray_node
 from raydra.errors import RaydraError
-from raydra.private_apis import state_api_address_env
+from raydra.private_apis import reread_auth_settings, state_api_address_env
 from raydra.run_record import LOGS, slurm_node_log
 from raydra.slurm import time_limit
 from raydra.slurm.allocation import Allocation, current
@@ -72,12 +73,7 @@ def start(record_dir: Path, join_timeout_s: float, requeue: bool) -> str:
     dashboard_port = ray_node.free_port()
     # This process and the cluster's find the cluster's State API here (see raydra.cluster.connect).
     os.environ.update(state_api_address_env(dashboard_port))
-    # Token authentication only when this process was started with it (RAY_AUTH_MODE=token and a
-    # token: `raydra submit`'s script sets both), so that the head, every node and this driver agree.
-    # Left unset, a head that finds ~/.ray/auth_token turns it on by itself, while nodes and drivers
-    # joining its address send no token unless RAY_AUTH_MODE says so, and Ray reads that variable
-    # once, at import, which this process has done (measured: the nodes then fail to join).
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    job_token()
     cpus = allocation.cpus_on(allocation.here) if allocation.here else 0
     gpus = allocation.gpus_per_node if allocation.here else 0
     head_log = record_dir / slurm_node_log(allocation.here or "head")
@@ -108,6 +104,29 @@ def start(record_dir: Path, join_timeout_s: float, requeue: bool) -> str:
         + (f", nodes on {', '.join(allocation.others)}" if allocation.others else "")
     )
     return address
+
+
+def job_token() -> None:
+    """Token authentication for the cluster, on before its head starts: the GCS of a node that is
+    not loopback listens on every interface of it (Ray 2.60 has no setting to narrow that), and a
+    client there without the token could run code as the job's user (ShadowRay, CVE-2023-48022).
+
+    The head, every node (srun hands them this environment) and this driver must agree. A token this
+    process was started with (`raydra submit`'s script makes one per job) is kept; otherwise one is
+    made for this job, in this process's environment, which only the job's user can read
+    (/proc/<pid>/environ). RAY_AUTH_MODE=disabled, set by the user, is kept, and said. Ray read its
+    mode as it was imported, which this process has been: it is told again (private_apis)."""
+    mode = os.environ.get("RAY_AUTH_MODE", "").lower()
+    if mode == "disabled":
+        log.warning(
+            "RAY_AUTH_MODE=disabled: the Ray cluster across this allocation admits any client that reaches its nodes; "
+            "unset it to have a token made for the job."
+        )
+        return
+    if mode == "token" and (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
+        return
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+    reread_auth_settings()
 
 
 def _srun_node(allocation: Allocation, node: str, address: str, log_path: Path) -> subprocess.Popen:

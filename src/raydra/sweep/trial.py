@@ -10,7 +10,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from ray.tune.integration.ray_train import TuneReportCallback
 
-from raydra import fit, record, resolve, run_record, storage, summary
+from raydra import fit, record, resolve, run_record, storage, summary, trust
 from raydra.errors import RaydraError, one_line
 from raydra.private_apis import tune_stop_probe
 from raydra.project import check_classes
@@ -47,6 +47,7 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     (run_dir / run_record.CONFIG).write_text(OmegaConf.to_yaml(conf))
     (run_dir / run_record.OVERRIDES).write_text(yaml.safe_dump(overrides, sort_keys=False))
     redact_hydra_records(run_dir)
+    trust.mark_run(run_dir)  # the sweep's own trial: `raydra rerun` of it needs no --trusted
     run = summary.new_summary(conf, record_dir, run_id, overrides).with_start(trial=Trial(sweep=sweep["id"], id=trial_id, sampled=sampled))
     if previous:
         # A resumed sweep runs an unfinished trial again under the same run id: Train V2 continues

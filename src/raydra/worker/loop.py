@@ -33,6 +33,7 @@ from raydra.checkpoints import checkpoint_meta
 from raydra.console import PROGRESS_MARK
 from raydra.errors import WORKER_RANK, RaydraError
 from raydra.lightning import pl
+from raydra.redact import SecretsFilter
 from raydra.run_record import CHECKPOINT_FILE, METRICS, WorkerMirror, checkpoints_location, worker_log
 from raydra.schema import lightning_trainer_arguments
 from raydra.spec import RunSpec, WorkerOutcome
@@ -336,7 +337,8 @@ def _position_of(checkpoint_path: Optional[str]) -> Optional[Dict[str, Any]]:
     after it are about to be logged again."""
     if checkpoint_path is None:
         return None
-    meta = checkpoint_meta(checkpoint_path)
+    # The run's own checkpoint (resume= of a run from elsewhere was let through by name on the driver).
+    meta = checkpoint_meta(checkpoint_path, trusted=True)
     data = meta.get("callbacks", {}).get("Resumable", {}).get("data", {})
     return {"epoch": int(meta["epoch"]), "global_step": int(meta["global_step"]), "mid_epoch": bool(data.get("mid_epoch"))}
 
@@ -402,6 +404,7 @@ def _route_logs(path: Path, verbose: bool, local: bool) -> Callable[[], None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
+    handler.addFilter(SecretsFilter())
     loggers = [
         logging.getLogger(name)
         for name in ("raydra", "lightning", "lightning.pytorch", "pytorch_lightning", "lightning_fabric", "torch", "wandb", "ray.train")
