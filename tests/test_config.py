@@ -87,6 +87,44 @@ def test_a_worker_count_that_is_no_count_is_refused_by_the_command_in_one_senten
         assert summary["status"] == "failed" and summary["world_size"] is None
 
 
+def test_what_hydra_refuses_before_the_run_is_said_in_one_sentence_by_the_command(train_here, tmp_path):
+    """Composition and the run's directory fail inside Hydra, before raydra's main: Hydra printed a
+    traceback (95 lines for a YAML error, 103 for a long name); the command says one sentence."""
+    conf = tmp_path / "conf" / "experiment"
+    conf.mkdir(parents=True)
+    (conf / "broken.yaml").write_text("# @package _global_\nname: broken\ntrainer:\n  max_epochs: [1, 2\n")
+    cases = [
+        (
+            (f"--config-dir={tmp_path / 'conf'}", "experiment=broken"),
+            f"error: {conf / 'broken.yaml'}, line 5, column 1, is not YAML: expected ',' or ']', but got '<stream end>' "
+            "(while parsing a flow sequence that starts at line 4, column 15); fix the file there.",
+        ),
+        (
+            ("scale.cpus_per_worker=abc",),
+            "error: scale.cpus_per_worker=abc is not a float; give it a float, e.g. scale.cpus_per_worker=1.0.",
+        ),
+        (
+            ("scale.num_workerz=2",),
+            "error: scale.num_workerz is not a key raydra knows (scale has a fixed set of keys); did you mean scale.num_workers?",
+        ),
+        (("name=" + "x" * 300,), "is a name longer than the filesystem allows (a part of 309 characters; most allow 255)"),
+    ]
+    for n, (overrides, sentence) in enumerate(cases):
+        done = train_here(*overrides, "scale.num_workers=0", outputs=tmp_path / str(n))
+        said = done.stdout + done.stderr
+        assert done.returncode == 1 and sentence in done.stderr and "Traceback" not in said, said
+        assert len(said.strip().splitlines()) == 1, said
+        assert not run_dirs(tmp_path / str(n))
+    assert "the run's directory cannot be created; give the run a shorter name= (it names the directory)." in said
+    assert not list((tmp_path / "3").rglob("*x" * 3))  # nothing half-made is left
+
+
+def test_what_raydra_does_not_say_itself_hydra_reports_as_it_did(train_here, tmp_path):
+    done = train_here("experiment=doesnotexist", outputs=tmp_path)
+    assert done.returncode == 1 and "Could not find 'experiment/doesnotexist'" in done.stderr and "error:" not in done.stderr
+    assert "Available options in 'experiment'" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_wrong_type_fails_at_compose_time():
     # scale.num_workers takes a count or [min, max], which OmegaConf cannot type: validate refuses it.
     with pytest.raises(ConfigCompositionException, match="scale.cpus_per_worker=abc") as error:

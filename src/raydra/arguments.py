@@ -65,7 +65,7 @@ CONTAINERS = (
     collections.abc.Collection,
     collections.abc.Iterable,
 )
-_UNKNOWN = object()  # an annotation (or a member of one) that a config value is not checked against
+UNKNOWN = object()  # an annotation (or a member of one) that a config value is not checked against
 
 
 def check(cfg: Any, raydras_own: Optional[bool] = None) -> None:
@@ -200,22 +200,22 @@ def _signature_problems(
 
 
 def _value_problem(parameter: inspect.Parameter, target: str, key: str, node: Any, name: Any) -> Iterator[str]:
-    expected = _checkable(parameter.annotation)
-    if expected is _UNKNOWN:
+    expected = checkable(parameter.annotation)
+    if expected is UNKNOWN:
         return
     value = _plain_value(node, name)
     # null is left alone: a value raydra fills in before the workers build (data.num_classes of data
     # that describes itself, and the model's ${data.num_classes}), or one a module fills itself.
-    if value is _UNKNOWN or value is None:
+    if value is UNKNOWN or value is None:
         return
     if _fits(expected, value):
         return
     example = ""
     if parameter.default not in (inspect.Parameter.empty, None, (), []) and _is_plain(parameter.default):
         if _fits(expected, parameter.default):
-            example = f", e.g. {key}={_shown(parameter.default)}"
-    what = _phrase(expected)
-    yield f"{key}={_shown(value)} is not {what} ({target} takes {parameter.name}: {_annotation_text(parameter.annotation)}); give it {what}{example}."
+            example = f", e.g. {key}={shown(parameter.default)}"
+    what = phrase(expected)
+    yield f"{key}={shown(value)} is not {what} ({target} takes {parameter.name}: {_annotation_text(parameter.annotation)}); give it {what}{example}."
 
 
 def _signature(callable_: Any) -> Optional[inspect.Signature]:
@@ -255,41 +255,41 @@ def _value(node: Any, name: str) -> Any:
 
 
 def _plain_value(node: Any, name: Any) -> Any:
-    """node[name] as the plain value the callable receives, or _UNKNOWN: not resolvable here
+    """node[name] as the plain value the callable receives, or UNKNOWN: not resolvable here
     (a missing value, a Hydra resolver outside Hydra's run), or built by instantiate."""
     try:
         value = node[name]
         if OmegaConf.is_config(value):
             if any(True for _ in _nested_targets(value, "")):
-                return _UNKNOWN
+                return UNKNOWN
             value = OmegaConf.to_container(value, resolve=True, throw_on_missing=True)
     except Exception:
-        return _UNKNOWN
+        return UNKNOWN
     return value
 
 
-def _checkable(annotation: Any) -> Any:
-    """`annotation` reduced to what a config value can be checked against, or _UNKNOWN."""
+def checkable(annotation: Any) -> Any:
+    """`annotation` reduced to what a config value can be checked against, or UNKNOWN."""
     if annotation is inspect.Parameter.empty or annotation is Any or isinstance(annotation, (str, typing.ForwardRef, typing.TypeVar)):
-        return _UNKNOWN
+        return UNKNOWN
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is typing.Annotated:
-        return _checkable(args[0])
+        return checkable(args[0])
     if origin is typing.Literal:
         return annotation
     if origin in (typing.Union, types.UnionType):
-        members = [_checkable(member) for member in args]
+        members = [checkable(member) for member in args]
         if any(member is Any for member in members):
-            return _UNKNOWN
-        kept = [member for member in members if member is not _UNKNOWN]
-        return typing.Union[tuple(kept)] if kept else _UNKNOWN
+            return UNKNOWN
+        kept = [member for member in members if member is not UNKNOWN]
+        return typing.Union[tuple(kept)] if kept else UNKNOWN
     if origin in CONTAINERS:
         if not args:
             return origin
-        inner = tuple(a if a is Ellipsis else (Any if _checkable(a) is _UNKNOWN else _checkable(a)) for a in args)
+        inner = tuple(a if a is Ellipsis else (Any if checkable(a) is UNKNOWN else checkable(a)) for a in args)
         return origin[inner if len(inner) > 1 else inner[0]]
     if origin is not None:
-        return _UNKNOWN  # Callable[...], Type[...], a user's generic class
+        return UNKNOWN  # Callable[...], Type[...], a user's generic class
     if isinstance(annotation, type):
         if annotation in PLAIN_TYPES or issubclass(annotation, (enum.Enum, pathlib.PurePath)):
             return annotation
@@ -297,7 +297,7 @@ def _checkable(annotation: Any) -> Any:
             return annotation
     if annotation is None:
         return type(None)
-    return _UNKNOWN
+    return UNKNOWN
 
 
 def _fits(expected: Any, value: Any) -> bool:
@@ -335,27 +335,29 @@ def _new_adapter(expected: Any) -> Any:
         return None
 
 
-def _phrase(expected: Any, article: bool = True) -> str:
+def phrase(expected: Any, article: bool = True) -> str:
     """What `expected` asks for, in words: "a float", "a list of integers", "one of 'min' or 'max'"."""
     origin, args = typing.get_origin(expected), typing.get_args(expected)
-    if origin in (typing.Union, types.UnionType):
-        members = [m for m in args if m is not type(None)]
-        said = " or ".join(_phrase(m, article) for m in members)
-        return f"{said} or null" if len(members) < len(args) else said
+    if origin in (typing.Union, types.UnionType) or expected is bool:
+        # Each alternative once, null last: "an integer or null", "true, false or null".
+        words = []
+        for member in sorted(args or (bool,), key=lambda m: m is type(None)):
+            words += ["true", "false"] if member is bool else [phrase(member, article)]
+        return ", ".join(words[:-1]) + " or " + words[-1] if len(words) > 1 else words[0]
     if origin is typing.Literal:
-        return "one of " + ", ".join(_shown(v) for v in args)
+        return "one of " + ", ".join(shown(v) for v in args)
     if origin in CONTAINERS or expected in CONTAINERS:
         kind = "dict" if (origin or expected) in (dict, collections.abc.Mapping, collections.abc.MutableMapping) else "list"
         items = args[-1:] if kind == "dict" else args
         if origin in (tuple,) and args and Ellipsis not in args and len(args) > 1:
-            return f"a list of {len(args)} ({', '.join(_phrase(a, False) for a in args)})"
+            return f"a list of {len(args)} ({', '.join(phrase(a, False) for a in args)})"
         items = [a for a in items if a is not Ellipsis and a is not Any]
-        return f"a {kind}" + (f" of {_plural(_phrase(items[0], False))}" if items else "")
+        return f"a {kind}" + (f" of {_plural(phrase(items[0], False))}" if items else "")
     if isinstance(expected, type) and issubclass(expected, enum.Enum):
-        return "one of " + ", ".join(_shown(m.value) for m in expected)
-    words = {bool: "true or false", int: "integer", float: "float", str: "string", bytes: "bytes", type(None): "null"}
+        return "one of " + ", ".join(shown(m.value) for m in expected)
+    words = {int: "integer", float: "float", str: "string", bytes: "bytes", type(None): "null"}
     noun = words.get(expected) or ("path" if isinstance(expected, type) and issubclass(expected, pathlib.PurePath) else str(expected))
-    if not article or expected in (bool, type(None), bytes):
+    if not article or expected in (type(None), bytes):
         return noun
     return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
 
@@ -389,16 +391,16 @@ def _is_plain(value: Any) -> bool:
     return isinstance(value, (bool, int, float, str))
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     """A value as it is typed on the command line: [1,2], null, true, 'min' for a Literal's string."""
     if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_shown(v) for v in value) + "]"
+        return "[" + ",".join(shown(v) for v in value) + "]"
     if isinstance(value, bool):
         return str(value).lower()
     if value is None:
         return "null"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {_shown(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{k}: {shown(v)}" for k, v in value.items()) + "}"
     return str(value)
 
 
