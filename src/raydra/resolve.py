@@ -75,6 +75,9 @@ def _initial_weights(ckpt_path: str) -> str:
 
     try:
         found = checkpoints.locate(ckpt_path, "best")
+        if not storage.is_uri(found):
+            # Each worker loads it; a file cut short is named here, before any worker starts.
+            checkpoints.check_whole(found)
     except RaydraError as error:
         raise RaydraError(f"ckpt_path={ckpt_path}: {error}") from None
     return found if storage.is_uri(found) else str(Path(found).resolve())
