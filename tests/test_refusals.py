@@ -1,6 +1,6 @@
-"""Files that cannot be read or written, said in one sentence naming the file and what to do: a
-checkpoint cut short, given to raydra.load or to ckpt_path=; a compare report to a place that takes
-no write. Fast: files made on the spot, in this process."""
+"""Input that raised a traceback, said in one sentence naming the file and what to do, or made to
+work: a checkpoint cut short, given to raydra.load or to ckpt_path=; a compare report to a place
+that takes no write; a run name beyond ASCII on Ray. Fast: files made on the spot, in this process."""
 
 import os
 import pickle
@@ -93,3 +93,26 @@ def test_a_compare_report_to_a_read_only_place_is_said_in_one_sentence(tmp_path)
         "name a file in a directory you can write (--html)."
     )
     assert "r1" in done.stdout  # the table itself is shown
+
+
+def test_a_run_name_beyond_ascii_names_its_directory_and_record_and_gives_ray_an_ascii_run_name(train_here, tmp_path, monkeypatch):
+    """Ray Train tags its metrics with the run's name and Ray encodes tags as ASCII: a name with an
+    accent failed every Ray run at its controller's start ('ascii' codec can't encode). The run's
+    id, which Ray gets as the run's name, is ASCII; the user's name stays in the directory and record."""
+    from raydra import driver
+    from raydra.run_record import ray_safe
+
+    assert ray_safe("modèle été/v2 実験") == "modele_ete_v2___"
+    assert ray_safe("vit_digits-1.5") == "vit_digits-1.5"
+    monkeypatch.setattr(driver, "connect", lambda *args, **kwargs: None)
+
+    def stop(cfg, run_dir, run_id, **kwargs):
+        raise RaydraError(f"stopped before the fit, as {run_id}")
+
+    monkeypatch.setattr(driver.resolve, "resolve", stop)
+    done = train_here("name='modèle_été_実験'", "scale.num_workers=1", "logger=csv", outputs=tmp_path)
+    (run_dir,) = run_dirs(tmp_path)
+    summary = summary_of(run_dir)
+    assert run_dir.name.endswith("_modèle_été_実験") and summary["name"] == "modèle_été_実験", done.stdout
+    assert summary["run_id"].isascii() and "_modele_ete____" in summary["run_id"]
+    assert f"stopped before the fit, as {summary['run_id']}" in summary["error"]

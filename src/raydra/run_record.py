@@ -20,11 +20,13 @@ import errno
 import fcntl
 import logging
 import os
+import re
 import shutil
 import socket
 import tempfile
 import threading
 import time
+import unicodedata
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
@@ -71,6 +73,16 @@ SLURM_SCRIPT = "slurm.sh"
 SLURM_OUTPUT = "slurm-%j.out"
 # Locked (flock) by the driver training in the run directory, for as long as it does: who holds it.
 DRIVER_LOCK = ".driver.lock"
+
+
+def ray_safe(name: str) -> str:
+    """`name` in the characters Ray takes in a run's name: Ray Train tags its metrics with the run
+    name, and Ray's metrics encode tags as ASCII (a name with an accent failed the run's controller
+    at start, measured on Ray 2.60). Accents are dropped (modèle -> modele), any other character
+    that is not a letter, digit, `.` or `-` becomes `_`; the user's name is kept as it is in the
+    run's directory and its record."""
+    plain = "".join(c for c in unicodedata.normalize("NFKD", name) if not unicodedata.combining(c))
+    return re.sub(r"[^A-Za-z0-9._-]", "_", plain)
 
 
 def slurm_node_log(node: str) -> str:
