@@ -217,34 +217,54 @@ def test_the_default_config_and_every_shipped_option_pass():
         assert list(arguments.problems(composed(*overrides))) == [], overrides
 
 
-def test_raydras_own_classes_are_checked_apart_from_the_rest():
-    cfg = composed("model.hidden_size=abc", "callbacks=early_stopping", "callbacks.early_stopping.patience=soon")
+def test_raydras_own_classes_are_checked_apart_from_what_is_nested_in_them():
+    cfg = composed("model.hidden_size=abc", "model.optimizer.lr=fast", "callbacks=early_stopping", "callbacks.early_stopping.patience=soon")
     assert [p.split("=")[0] for p in arguments.problems(cfg, raydras_own=True)] == ["model.hidden_size"]
-    assert [p.split("=")[0] for p in arguments.problems(cfg, raydras_own=False)] == ["callbacks.early_stopping.patience"]
-    wait = arguments.check_in_background(cfg, raydras_own=True)
-    with pytest.raises(RaydraError, match=r"^model.hidden_size=abc is not an integer"):
-        wait()
+    assert [p.split("=")[0] for p in arguments.problems(cfg, raydras_own=False)] == [
+        "model.optimizer.lr",
+        "callbacks.early_stopping.patience",
+    ]
 
 
 def test_a_wrong_argument_is_refused_by_the_command_before_training(train_here, tmp_path):
-    done = train_here("model.optimizer.lr=fast", "scale.num_workers=0", "logger=csv", outputs=tmp_path)
+    done = train_here("model.optimizer.lr=fast", "model.hidden_size=abc", "scale.num_workers=0", "logger=csv", outputs=tmp_path)
     assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
-    assert "error: model.optimizer.lr=fast is not a float (torch.optim.AdamW takes lr: float | Tensor)" in done.stdout
+    # Local mode builds raydra's own model in this process: its arguments are checked here too, all at once.
+    assert (
+        "error: model.hidden_size=abc is not an integer (raydra.models.vit.ViTClassifier takes hidden_size: int); give it an "
+        "integer, e.g. model.hidden_size=768. model.optimizer.lr=fast is not a float (torch.optim.AdamW takes lr: float | Tensor)"
+        in done.stdout
+    )
     (run_dir,) = run_dirs(tmp_path)
     summary = summary_of(run_dir)
-    assert summary["status"] == "failed" and summary["error"].startswith("model.optimizer.lr=fast is not a float")
+    assert summary["status"] == "failed" and summary["error"].startswith("model.hidden_size=abc is not an integer")
     assert not (run_dir / "checkpoints").exists()
 
 
-def test_a_ray_run_checks_raydras_own_classes_while_ray_starts_and_refuses_before_any_worker(train_here, tmp_path, monkeypatch):
-    """The driver of a Ray run imports raydra's own model (Lightning, ~3 s) beside Ray's start: the
-    refusal comes right after connecting, before the run is resolved or any worker starts."""
+def test_a_ray_run_refuses_a_wrong_optimizer_argument_before_ray_starts(train_here, tmp_path, monkeypatch):
+    """model.optimizer.lr=fast started Ray and a worker, and failed there after 12 s."""
     from raydra import driver
 
-    connected = []
-    monkeypatch.setattr(driver, "connect", lambda *args, **kwargs: connected.append(args))
-    monkeypatch.setattr(driver.resolve, "resolve", lambda *args, **kwargs: pytest.fail("resolved a refused run"))
-    done = train_here("model.hidden_size=abc", "scale.num_workers=1", "logger=csv", outputs=tmp_path)
-    assert done.returncode == 1 and len(connected) == 1, done.stdout + done.stderr
-    assert "error: model.hidden_size=abc is not an integer (raydra.models.vit.ViTClassifier takes hidden_size: int)" in done.stdout
+    monkeypatch.setattr(driver, "connect", lambda *args, **kwargs: pytest.fail("Ray started for a refused run"))
+    done = train_here("model.optimizer.lr=fast", "scale.num_workers=2", "logger=csv", outputs=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "error: model.optimizer.lr=fast is not a float (torch.optim.AdamW takes lr: float | Tensor)" in done.stdout
     assert summary_of(run_dirs(tmp_path)[0])["status"] == "failed"
+
+
+def test_the_workers_of_a_ray_run_check_raydras_own_classes_before_building_them(tmp_path, monkeypatch):
+    """Importing raydra's model and data classes on the driver of a Ray run delayed its first step by
+    3-7 s (Lightning, beside Ray's start, on 2 cores): each worker, which imports them anyway, checks
+    their arguments from the run's spec before building them, in the sentence the driver would say."""
+    from types import SimpleNamespace
+
+    from raydra import resolve
+    from raydra.worker import loop
+
+    spec = resolve.resolve(composed("model.hidden_size=abc", "scale.num_workers=2", "logger=csv"), tmp_path / "run", "r1")
+    monkeypatch.setattr(loop.ray.train, "get_context", lambda: SimpleNamespace(get_world_rank=lambda: 0, get_world_size=lambda: 2))
+    monkeypatch.setattr(loop, "instantiate", lambda *args, **kwargs: pytest.fail("built before its arguments were checked"))
+    with pytest.raises(
+        RaydraError, match=r"^model.hidden_size=abc is not an integer \(raydra.models.vit.ViTClassifier takes hidden_size: int\)"
+    ):
+        loop._train(spec, mirror=None, restored=None)

@@ -24,17 +24,15 @@ out and the rest checked: `lr: Union[float, Tensor]` takes a float from a config
 """
 
 import collections.abc
-import copy
 import difflib
 import enum
 import functools
 import importlib
 import inspect
 import pathlib
-import threading
 import types
 import typing
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from omegaconf import OmegaConf
 
@@ -75,43 +73,24 @@ def check(cfg: Any, raydras_own: Optional[bool] = None) -> None:
         raise RaydraError(" ".join(found))
 
 
-def check_in_background(cfg: Any, raydras_own: Optional[bool] = None) -> Callable[[], None]:
-    """check(), started in another thread on a copy of `cfg`; returns what waits for it and raises
-    its RaydraError. For a driver that starts Ray meanwhile: raydra's own model and data classes
-    import Lightning (~3 s of CPU), which the driver of a Ray run otherwise never does.
-
-    Not a daemon thread: a run refused meanwhile would otherwise end with an import half done, whose
-    finalizers print a traceback at the interpreter's teardown."""
-    cfg = copy.deepcopy(cfg)
-    outcome: Dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["problems"] = list(problems(cfg, raydras_own))
-        except BaseException as error:  # handed to whoever waits
-            outcome["error"] = error
-
-    thread = threading.Thread(target=run, name="raydra-arguments")
-    thread.start()
-
-    def wait() -> None:
-        thread.join()
-        if "error" in outcome:
-            raise outcome["error"]
-        if outcome["problems"]:
-            raise RaydraError(" ".join(outcome["problems"]))
-
-    return wait
-
-
 def problems(cfg: Any, raydras_own: Optional[bool] = None) -> Iterator[str]:
     """A sentence for each argument of the run's `_target_`s that its callable would refuse.
-    `raydras_own`: True for the model and data only when they are raydra's own classes (with what
-    is nested in them), False for everything else, None for all."""
+
+    `raydras_own`: True for the arguments of the model and data classes only where those are
+    raydra's own (raydra.models.*, raydra.data.*: importing them imports Lightning, ~3 s of CPU
+    that the driver of a Ray run does not spend, measured to delay its first step by as much), False
+    for everything else (the `_target_`s nested in raydra's own, such as the optimizer, included),
+    None for all."""
     for key, node, leave_out in _instantiated(cfg):
         own = key in ("model", "data") and str(_value(node, "_target_")).startswith("raydra.")
-        if raydras_own is None or raydras_own == own:
-            yield from _node_problems(node, key, leave_out=leave_out)
+        if raydras_own is None:
+            itself, inside = True, True
+        elif raydras_own:
+            itself, inside = own, False
+        else:
+            itself, inside = not own, True
+        if itself or inside:
+            yield from _node_problems(node, key, leave_out=leave_out, itself=itself, inside=inside)
 
 
 def _instantiated(cfg: Any) -> Iterator[Tuple[str, Any, Sequence[str]]]:
@@ -154,19 +133,24 @@ def import_target(target: str, key: str) -> Any:
     return getattr(module, name)
 
 
-def _node_problems(node: Any, key: str, leave_out: Sequence[str] = (), partial: bool = False) -> Iterator[str]:
-    """The problems of one `_target_` node at `key`, then of the `_target_` nodes inside it.
-    `partial`: built later with more arguments (inside a `_recursive_: false` node)."""
+def _node_problems(
+    node: Any, key: str, leave_out: Sequence[str] = (), partial: bool = False, itself: bool = True, inside: bool = True
+) -> Iterator[str]:
+    """The problems of one `_target_` node at `key` (`itself`), then of the `_target_` nodes inside
+    it (`inside`). `partial`: built later with more arguments (inside a `_recursive_: false` node)."""
     target = _value(node, "_target_")
     if not isinstance(target, str):
         return
     partial = partial or _value(node, "_partial_") is True
-    signature = _signature(import_target(target, key))
     names = [k for k in node.keys() if k not in HYDRA_KEYS and k not in leave_out]
-    positional = _value(node, "_args_")
-    positional = positional if OmegaConf.is_list(positional) else []
-    if signature is not None:
-        yield from _signature_problems(signature, target, key, node, names, positional, partial)
+    if itself:
+        signature = _signature(import_target(target, key))
+        positional = _value(node, "_args_")
+        positional = positional if OmegaConf.is_list(positional) else []
+        if signature is not None:
+            yield from _signature_problems(signature, target, key, node, names, positional, partial)
+    if not inside:
+        return
     recursive = _value(node, "_recursive_") is not False
     for name in names:
         for path, child in _nested_targets(node._get_node(name), f"{key}.{name}"):

@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional
 import ray
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from raydra import arguments, fit, project, resolve, resume, run_record, startup, summary
+from raydra import fit, project, resolve, resume, run_record, startup, summary
 from raydra.callbacks import resolve_and_validate
 from raydra.checkpoints import last_checkpoint
 from raydra.cluster import check_fits, check_room_for_data, connect
@@ -84,10 +84,7 @@ def train_run(
             _continue_slurm_job(cfg, requeued)
         if (run_dir / summary.SUMMARY).exists() and not _continues_here(cfg, run_dir):
             raise RaydraError(f"{run_dir} already holds a run; give this one its own hydra.run.dir.")
-        local = cfg.scale.num_workers == 0
-        # raydra's own model and data classes import Lightning (~3 s): a Ray run checks their
-        # arguments while Ray starts, below; a multirun's launcher checked its jobs' before any started.
-        composed = resolve_and_validate(cfg, overrides, own_classes=local)
+        composed = resolve_and_validate(cfg, overrides)
         if cfg.resume:
             run_dir, run_id, release_run = _continue(composed, record, run_dir)
         else:
@@ -97,10 +94,9 @@ def train_run(
             run_record.check_writable(cfg.paths.storage)
         if time_limit.noticed():
             raise KeyboardInterrupt  # SLURM's time limit is near already: nothing would train
-        if local:
+        if cfg.scale.num_workers == 0:
             log.info("local mode (scale.num_workers=0): training in this process, without Ray")
         else:
-            arguments_checked = arguments.check_in_background(cfg, raydras_own=True) if job is None else lambda: None
             # Ray starts (~3 s here) while another thread imports what resolving the config and starting
             # the fit need next: torch with Ray Train (~3 s more), and a data module that describes its data.
             _import_in_background(resolve.data_to_describe(cfg))
@@ -114,7 +110,6 @@ def train_run(
                 slurm=OmegaConf.to_object(cfg.slurm),
                 record_dir=run_dir,
             )
-            arguments_checked()
         # After connecting: ray.init installs its own SIGTERM handler, which would end the process
         # without a summary. The record is written the moment SIGTERM comes, from a thread: a
         # driver that Ray ends (its node's raylet gone too) never gets back to Python.

@@ -12,8 +12,8 @@ the workers. What raydra needs of their classes is written down in docs/own-proj
                          raydra's before a --config-dir), said in one sentence
 
 raydra's own classes (`raydra.*`) are tested with raydra and installed wherever raydra is: they
-are neither checked here nor shipped. Their arguments are checked by callbacks.resolve_and_validate,
-or by a driver starting Ray while Ray starts: importing them costs the driver seconds of Lightning.
+are neither checked here (importing them would cost the driver seconds of Lightning) nor shipped;
+their arguments are checked where they are imported anyway (raydra.arguments).
 """
 
 import importlib
@@ -35,9 +35,10 @@ from raydra.errors import RaydraError
 EXCLUDES = [".git", ".venv", "venv", "__pycache__", "*.pyc", "*.ckpt", "wandb", ".ipynb_checkpoints"]
 
 
-def check_classes(cfg: Any) -> None:
+def check_classes(cfg: Any, own_classes: bool = False) -> None:
     """Raise RaydraError, naming the key, if the model or data class cannot serve as one, or if
-    the arguments of any `_target_` of the run do not fit its signature (raydra.arguments)."""
+    the arguments of any `_target_` of the run do not fit its signature (raydra.arguments); those
+    of raydra's own model and data classes with `own_classes` (importing them imports Lightning)."""
     _check_class(cfg.model, "model", "LightningModule", ("training_step", "configure_optimizers"))
     if cfg.data.get("loader") != "ray_data":  # under ray_data the workers get raydra's own module
         _check_class(cfg.data, "data", "LightningDataModule", ("train_dataloader",))
@@ -50,10 +51,9 @@ def check_classes(cfg: Any) -> None:
     for name, node in entries(cfg, "logger"):
         if name not in RAYDRA_LOGGERS:
             target_class(node, f"logger.{name}", "loggers")
-    # Last, the arguments of what was imported here: each one that does not fit its signature.
-    # raydra's own model and data classes are left to callbacks.resolve_and_validate (or, for a
-    # driver starting Ray, to a thread beside it): importing them costs seconds of Lightning.
-    arguments.check(cfg, raydras_own=False)
+    # Last, the arguments of what was imported here, and of every `_target_` nested in the model and
+    # data (an optimizer, a scheduler): each one that does not fit its signature, all in one error.
+    arguments.check(cfg, raydras_own=None if own_classes else False)
 
 
 def writes_to_loggers(cls: type) -> bool:

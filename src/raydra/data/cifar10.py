@@ -94,13 +94,6 @@ class CIFAR10DataModule(DeviceSplitsDataModule):
         super().__init__()
         self.save_hyperparameters()
 
-    @staticmethod
-    def check_paths(root: str, download: bool = False, **_: Any) -> None:
-        """On the driver, before the workers start (raydra.resolve): the batch files are in data.root,
-        unless they are to be downloaded."""
-        if not download:
-            locate(root, download)
-
     def setup(self, stage: Optional[str] = None) -> None:
         if self.loaders:
             return

@@ -138,16 +138,6 @@ class ImageCaptionsDataModule(pl.LightningDataModule):
         self.train_captions: List[str] = []
         self.train_images: Optional[torch.Tensor] = None  # uint8 (n, 3, H, W), for fitting a VAE built from configs
 
-    @staticmethod
-    def check_paths(root: str, **_: Any) -> None:
-        """On the driver, before the workers start (raydra.resolve): data.root is a folder with a
-        metadata.jsonl (each line's image is checked where the images are read)."""
-        folder = Path(root).expanduser()
-        if not folder.is_dir():
-            raise RaydraError(f"data.root={root} is not a folder; point it at images with a metadata.jsonl.")
-        if not (folder / "metadata.jsonl").is_file():
-            read_metadata(folder, "text")  # its sentence for a missing metadata.jsonl
-
     def captioned_splits(self) -> Iterator[Tuple[str, np.ndarray, List[str]]]:
         """(split, uint8 images (n, 3, resolution, resolution), their captions) for train and val."""
         hp = self.hparams
