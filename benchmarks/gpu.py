@@ -9,6 +9,13 @@ Workloads: seed 002's ViT (CIFAR-10-shaped 32x32x3, patch 4, 12 layers, 8 heads,
 bf16-mixed, eager and torch.compile. The plain loop keeps a pool of batches on the device, so it
 is the ceiling; raydra runs `train.py data=synthetic` on one GPU worker through Ray Train. MFU is
 model FLOPs (counted with torch.utils.flop_counter on one step) over the dense peak.
+
+Both sides train the same model: Hugging Face's ViTForImageClassification with the workload's
+shape, AdamW (lr 1e-3, weight decay 0.01) at a constant rate, no dropout or label smoothing.
+raydra's side sets `model.conv_stem=[]`: model/vit.yaml's default stem (two 3x3 convolutions at
+full resolution, for digits) has no counterpart in the plain loop. The H200 figures of 2026-11-27
+were taken with the stem on raydra's side, a larger model than the plain loop's
+(tests/test_gpu_suite.py now compares the two sides' weights).
 """
 
 import argparse
@@ -35,17 +42,11 @@ WORKLOADS = {
 PRECISIONS = ("32-true", "bf16-mixed")
 
 
-def plain_loop(workload: dict, precision: str, compiled: bool, steps: int = 40) -> dict:
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
+def plain_network(w: dict):
+    """The plain loop's model: the network raydra's ViTClassifier holds as `net`, nothing around it."""
     from transformers import ViTConfig, ViTForImageClassification
 
-    from raydra.worker.throughput import peak_flops
-
-    torch.set_float32_matmul_precision("high")
-    device = torch.device("cuda")
-    w = workload
-    net = ViTForImageClassification(
+    return ViTForImageClassification(
         ViTConfig(
             image_size=w["image_size"],
             patch_size=w["patch_size"],
@@ -56,7 +57,19 @@ def plain_loop(workload: dict, precision: str, compiled: bool, steps: int = 40) 
             num_labels=w["num_classes"],
             num_channels=3,
         )
-    ).to(device)
+    )
+
+
+def plain_loop(workload: dict, precision: str, compiled: bool, steps: int = 40) -> dict:
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from raydra.worker.throughput import peak_flops
+
+    torch.set_float32_matmul_precision("high")
+    device = torch.device("cuda")
+    w = workload
+    net = plain_network(w).to(device)
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=1e-2, fused=True)
     pool = [
         (
@@ -95,33 +108,38 @@ def plain_loop(workload: dict, precision: str, compiled: bool, steps: int = 40) 
     }
 
 
+def raydra_overrides(w: dict, precision: str, compiled: bool, steps: int) -> list:
+    """train.py's overrides for the workload: the plain loop's model, data and optimizer."""
+    return [
+        "scale=gpu",
+        "scale.cpus_per_worker=8",
+        "logger=none",
+        "data=synthetic",
+        f"data.image_size={w['image_size']}",
+        f"data.num_classes={w['num_classes']}",
+        f"data.batch_size={w['batch']}",
+        f"data.num_samples={w['epoch'] or w['batch'] * steps}",
+        f"data.val_samples={w['batch']}",
+        "data.num_channels=3",
+        f"model.patch_size={w['patch_size']}",
+        f"model.num_layers={w['num_layers']}",
+        f"model.num_heads={w['num_heads']}",
+        f"model.hidden_size={w['hidden_size']}",
+        f"model.mlp_size={w['mlp_size']}",
+        # The plain loop has no convolutional stem: without this, raydra trained a larger model.
+        "model.conv_stem=[]",
+        "model.optimizer.weight_decay=0.01",
+        "model.scheduler=null",
+        f"trainer.precision={precision}",
+        f"trainer.compile={str(compiled).lower()}",
+        "trainer.max_epochs=1",
+        "trainer.test=false",
+    ]
+
+
 def raydra_run(workload: dict, precision: str, compiled: bool, steps: int = 60) -> dict:
-    w = workload
     with tempfile.TemporaryDirectory() as outputs:
-        overrides = [
-            f"paths.outputs={outputs}",
-            "scale=gpu",
-            "scale.cpus_per_worker=8",
-            "logger=none",
-            "data=synthetic",
-            f"data.image_size={w['image_size']}",
-            f"data.num_classes={w['num_classes']}",
-            f"data.batch_size={w['batch']}",
-            f"data.num_samples={w['epoch'] or w['batch'] * steps}",
-            f"data.val_samples={w['batch']}",
-            "data.num_channels=3",
-            f"model.patch_size={w['patch_size']}",
-            f"model.num_layers={w['num_layers']}",
-            f"model.num_heads={w['num_heads']}",
-            f"model.hidden_size={w['hidden_size']}",
-            f"model.mlp_size={w['mlp_size']}",
-            "model.optimizer.weight_decay=0.01",
-            "model.scheduler=null",
-            f"trainer.precision={precision}",
-            f"trainer.compile={str(compiled).lower()}",
-            "trainer.max_epochs=1",
-            "trainer.test=false",
-        ]
+        overrides = [f"paths.outputs={outputs}", *raydra_overrides(workload, precision, compiled, steps)]
         done = subprocess.run([sys.executable, "train.py", *overrides], cwd=REPO, capture_output=True, text=True)
         if done.returncode:
             raise RuntimeError(done.stdout[-2000:] + done.stderr[-2000:])

@@ -10,11 +10,12 @@ Made for the device tool's bare GPU machine (Python 3.12, torch and Lightning, n
 diffusers or DeepSpeed, no package index): benchmarks/gpu_wheels.py prepares the wheels here, and
 docs/testing.md ("GPU suite") gives the exact sequence of calls with their `carry` lists.
 
-The steps, most valuable first, each killed at its own time budget (25 minutes in all) while the
-suite goes on: the gpu-marked tests (does raydra train on a GPU at all: bf16 default, compile,
-ddp/fsdp/deepspeed with a checkpoint loaded back), the ViT figures (seed 002's ViT, then ViT-B/16 at
-224 px: plain loop against raydra, eager and compiled, bf16-mixed), Stable Diffusion's UNet at 256 px
-(without, then with cached latents) and the strategies (ddp, fsdp, DeepSpeed ZeRO-2 and ZeRO-3).
+The steps, most valuable first, each killed at its own time budget while the suite goes on: the
+gpu-marked tests (does raydra train on a GPU at all: bf16 default, compile, ddp/fsdp/deepspeed with
+a checkpoint loaded back), seed 002's ViT (plain loop against raydra, eager and compiled,
+bf16-mixed), Stable Diffusion's UNet at 256 px with cached latents and text, ViT-B/16 at 224 px as
+seed 002's, SD with the VAE and text encoder on every batch, and the strategies (ddp, fsdp,
+DeepSpeed ZeRO-2 and ZeRO-3). A 15-minute loan reaches the first three (docs/testing.md).
 
 One call of the device tool runs 10 minutes at most, so `run` is resumable: it keeps each finished
 step's table in /tmp/raydra-gpu/results (which a warm machine keeps between calls), skips steps
@@ -82,6 +83,14 @@ STEPS = [
         ["torch", "transformers", "raydra.worker.throughput", "ray.train", "hydra"],
     ),
     Step(
+        "sd-cached",
+        "SD 2 base's UNet at 256 px, bf16-mixed, with cached latents and text (the last epoch, every image's latent and caption's embedding cached)",
+        # 117 s measured on an H200 (2026-11-27, latents only): room for 3 epochs and Ray's start.
+        160,
+        ["benchmarks/sd.py", "--gpu", "--latents", "cached"],
+        ["diffusers", "transformers", "raydra.models.stable_diffusion", "ray.train", "hydra"],
+    ),
+    Step(
         "vit-b16",
         "ViT-B/16 at 224 px: plain loop against raydra, eager and compiled, bf16-mixed",
         240,
@@ -93,13 +102,6 @@ STEPS = [
         "SD 2 base's UNet at 256 px, bf16-mixed: images/s with the VAE encoding every batch",
         180,
         ["benchmarks/sd.py", "--gpu", "--latents", "encoded"],
-        ["diffusers", "transformers", "raydra.models.stable_diffusion", "ray.train", "hydra"],
-    ),
-    Step(
-        "sd-cached",
-        "the same with cached latents (the last epoch, once every image's latent is cached)",
-        210,
-        ["benchmarks/sd.py", "--gpu", "--latents", "cached"],
         ["diffusers", "transformers", "raydra.models.stable_diffusion", "ray.train", "hydra"],
     ),
     Step(

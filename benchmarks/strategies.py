@@ -100,7 +100,8 @@ def _run(name: str, overrides: list, outputs: Path) -> dict:
         why = summary.get("error") or (done.stdout + done.stderr)[-300:]
         return {"strategy": name, "error": "failed: " + " ".join(str(why).replace("|", "/").split())[-400:]}
     memory = summary["memory_per_worker"]
-    checkpoint = Path(summary["checkpoints"]["last"])
+    # Relative to the run directory (summary.json format 2).
+    checkpoint = summaries[0].parent / summary["checkpoints"]["last"]
     files = [checkpoint] if checkpoint.is_file() else [p for p in checkpoint.rglob("*") if p.is_file()]
     return {
         "strategy": name,

@@ -23,7 +23,7 @@ from conftest import REPO, S3_ENV, _short_temp_dir, base_env, run_dirs, run_trai
 from helpers import EPOCHS as REFERENCE_EPOCHS
 from helpers import OWN_PROJECT, OWN_PROJECT_QUICK, raydra_train, resumed_at
 
-from raydra import storage
+from raydra import record, storage
 from raydra.errors import RaydraError
 from raydra.run_record import check_writable
 from raydra.testing import stop_ray_node
@@ -222,7 +222,9 @@ def test_a_run_on_s3_survives_a_worker_and_a_driver_kill_and_ends_whole_on_the_d
     epoch, batch, _, step = resumed_at(run_dir)
     assert epoch >= 1 and batch == 0 and step == epoch * per_epoch
     checkpoints = summary["checkpoints"]
-    assert checkpoints["best"].startswith(run_storage.split("?")[0]) and checkpoints["last"].startswith("s3://")
+    # Named relative to the run's home, its storage location: where raydra.load and resume= find them.
+    assert checkpoints["best"].startswith("checkpoints/") and checkpoints["last"].startswith("checkpoints/")
+    assert record.read(run_dir).checkpoint("best").startswith(run_storage.split("?")[0])
     assert checkpoints["upload"] == "background" and checkpoints["upload_s_mean"] is not None
     assert (run_dir / ".hydra" / "config.yaml").is_file() and (run_dir / "driver.log").is_file()
     rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
@@ -402,7 +404,7 @@ def test_an_elastic_run_on_s3_shrinks_when_a_private_disk_node_is_lost_and_grows
     # The console said each resize in one line.
     assert "resized from 3 to 2 workers" in out and "resized from 2 to 3 workers" in out
     # The record came through storage: the workers could not see this directory.
-    assert summary["checkpoints"]["last"].startswith("s3://")
+    assert summary["storage"].startswith("s3://") and record.read(run_dir).checkpoint("last").startswith(summary["storage"].split("?")[0])
 
 
 @pytest.mark.e2e

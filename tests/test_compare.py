@@ -220,7 +220,7 @@ def test_show_prints_config_overrides_status_metrics_and_files(sweep, capsys):
     assert (run / ".hydra" / "config.yaml").read_text().splitlines()[3].strip() in out
     assert "lr: 0.01" in out
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["checkpoints"]["best"] in out
+    assert str(run / summary["checkpoints"]["best"]) in out
     for name in ("metrics.csv", "samples", "summary.json"):
         assert str(run / name) in out
 

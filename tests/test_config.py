@@ -147,6 +147,7 @@ def test_misspelt_key_in_a_typed_group_fails():
         ("trainer.precision=fp8", "not a Lightning precision"),
         ("trainer.precision=16-mixed", "needs GPU workers"),
         ("checkpoint.mode=up", "must be min or max"),
+        ("trainer.benchmark=sometimes", "trainer.benchmark=sometimes must be auto, true, false or null"),
         ("checkpoint.every_n_steps=0", "checkpoint.every_n_steps=0 must be positive"),
         ("checkpoint.every_n_epochs=-2", "checkpoint.every_n_epochs=-2 must be positive"),
         ("data.batch_size=33", "does not split evenly"),
@@ -214,10 +215,30 @@ def test_the_trainer_group_reaches_lightnings_trainer_as_it_is(tmp_path):
         "trainer.precision=bf16-mixed",
         "trainer.compile=true",
     )
-    arguments = lightning_trainer_arguments(OmegaConf.to_container(cfg.trainer))
+    import dataclasses
+
+    from raydra.resolve import resolve
+
+    # As a worker gets them: resolved (precision and benchmark "auto" decided), then by name.
+    arguments = lightning_trainer_arguments(dataclasses.asdict(resolve(cfg, tmp_path, "run").trainer))
     assert not (RAYDRA_TRAINER_KEYS | set(TEMPLATE_TRAINER_KEYS)) & set(arguments)
     trainer = bare_trainer(default_root_dir=str(tmp_path), **arguments)
     assert (trainer.max_epochs, trainer.gradient_clip_val, trainer.accumulate_grad_batches, trainer.precision) == (5, 1.0, 2, "bf16-mixed")
+
+
+@pytest.mark.parametrize(
+    "overrides, benchmark",
+    [
+        (["scale=gpu"], True),  # fixed-shape batches: each convolution's fastest kernel, timed once
+        (["scale=gpu", "trainer.deterministic=true"], None),  # autotuning may pick other kernels run to run
+        ([], None),  # CPU: torch's setting as it is
+        (["scale=gpu", "trainer.benchmark=false"], False),
+    ],
+)
+def test_cudnn_autotuning_is_on_for_gpu_workers_unless_asked_otherwise(tmp_path, overrides, benchmark):
+    from raydra.resolve import resolve
+
+    assert resolve(composed(*overrides), tmp_path, "run").trainer.benchmark is benchmark
 
 
 def test_checkpoint_frequency_is_said_one_way():

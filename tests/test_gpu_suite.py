@@ -14,6 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+import gpu  # noqa: E402
 import gpu_suite  # noqa: E402
 import gpu_wheels  # noqa: E402
 
@@ -31,15 +32,17 @@ def test_dry_run_lists_every_step_with_its_command_and_its_imports_resolve():
     )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    assert [s.name for s in gpu_suite.STEPS] == ["tests", "vit-seed002", "vit-b16", "sd", "sd-cached", "strategies"]
+    assert [s.name for s in gpu_suite.STEPS] == ["tests", "vit-seed002", "sd-cached", "vit-b16", "sd", "strategies"]
     for step in gpu_suite.STEPS:
         assert f"{step.name} ({step.budget_s} s): python3 {gpu_suite.shlex.join(step.argv)}" in out
         for module in step.imports:
             assert f"import {module}: here" in out or f"import {module}: in the wheel set" in out
     assert "MISSING" not in out and "PROBLEM" not in out and out.rstrip().endswith("dry run: ok")
     assert "collects 0 " not in out
-    # What the issue asks of the suite: 25 minutes in all, the gpu tests first.
+    # What the issue asks of the suite: 25 minutes in all, the gpu tests first; a 15-minute loan
+    # (12 of them for commands, the machine's start aside) reaches the ViT and SD figures.
     assert sum(s.budget_s for s in gpu_suite.STEPS) <= 25 * 60
+    assert sum(s.budget_s for s in gpu_suite.STEPS[:3]) <= 12 * 60
     assert gpu_suite.STEPS[0].argv[:4] == ["-m", "pytest", "-m", "gpu"]
 
 
@@ -234,3 +237,23 @@ def test_the_tests_steps_outcomes_come_from_pytests_summary_or_if_killed_from_it
         "- FAILED tests/test_a.py::test_y[ddp] - Err",
         "- 1 failed, 1 passed in 3.2s",
     ]
+
+
+def test_the_vit_benchmarks_two_sides_train_the_same_model():
+    """raydra's side kept model/vit.yaml's conv stem, which the plain loop has not: compiled, raydra
+    measured 0.65x of a smaller model. Compared on the seed 002 workload's weights, here on CPU."""
+    from helpers import composed
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    workload = gpu.WORKLOADS["seed002"]
+    model_config = OmegaConf.to_container(composed(*gpu.raydra_overrides(workload, "bf16-mixed", True, steps=60)).model, resolve=True)
+    model_config.pop("shard_blocks")  # read by strategy=fsdp, not passed to the module (as the worker does)
+    import torch
+
+    with torch.device("meta"):  # shapes without allocating or initialising ~22 M weights twice
+        raydra_side, plain_side = instantiate(model_config), gpu.plain_network(workload)
+    plain = {key: tuple(value.shape) for key, value in plain_side.state_dict().items()}
+    assert {key: tuple(value.shape) for key, value in raydra_side.state_dict().items()} == {
+        f"net.{key}": shape for key, shape in plain.items()
+    }

@@ -144,7 +144,7 @@ def test_the_template_project_trains_on_two_workers_with_its_callbacks_and_logge
     assert [json.loads((run_dir / "seen" / f"rank_{rank}.json").read_text()) for rank in (0, 1)] == [[0], [0]]
 
     # The checkpoint holds plain data only: the net and both partials as the config nodes they came from.
-    checkpoint = torch.load(summary["checkpoints"]["best"], map_location="cpu", weights_only=True)
+    checkpoint = torch.load(run_dir / summary["checkpoints"]["best"], map_location="cpu", weights_only=True)
     assert checkpoint["hyper_parameters"]["net"]["_target_"] == "src.models.components.simple_dense_net.SimpleDenseNet"
     assert checkpoint["hyper_parameters"]["optimizer"] == {
         "_target_": "torch.optim.Adam",
@@ -199,7 +199,7 @@ def test_ckpt_path_starts_a_new_local_run_from_the_weights_and_both_runs_load_an
 
     source, summary = summary_of(trained[0]), summary_of(fine_tuned)
     assert summary["status"] == "completed" and summary["run_id"] != source["run_id"] and summary["world_size"] == 0
-    assert summary["ckpt_path"] == source["checkpoints"]["best"]
+    assert summary["ckpt_path"] == str(trained[0] / source["checkpoints"]["best"])
     # Optimizer and epochs from scratch: one epoch of its own, not the source's count plus one.
     assert summary["epochs_completed"] == 1 and summary["stopped_early"] is None
     # Local mode records the same final metrics as a Ray run: the last report's, then the test's.
@@ -218,7 +218,7 @@ def test_ckpt_path_starts_a_new_local_run_from_the_weights_and_both_runs_load_an
     from raydra.checkpoints import load_weights
 
     with pytest.raises(RaydraError) as error:
-        load_weights(narrower, source["checkpoints"]["best"], "ckpt_path=x", "point ckpt_path at a run of this model")
+        load_weights(narrower, str(trained[0] / source["checkpoints"]["best"]), "ckpt_path=x", "point ckpt_path at a run of this model")
     assert str(error.value) == (
         "ckpt_path=x: its weights do not fit MNISTLitModule (net.model.0.weight is [64, 784] in the checkpoint and [32, 784] here); "
         "point ckpt_path at a run of this model."

@@ -41,7 +41,8 @@ def test_a_local_mode_run_leaves_the_run_directory_a_ray_run_leaves_without_star
     # Checkpoints where Ray keeps them: the best one (num_to_keep=1) and the latest, complete.
     kept = sorted(run_dir.glob("checkpoints/*/checkpoint_*/checkpoint.ckpt"))
     assert 1 <= len(kept) <= 2 and not list(run_dir.glob("checkpoints/*/.checkpoint_*"))
-    assert summary["checkpoints"]["best"] in map(str, kept) and summary["checkpoints"]["last"] == str(kept[-1])
+    # Named relative to the run directory, so a copied or moved run finds its own.
+    assert run_dir / summary["checkpoints"]["best"] in kept and run_dir / summary["checkpoints"]["last"] == kept[-1]
     from helpers import digits_test_accuracy
 
     import raydra
@@ -73,7 +74,7 @@ def test_sigterm_in_local_mode_records_the_run_interrupted_and_resume_finishes_i
     assert driver.returncode == 130, out
     (run_dir,) = run_dirs(tmp_path)
     stopped = summary_of(run_dir)
-    assert stopped["status"] == "interrupted" and Path(stopped["checkpoints"]["last"]).is_file(), out
+    assert stopped["status"] == "interrupted" and (run_dir / stopped["checkpoints"]["last"]).is_file(), out
     assert f"resume={run_dir}" in out and "Traceback" not in out
 
     (tmp_path / "release").touch()
@@ -141,10 +142,9 @@ def test_a_fit_leaves_the_run_spec_as_it_was_made(tmp_path):
     run_dir.mkdir(parents=True)
     spec = resolve.resolve(cfg, run_dir, "spec_run")
     before = copy.deepcopy(spec)
-    record = summary.new_summary(cfg, run_dir, "spec_run", [])
-    summary.record_start(spec, record)
-    fit.fit_and_record(spec, record, time.time())
-    assert record["status"] == "completed" and spec == before
+    record = summary.record_start(spec, summary.new_summary(cfg, run_dir, "spec_run", []))
+    record = fit.fit_and_record(spec, record, time.time())
+    assert record.status == "completed" and spec == before
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.place = None
     assert (type(spec.trainer).__name__, type(spec.strategy).__name__) == ("TrainerConfig", "DDPConfig")

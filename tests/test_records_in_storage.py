@@ -249,7 +249,7 @@ def test_load_a_run_and_a_checkpoint_from_storage(tmp_path, s3_bucket):
     fs, path = storage.filesystem(ckpt_uri)
     fs.delete_file(path)
     with pytest.raises(
-        RaydraError, match=rf"{re.escape(run_uri)} has no last checkpoint \(summary.json lists {re.escape(str(ckpt))}, which is not there\)"
+        RaydraError, match=rf"{re.escape(run_uri)} has no last checkpoint \(summary.json lists {re.escape(ckpt_uri)}, which is not there\)"
     ):
         raydra.load(run_uri, "last")
     with pytest.raises(RaydraError, match=rf"{re.escape(str(local))} has no best checkpoint .*which is not there"):

@@ -44,7 +44,7 @@ def test_a_worker_killed_after_a_mid_epoch_checkpoint_resumes_inside_the_epoch_o
     assert summary["metrics"]["final"]["val/loss"] == pytest.approx(reference["metrics"]["final"]["val/loss"], rel=1e-4)
     assert summary["metrics"]["final"]["val/acc"] == pytest.approx(reference["metrics"]["final"]["val/acc"], abs=1e-6)
     # Mid-epoch checkpoints hold unvalidated weights: never the best one.
-    assert checkpoint_meta(summary["checkpoints"]["best"])["global_step"] % steps_per_epoch == 0
+    assert checkpoint_meta(run_dir / summary["checkpoints"]["best"])["global_step"] % steps_per_epoch == 0
 
 
 @pytest.mark.e2e
@@ -62,7 +62,7 @@ def test_ctrl_c_stops_the_run_and_resume_latest_finishes_it_in_the_same_dir(ray_
     assert f"continue it with resume={run_dir}" in out and "Traceback" not in out
     stopped = summary_of(run_dir)
     assert stopped["status"] == "interrupted", out
-    assert Path(stopped["checkpoints"]["last"]).is_file()
+    assert (run_dir / stopped["checkpoints"]["last"]).is_file()
     # Nothing of the run keeps running on the cluster.
     _, alive = psutil.wait_procs([p for p in map(_process, workers) if p], timeout=30)
     assert not alive
@@ -114,10 +114,16 @@ def test_an_sd_tiny_run_resumes_after_sigterm_and_no_secret_reaches_its_files(ra
     env = {**secrets, "HF_HUB_OFFLINE": "1"}
     driver = start_train(*overrides, outputs=tmp_path, address=ray_cluster, env=env)
     run_dir = wait_for_checkpoint(tmp_path, driver)
+    workers = worker_pids(run_dir)
     driver.send_signal(signal.SIGTERM)
     out, _ = driver.communicate(timeout=120)
+    # SIGTERM ends a Ray run as Ctrl-C does: recorded, the command that continues it, code 130.
+    assert driver.returncode == 130 and f"continue it with resume={run_dir}" in out, out
     stopped = summary_of(run_dir)
     assert stopped["status"] == "interrupted", out
+    # Nothing of the run keeps running on the cluster.
+    _, alive = psutil.wait_procs([p for p in map(_process, workers) if p], timeout=30)
+    assert not alive
     recorded = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
     assert recorded["model"]["parts"]["tokenizer"] == {"vocab_size": 1000, "max_length": 16}
     # Hydra recorded the planted override, and the driver masked it there.
@@ -128,6 +134,9 @@ def test_an_sd_tiny_run_resumes_after_sigterm_and_no_secret_reaches_its_files(ra
     summary = summary_of(run_dir)
     assert summary["status"] == "completed" and summary["run_id"] == stopped["run_id"]
     assert len(summary["resumed"]) == 1 and summary["epochs_completed"] == 3 and summary["global_step"] == 3 * 16
+    # On two Ray workers, rank 0 drew each epoch's samples into the run directory, across the stop.
+    assert summary["world_size"] == 2
+    assert [p.name for p in sorted((run_dir / "samples").glob("epoch_*.png"))] == [f"epoch_{e:03d}.png" for e in range(3)]
     epoch, batch, _, _ = resumed_at(run_dir)
     assert epoch >= 1 and batch == 0  # from the checkpoint the stopped run left, not from scratch
 

@@ -167,6 +167,45 @@ def test_cache_latents_runs_the_vae_once_per_image(shapes):
     assert len(model._latent_cache) == len(shapes.train_captions)
 
 
+def test_cache_text_runs_the_text_encoder_once_per_caption_and_changes_no_loss(shapes):
+    """With cond_dropout too: dropped captions take the embedding of "", encoded once."""
+    model = tiny_model(shapes, cond_dropout=0.5)
+    calls = []
+    encode = model.text_encoder.forward
+    model.text_encoder.forward = lambda ids, *args, **kwargs: (calls.append(len(ids)), encode(ids, *args, **kwargs))[1]
+    batches = list(shapes.train_dataloader())
+    losses = {}
+    for cache_text in (False, True):
+        model.hparams.cache_text = cache_text
+        calls.clear()
+        torch.manual_seed(0)  # the same latent samples, dropped captions, noise and timesteps
+        with torch.no_grad():
+            losses[cache_text] = [float(model._loss(batch)) for _ in range(2) for batch in batches]  # two epochs
+        if cache_text:
+            assert calls == [4] * len(batches)  # each caption once, in the first epoch
+        else:
+            assert sum(calls) == 2 * len(shapes.train_captions) + 1  # "" once, then kept
+    assert len(model._text_cache) == len(shapes.train_captions)
+    assert losses[True] == pytest.approx(losses[False], rel=1e-5)
+
+
+@pytest.mark.gpu
+def test_a_training_step_from_cached_latents_and_text_never_waits_for_the_gpu(shapes):
+    """Each wait (an index read back, a blocking copy) leaves the GPU idle while the host catches up."""
+    model = tiny_model(shapes, cache_latents=True, cache_text=True, cond_dropout=0.5).cuda()
+    # As a GPU worker's batches arrive: images and index on the device, the indices on the host.
+    batches = [{**b, "pixel_values": b["pixel_values"].cuda(), "index": b["index"].cuda()} for b in shapes.train_dataloader()]
+    for batch in batches:  # the first epoch fills the caches
+        model._loss(batch).backward()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for batch in batches:
+            model._loss(batch).backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
 def test_channels_last_changes_the_layout_not_the_loss(shapes, tmp_path):
     layout = tmp_path / "layout"
     export(tiny_model(shapes).pipeline(), layout)
@@ -242,7 +281,7 @@ def test_sd_tiny_trains_samples_and_exports(train_here, tmp_path):
     assert image.size == (32, 32)
 
     # A checkpoint is plain data: it rebuilds the module, tokenizer included, with weights_only.
-    model = StableDiffusion.load_from_checkpoint(summary["checkpoints"]["last"], map_location="cpu", weights_only=True)
+    model = StableDiffusion.load_from_checkpoint(run_dir / summary["checkpoints"]["last"], map_location="cpu", weights_only=True)
     assert model.generate(["a red circle on a blue background"]).shape == (1, 32, 32, 3)
     # With EMA on, the export carries the averaged weights, not the last step's.
     exported = dict(pipe.unet.named_parameters())

@@ -2,7 +2,6 @@
 workers that are stopped, resumed and loaded back into a plain module (e2e)."""
 
 import signal
-from pathlib import Path
 
 import pytest
 import torch
@@ -42,6 +41,7 @@ def test_each_strategy_composes_with_its_own_schema():
         (["strategy=deepspeed", "scale=gpu", "strategy.stage=4"], "strategy.stage=4 is not a ZeRO stage"),
         (["strategy=deepspeed", "scale=gpu", "strategy.offload_parameters=true"], "needs strategy.stage=3"),
         (["trainer.precision=16-mixed"], "needs GPU workers; on CPU use trainer.precision=bf16-mixed or 32"),
+        (["strategy.bucket_cap_mb=0"], "strategy.bucket_cap_mb=0 must be positive"),
     ],
 )
 def test_unsupported_combinations_fail_at_validation_saying_what_to_use(overrides, message):
@@ -83,6 +83,34 @@ def test_ddp_wraps_the_module_only_when_there_are_replicas_to_average(monkeypatc
     assert wrapped == [module] and together.model is not module
 
 
+@pytest.mark.parametrize("setting, bucket_bytes", [(None, 25 * 2**20), (100, 100 * 2**20)])
+def test_strategy_bucket_cap_mb_sizes_the_ddp_buckets_dynamo_splits_compiled_graphs_at(monkeypatch, tmp_path, setting, bucket_bytes):
+    """The bucket size reaches the DDP module, where dynamo reads it (bucket_bytes_cap) to split a compiled graph."""
+    from lightning.fabric.plugins.environments import LightningEnvironment
+
+    from raydra.schema import DDPConfig
+    from raydra.worker.strategies import build_strategy
+
+    class TwoWorkers(LightningEnvironment):
+        def world_size(self) -> int:
+            return 2
+
+    strategy = build_strategy(DDPConfig(bucket_cap_mb=setting))
+    strategy.cluster_environment = TwoWorkers()
+    strategy.model = tiny_vit(
+        optimizer={"_target_": "torch.optim.AdamW", "_partial_": True}, hidden_size=16, num_layers=1, num_heads=2, mlp_size=16
+    )
+    monkeypatch.setattr("ray.train.torch.get_device", lambda: torch.device("cpu"))  # no Train worker here
+    # DDP needs a process group to wrap a module; one of this process alone stands in for the workers'.
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0, world_size=1)
+    try:
+        strategy.configure_ddp()
+    finally:
+        torch.distributed.destroy_process_group()
+    assert isinstance(strategy.model, torch.nn.parallel.DistributedDataParallel)
+    assert strategy.model.bucket_bytes_cap == bucket_bytes
+
+
 @pytest.mark.e2e
 def test_fsdp_shards_state_checkpoints_per_worker_resumes_and_loads_into_a_plain_module(ray_cluster, tmp_path):
     run = (*RUN[:-2], "strategy=fsdp", "checkpoint.num_to_keep=1")  # with the test split
@@ -99,7 +127,7 @@ def test_fsdp_shards_state_checkpoints_per_worker_resumes_and_loads_into_a_plain
     assert epochs_with_val(run_dir) == list(range(EPOCHS))  # no epoch lost or trained twice across the stop
 
     # Each worker wrote its own shard of the checkpoint; Ray merged them into one folder.
-    checkpoint = Path(summary["checkpoints"]["last"])
+    checkpoint = run_dir / summary["checkpoints"]["last"]
     assert {"__0_0.distcp", "__1_0.distcp", "meta.pt", ".metadata"} <= {p.name for p in checkpoint.iterdir()}
 
     # Loaded back into one process, the weights give exactly the accuracy the run's own test measured.
@@ -112,6 +140,32 @@ def test_fsdp_shards_state_checkpoints_per_worker_resumes_and_loads_into_a_plain
     per_worker = [w["model_state_bytes"] for w in summary["memory_per_worker"]]
     assert len(per_worker) == 2 and max(per_worker) <= 0.6 * full_state
     assert all(w["peak_bytes"] > 0 for w in summary["memory_per_worker"])
+
+
+def test_a_deepspeed_checkpoint_is_handed_to_lightnings_zero_conversion(monkeypatch, tmp_path):
+    """raydra.load of a DeepSpeed run reached Lightning's ZeRO conversion as an attribute of
+    lightning.pytorch.utilities, which that package never imports: AttributeError on a GPU. Here
+    in a process where nothing has imported it either; without the deepspeed package (CI), the
+    conversion's own refusal comes back as one sentence. The gpu test converts a real one."""
+    import importlib.util
+    import sys
+
+    import lightning.pytorch.utilities
+
+    if importlib.util.find_spec("deepspeed") is not None:
+        pytest.skip("deepspeed is installed: test_each_strategy_trains_with_bf16_on_gpu_and_loads_back converts a real checkpoint")
+    monkeypatch.delattr(lightning.pytorch.utilities, "deepspeed", raising=False)
+    monkeypatch.delitem(sys.modules, "lightning.pytorch.utilities.deepspeed", raising=False)
+    module = tiny_vit(hidden_size=16, num_layers=1, num_heads=2, mlp_size=16)
+    # A ZeRO checkpoint's folder as Lightning's DeepSpeed strategy writes it: Lightning's own state
+    # in the model-states file, the weights in ZeRO's partitions beside it.
+    checkpoint = tmp_path / "checkpoint.ckpt"
+    (checkpoint / "checkpoint").mkdir(parents=True)
+    meta = {"module_class": "raydra.models.vit.ViTClassifier", "hyper_parameters": dict(module.hparams), "epoch": 0, "global_step": 1}
+    torch.save(meta, checkpoint / "checkpoint" / "mp_rank_00_model_states.pt")
+    (checkpoint / "latest").write_text("checkpoint")
+    with pytest.raises(RaydraError, match=r"is a DeepSpeed checkpoint \(strategy=deepspeed\), and reading it needs the deepspeed package"):
+        raydra.load(checkpoint)
 
 
 @pytest.mark.e2e

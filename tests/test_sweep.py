@@ -177,9 +177,9 @@ def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_b
     trials = _trials(sweep_dir)
     assert len(trials) == 4
     for trial, (status, finished_at) in kept.items():
-        assert (trials[trial]["status"], trials[trial]["finished_at"]) == (status, finished_at) and "resumed" not in trials[trial]
+        assert (trials[trial]["status"], trials[trial]["finished_at"]) == (status, finished_at) and not trials[trial]["resumed"]
     for trial in unsettled:
-        assert trials[trial]["status"] == "stopped" and "resumed" not in trials[trial], trials[trial]
+        assert trials[trial]["status"] == "stopped" and not trials[trial]["resumed"], trials[trial]
     statuses = sorted(s["status"] for s in trials.values())
     assert "stopped" in statuses and "completed" in statuses and "failed" not in statuses
     for summary in trials.values():

@@ -4,7 +4,7 @@ import time
 
 import pytest
 import torch
-from conftest import bare_trainer, tiny_vit
+from conftest import bare_trainer, run_dirs, summary_of, tiny_vit
 from torch.utils.data import DataLoader, TensorDataset
 
 from raydra.lightning import pl
@@ -107,7 +107,7 @@ def test_trainer_compile_trains_the_digits_vit_to_the_eager_accuracy(accelerator
         model = tiny_vit(conv_stem=[32, 32])  # the default model's stem
         graphs = counters["stats"]["unique_graphs"]
         if compiled:
-            assert compile_networks(model) == ["stem", "net"]
+            assert compile_networks(model) == ["forward", "stem", "net"]
         trainer = bare_trainer(max_epochs=8, accelerator=accelerator, precision=precision)
         trainer.fit(model, datamodule=DigitsDataModule(batch_size=32))
         accuracy[compiled] = float(trainer.callback_metrics["val/acc"])
@@ -121,6 +121,32 @@ def test_trainer_compile_trains_the_digits_vit_to_the_eager_accuracy(accelerator
     assert abs(accuracy[True] - accuracy[False]) < 0.05, accuracy
     # Checkpoints of a compiled run load into an eager module (raydra.load) and the other way round.
     assert keys[True] == keys[False]
+
+
+def test_trainer_compile_compiles_the_vit_with_its_conv_stem_as_one_graph(monkeypatch):
+    """Compiled on its own, in place, the stem (an nn.Sequential) ran eager: dynamo skips that code."""
+    import functools
+
+    from raydra.worker.loop import compile_networks
+
+    graphs = []
+
+    def keeping_backend(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=keeping_backend))
+    model = tiny_vit(conv_stem=[32, 32])
+    compile_networks(model)
+    torch.compiler.reset()
+    try:
+        model(torch.randn(4, 1, 8, 8)).sum().backward()
+    finally:
+        torch.compiler.reset()
+    (graph,) = graphs
+    # The stem's two convolutions and the patch embedding's, in the one graph.
+    convolutions = [node for node in graph.graph.nodes if "conv2d" in str(node.target)]
+    assert len(convolutions) == 3, graph.graph
 
 
 class SlowStart(Linear):
@@ -153,3 +179,77 @@ def test_the_step_line_and_the_epoch_line_report_samples_per_s_on_one_basis():
     for rate in step_rates:
         assert 0.7 * epoch_rate < rate < 1.3 * epoch_rate, (step_rates, epoch_rate)
     assert [line.split()[:2] for line in lines if line.startswith("epoch ")] == [["epoch", "1/2"], ["epoch", "2/2"]]
+
+
+def test_a_compiled_run_with_every_raydra_callback_runs_compiled_graphs_on_every_training_step(train_here, tmp_path, monkeypatch):
+    """trainer.compile=true as a user's run trains: train.py's entry, every raydra callback on, and
+    Throughput counting the FLOPs of one step. Counting under FlopCounterMode alone made dynamo skip
+    the compiled code for good: from the step after it every step ran eager (on an H200, compiled
+    raydra 0.65x the plain compiled loop). A backend that counts its graphs' runs stands in for
+    inductor, whose CPU compile would take a minute here."""
+    import functools
+
+    import raydra.worker.throughput as throughput
+
+    ran = []  # one entry per run of a compiled graph, True where gradients were on (training)
+
+    def counting_backend(graph, example_inputs):
+        def run(*args):
+            ran.append(torch.is_grad_enabled())
+            return graph.forward(*args)
+
+        return run
+
+    # trainer.compile reaches torch.compile through Module.compile too: every compile gets this backend.
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=counting_backend))
+    at_step_end = []
+    step_end = throughput.Throughput.on_train_batch_end
+
+    def record(self, *args):
+        at_step_end.append(sum(ran))
+        step_end(self, *args)
+
+    monkeypatch.setattr(throughput.Throughput, "on_train_batch_end", record)
+    steps = WARMUP_STEPS + 4
+    torch.compiler.reset()  # no compiled code, nor code dynamo has marked skipped, from another test
+    try:
+        done = train_here(
+            "experiment=vit_digits_smoke",
+            "scale.num_workers=0",
+            "trainer.compile=true",
+            f"trainer.max_steps={steps}",
+            "checkpoint.every_n_steps=3",
+            "trainer.limit_val_batches=2",
+            "trainer.test=false",
+            outputs=tmp_path,
+        )
+    finally:
+        torch.compiler.reset()
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run_dir,) = run_dirs(tmp_path)
+    summary = summary_of(run_dir)
+    assert summary["global_step"] == steps
+    graphs_per_step = [after - before for before, after in zip([0, *at_step_end], at_step_end)]
+    # The counted step alone runs eager (FLOPs are counted op by op); every other step runs compiled.
+    assert graphs_per_step[WARMUP_STEPS] == 0, graphs_per_step
+    del graphs_per_step[WARMUP_STEPS]
+    assert all(graphs_per_step), graphs_per_step
+    assert summary["throughput"]["flops_per_step_per_worker"] > 0
+
+
+class FailsWhenCounted(Linear):
+    def training_step(self, batch, batch_idx):
+        if batch_idx == WARMUP_STEPS:
+            raise RuntimeError("a step that fails while its FLOPs are counted")
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_step_that_fails_while_counted_leaves_compilation_on():
+    """In local mode the driver's process trains; a failed run must not leave it compiling nothing."""
+    data = DataLoader(TensorDataset(torch.randn(16 * 10, 8), torch.randn(16 * 10, 4)), batch_size=16)
+    with pytest.raises(RuntimeError, match="while its FLOPs are counted"):
+        bare_trainer(max_epochs=1, callbacks=[Throughput(world_size=1)]).fit(FailsWhenCounted(), data)
+    graphs = []
+    compiled = torch.compile(lambda x: x * 2, backend=lambda graph, example_inputs: graphs.append(graph) or graph.forward)
+    compiled(torch.ones(2))
+    assert graphs

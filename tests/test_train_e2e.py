@@ -53,8 +53,9 @@ def test_default_run_trains_the_digits_vit_and_leaves_a_self_describing_run_dir(
     # among them, inside the run directory.
     kept = sorted(run_dir.glob("checkpoints/*/checkpoint_*/checkpoint.ckpt"))
     assert 2 <= len(kept) <= 3
-    assert summary["checkpoints"]["best"] in map(str, kept)
-    assert summary["checkpoints"]["last"] in map(str, kept)
+    # Named relative to the run directory, so a copied or moved run finds its own.
+    assert run_dir / summary["checkpoints"]["best"] in kept
+    assert run_dir / summary["checkpoints"]["last"] in kept
 
     # The last checkpoint loads back into a plain module that scores what the run's test measured.
     from helpers import digits_test_accuracy

@@ -14,7 +14,10 @@ driver finds checkpoints without it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.util
+import io
 import json
 import posixpath
 import tempfile
@@ -24,10 +27,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 from urllib.parse import urlsplit
 
-from raydra import run_record, storage
+from raydra import record, run_record, storage
 from raydra.errors import RaydraError
 from raydra.private_apis import registered_checkpoint_names
-from raydra.run_record import CHECKPOINT_FILE, SUMMARY, relocated
+from raydra.run_record import CHECKPOINT_FILE, SUMMARY
 from raydra.spec import Place
 from raydra.storage import is_uri
 
@@ -198,10 +201,9 @@ def locate(location: str, which: str = "best") -> str:
         if path.name == CHECKPOINT_FILE and path.exists():
             return str(path)
         raise RaydraError(f"{path} is neither a raydra run directory (no summary.json) nor a checkpoint.ckpt.")
-    checkpoints = json.loads(summary_file.read_text()).get("checkpoints") or {}
     if which not in ("best", "last"):
         raise RaydraError(f"which={which} must be best or last.")
-    found = checkpoints.get(which)
+    found = record.read(path).checkpoint(which, path)
     if isinstance(found, str) and is_uri(found):
         # A run with paths.storage: its record is on this disk, its checkpoints in storage.
         missing = f"{path} has no {which} checkpoint (summary.json lists {found}, which is not there); were its checkpoints deleted?"
@@ -221,15 +223,19 @@ def _locate_in_storage(location: str, which: str, missing: str = "") -> str:
     try:
         summary_location = storage.join(location, SUMMARY)
         if storage.exists(summary_location):
-            summary = json.loads(storage.read_text(summary_location))
             if which not in ("best", "last"):
                 raise RaydraError(f"which={which} must be best or last.")
-            recorded = (summary.get("checkpoints") or {}).get(which)
-            # A copied run's summary.json may name the checkpoint on the disk it was written on.
-            found = relocated(recorded, summary.get("run_dir"), location) if isinstance(recorded, str) and recorded else None
+            try:
+                run = record.RunRecord.from_dict(json.loads(storage.read_text(summary_location)))
+            except (ValueError, record.RecordError) as error:
+                raise RaydraError(
+                    f"{summary_location} is not a readable run record ({error}); it was cut short or is not raydra's."
+                ) from None
+            # Below the URI the run was found at, wherever it was first written.
+            found = run.checkpoint(which, location)
             if not found or not (is_uri(found) and storage.exists(found) or not is_uri(found) and Path(found).exists()):
                 raise RaydraError(
-                    f"{location} has no {which} checkpoint (summary.json lists {recorded}, which is not there); "
+                    f"{location} has no {which} checkpoint (summary.json lists {found}, which is not there); "
                     "was the run stopped before its first epoch ended, or its checkpoints deleted?"
                 )
             return found
@@ -292,12 +298,30 @@ def _state_dict(path: Path, module: torch.nn.Module) -> Dict[str, Any]:
             # has a process group, whose collectives a load by every rank would otherwise wait on).
             dcp.load({"state_dict": state}, checkpoint_id=path, no_dist=True)
         return state
-    from raydra.lightning import pl
 
     with tempfile.TemporaryDirectory() as tmp:
         single = Path(tmp) / "model.pt"
-        pl.utilities.deepspeed.convert_zero_checkpoint_to_fp32_state_dict(str(path), str(single))
+        _zero_to_fp32(path, single)
         return torch.load(single, map_location="cpu", weights_only=False)["state_dict"]
+
+
+def _zero_to_fp32(checkpoint: Path, target: Path) -> None:
+    """The weights of a DeepSpeed (ZeRO) checkpoint folder gathered into one fp32 file, by Lightning."""
+    # From the submodule itself: lightning.pytorch.utilities never imports it, so where nothing else
+    # has, it is no attribute of the package (raydra.load of a DeepSpeed run failed so on a GPU).
+    from lightning.pytorch.utilities.deepspeed import convert_zero_checkpoint_to_fp32_state_dict
+
+    try:
+        # It prints where it saves: a scratch file of this function's, nothing for the user.
+        with contextlib.redirect_stdout(io.StringIO()):
+            convert_zero_checkpoint_to_fp32_state_dict(str(checkpoint), str(target))
+    except ModuleNotFoundError:
+        if importlib.util.find_spec("deepspeed") is not None:
+            raise
+        raise RaydraError(
+            f"{checkpoint} is a DeepSpeed checkpoint (strategy=deepspeed), and reading it needs the deepspeed package; "
+            "install it with `pip install raydra[deepspeed]`."
+        ) from None
 
 
 def last_checkpoint(run_dir: Path, run_id: str, storage_location: Optional[str] = None, settle_s: float = 0.0) -> Optional[str]:

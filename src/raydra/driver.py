@@ -20,18 +20,20 @@ import time
 import uuid
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
 import ray
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from raydra import fit, project, resolve, resume, run_record, startup, summary
+from raydra import record as record_module
 from raydra.callbacks import resolve_and_validate
 from raydra.checkpoints import last_checkpoint
 from raydra.cluster import check_fits, check_room_for_data, connect
 from raydra.console import worker_output
 from raydra.errors import RaydraError, one_line
 from raydra.multirun_job import JobSettings
+from raydra.record import RunRecord
 from raydra.redact import redact, redact_hydra_records
 from raydra.signals import sigterm_interrupts
 from raydra.slurm import allocation, time_limit
@@ -47,9 +49,9 @@ RUN_LOCK_WAIT_S = 30.0
 
 def train_run(
     cfg: DictConfig, run_dir: Path, overrides: List[str], process_ends_with_run: bool = False, job: Optional[JobSettings] = None
-) -> Dict[str, Any]:
+) -> RunRecord:
     """Train the run `cfg` describes into `run_dir` (Hydra's output directory for it); returns its
-    summary. `overrides`: the command-line overrides, recorded in summary.json.
+    record. `overrides`: the command-line overrides, recorded in summary.json.
     `process_ends_with_run`: this process exits after this run (see fit.fit_and_record).
     `job`: raydra's launcher's settings when this run is one of its multirun jobs (its W&B group;
     the job's own directory to continue in, for a resumed multirun)."""
@@ -57,6 +59,7 @@ def train_run(
     marks = {"run_began": startup.run_began(), "run_entered": started}
     run_dir = Path(run_dir).resolve()
     run_id = f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{run_record.ray_safe(cfg.name)}_{uuid.uuid4().hex[:6]}"
+    # The run's record as it stands: each stage below replaces it with the next (raydra.record).
     record = summary.new_summary(cfg, run_dir, run_id, list(overrides))
     # Where a refusal before the spec exists is recorded: this invocation's directory, no storage.
     place = Place(dir=str(run_dir), id=run_id, storage=None, logged_config={})
@@ -82,11 +85,12 @@ def train_run(
         if requeued and not cfg.resume and not job:
             # SLURM runs a requeued job's batch script again: the run it started continues.
             _continue_slurm_job(cfg, requeued)
-        if (run_dir / summary.SUMMARY).exists() and not _continues_here(cfg, run_dir):
+        if (run_dir / run_record.SUMMARY).exists() and not _continues_here(cfg, run_dir):
             raise RaydraError(f"{run_dir} already holds a run; give this one its own hydra.run.dir.")
         composed = resolve_and_validate(cfg, overrides)
         if cfg.resume:
-            run_dir, run_id, release_run = _continue(composed, record, run_dir)
+            record, release_run = _continue(composed, record, run_dir)
+            run_dir, run_id = Path(record.run_dir), record.run_id
         else:
             release_run = run_record.hold(run_dir, "this run")
         if cfg.paths.storage:
@@ -117,7 +121,7 @@ def train_run(
         marks["ray_ready"] = time.time()
         spec = resolve.resolve(cfg, run_dir, run_id, wandb_group=job.wandb_group if job else None)
         place = spec.place
-        summary.record_start(spec, record)
+        record = summary.record_start(spec, record)
         log.info(f"run {run_id}\n  dir  {run_dir}" + (f"\n  storage  {place.storage}" if place.storage else ""))
         if not spec.local:
             check_fits(spec.scale)
@@ -131,7 +135,7 @@ def train_run(
             # SLURM's time-limit notice (when this process watches for it): the workers checkpoint
             # at the step in flight and the fit ends interrupted.
             with time_limit.run_stops_on_notice() if time_limit.watched() and not spec.local else contextlib.nullcontext():
-                fit.fit_and_record(spec, record, started, marks=marks, process_ends_with_run=process_ends_with_run)
+                record = fit.fit_and_record(spec, record, started, marks=marks, process_ends_with_run=process_ends_with_run)
         finally:
             worker_output.end_run()
     except KeyboardInterrupt:
@@ -152,7 +156,7 @@ def train_run(
             # Its workers stopped on the notice's SIGTERM, which Ray Train reports as their failure.
             _interrupted(record, place, started, run_dir, run_id)
             raise KeyboardInterrupt from error
-        _fail(record, place, started, str(error) if isinstance(error, RaydraError) else one_line(error))
+        _settle(record.failed(str(error) if isinstance(error, RaydraError) else one_line(error), started), place)
         raise
     finally:
         restore_sigterm()
@@ -163,20 +167,20 @@ def train_run(
     return record
 
 
-def _interrupted(record: Dict[str, Any], place: Place, started: float, run_dir: Path, run_id: str, final: bool = True) -> None:
+def _interrupted(record: RunRecord, place: Place, started: float, run_dir: Path, run_id: str, final: bool = True) -> None:
     """Record the run interrupted (Ctrl-C, SIGTERM, SLURM's time-limit notice), with its last
     checkpoint and the command that continues it. `final=False`: summary.json alone, at once, as
     the run directory stands (the final record follows once the workers are gone)."""
     why = time_limit.reason() if time_limit.noticed() else "interrupted (Ctrl-C or SIGTERM)"
     reason = f"{why}; continue it with resume={run_dir}"
+    home = place.storage or str(run_dir)
     if not final:
         if Path(place.dir).exists():
             last = last_checkpoint(run_dir, run_id, place.storage) if place.storage is None else None
-            ended = {"status": "interrupted", "error": reason, "finished_at": summary.now(), "wall_time_s": round(time.time() - started, 2)}
-            summary.write(Path(place.dir), {**record, **ended, "checkpoints": {"last": last}})
+            record_module.write(Path(place.dir), record.interrupted(reason, started, record.relative(last, home)))
         return
-    record["checkpoints"] = {"last": last_checkpoint(run_dir, run_id, place.storage, settle_s=5.0)}
-    _fail(record, place, started, reason, status="interrupted")
+    last = last_checkpoint(run_dir, run_id, place.storage, settle_s=5.0)
+    _settle(record.interrupted(reason, started, record.relative(last, home)), place)
 
 
 def _continue_slurm_job(cfg: DictConfig, job_id: str) -> None:
@@ -212,32 +216,26 @@ def _import_in_background(data_target: Optional[str]) -> None:
     threading.Thread(target=warm, name="raydra-imports").start()
 
 
-def _continue(cfg: DictConfig, record: Dict[str, Any], fresh_dir: Path) -> Any:
-    """Switch this invocation over to the run it resumes: its directory, run id and start time, and
-    the run's lock (run_record.hold), held until the invocation ends; returns all three."""
+def _continue(cfg: DictConfig, opening: RunRecord, fresh_dir: Path) -> Any:
+    """Switch this invocation over to the run it resumes: its record continued (its directory, run
+    id, start and history), and the run's lock (run_record.hold), held until the invocation ends."""
     run_dir = resume.find(cfg)
+    previous = record_module.read(run_dir)
     # Checked before this invocation takes the run over: a refusal leaves the run's record as it was.
-    _check_same_storage(cfg, run_dir, run_record.location(cfg.paths.storage, cfg.paths.outputs, run_dir))
+    _check_same_storage(cfg, previous, run_record.location(cfg.paths.storage, cfg.paths.outputs, run_dir))
     release = run_record.hold(run_dir, f"resume={cfg.resume}", wait_s=RUN_LOCK_WAIT_S)
-    previous = summary.read(run_dir)
-    record.update(
-        run_id=previous["run_id"],
-        run_dir=str(run_dir),
-        started_at=previous["started_at"],
-        overrides=previous.get("overrides", []),
-        # Kept, so that if this attempt fails too, resume=latest still finds the run.
-        config_hash=previous.get("config_hash"),
-        resumed=previous.get("resumed", [])
-        + [{"at": summary.now(), "from_status": previous.get("status"), "log": str(fresh_dir / run_record.DRIVER_LOG)}],
+    # In the directory where the run is now, wherever it was first written.
+    continued = opening.resumed_from(
+        previous, log=str(fresh_dir / run_record.DRIVER_LOG), overrides=previous.overrides, run_dir=str(run_dir)
     )
     log.info(f"resuming {run_dir} (this invocation's driver.log: {fresh_dir})")
-    return run_dir, previous["run_id"], release
+    return continued, release
 
 
-def _check_same_storage(cfg: DictConfig, run_dir: Path, location: Optional[str]) -> None:
+def _check_same_storage(cfg: DictConfig, previous: RunRecord, location: Optional[str]) -> None:
     """A resumed run must find its checkpoints where they were written: with another (or no)
     paths.storage, Ray Train would find none there and silently train from the start."""
-    before = summary.read(run_dir).get("storage")
+    before = previous.storage
     # summary.json holds the location masked (a URI may carry credentials): compare it so.
     location = redact(location) if location else None
     if (before or None) != location:
@@ -247,31 +245,31 @@ def _check_same_storage(cfg: DictConfig, run_dir: Path, location: Optional[str])
         )
 
 
-def _fail(record: Dict[str, Any], place: Place, started: float, reason: str, status: str = "failed") -> None:
-    record.update(status=status, error=reason, finished_at=summary.now(), wall_time_s=round(time.time() - started, 2))
-    log.error(f"error: {reason}")
+def _settle(ended: RunRecord, place: Place) -> None:
+    """Write the record of a run that ended without completing, and say why."""
+    log.error(f"error: {ended.error}")
     if Path(place.dir).exists():
-        summary.write(Path(place.dir), record)
+        record_module.write(Path(place.dir), ended)
         try:
             run_record.push_driver_files(place)
         except Exception as error:  # bad or unreachable storage: the local record stands all the same
             log.warning(f"could not copy the record to {place.storage}: {error}")
 
 
-def _report(record: Dict[str, Any], spec: RunSpec) -> None:
-    final, best = record["metrics"]["final"], record["metrics"]["best"]
-    monitor = record["monitor"]["metric"]
-    lines = [f"done in {record['wall_time_s']:.1f} s"]
+def _report(record: RunRecord, spec: RunSpec) -> None:
+    final, best = record.metrics.final, record.metrics.best
+    monitor = record.monitor.metric
+    lines = [f"done in {record.wall_time_s:.1f} s"]
     shown = {k: v for k, v in final.items() if k.startswith("test/")}
     if monitor in best:
         shown[f"best {monitor}"] = best[monitor]
     lines[0] += "  " + "  ".join(f"{k} {v:.4f}" for k, v in shown.items())
-    if record["throughput"].get("samples_per_s"):
-        lines[0] += f"  {record['throughput']['samples_per_s']:.0f} samples/s"
-    lines.append(f"  dir  {record['run_dir']}")
-    if record["checkpoints"]["best"]:
-        lines.append(f"  best checkpoint  {record['checkpoints']['best']}")
+    if record.throughput.get("samples_per_s"):
+        lines[0] += f"  {record.throughput['samples_per_s']:.0f} samples/s"
+    lines.append(f"  dir  {record.run_dir}")
+    if record.checkpoints.best:
+        lines.append(f"  best checkpoint  {record.checkpoint('best')}")
     wandb = (spec.logger or {}).get("wandb")
     if wandb and wandb["mode"] == "offline":
-        lines.append(f"  W&B ran offline; upload with: wandb sync {record['run_dir']}/wandb/offline-run-*")
+        lines.append(f"  W&B ran offline; upload with: wandb sync {record.run_dir}/wandb/offline-run-*")
     log.info("\n".join(lines))

@@ -160,14 +160,14 @@ def main(cfg: DictConfig) -> Optional[float]:
         # A single run, or one job of raydra's launcher, has the process to itself; the jobs of Hydra's
         # basic launcher take turns in one.
         alone = not multirun or job is not None
-        summary = train_run(cfg, output_dir, overrides, process_ends_with_run=alone, job=job)
+        record = train_run(cfg, output_dir, overrides, process_ends_with_run=alone, job=job)
         if alone:
             import ray
 
             # Leave Ray now rather than at exit, where Ray first sleeps 0.5 s for worker output still
             # on its way, which the run stopped taking as it ended (console.WorkerOutput.end_run).
             ray.shutdown()
-        return summary["metrics"]["best"].get(cfg.checkpoint.monitor)
+        return record.best_value()
     except RaydraError as error:
         # Already recorded and logged as one sentence where it happened; no traceback for it.
         if multirun:

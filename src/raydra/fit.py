@@ -26,6 +26,7 @@ from raydra.private_apis import (
     worker_setup_hook_env,
 )
 from raydra.project import builds_only_known_classes, targets
+from raydra.record import RunRecord
 from raydra.spec import RunSpec, WorkerOutcome
 from raydra.worker import preload
 
@@ -47,17 +48,18 @@ TRIAL_START_TIMEOUT_S = 300.0
 
 def fit_and_record(
     spec: RunSpec,
-    record: Dict[str, Any],
+    record: RunRecord,
     started: float,
     *,
     tune_trial: bool = False,
     callbacks: Sequence[Any] = (),
     marks: Optional[Dict[str, float]] = None,
     process_ends_with_run: bool = False,
-) -> Dict[str, Any]:
+) -> RunRecord:
     """Fit the run `spec` describes into its place's directory and record the outcome in its
-    summary.json (`record`, whose start summary.record_start wrote). The one fit behind a single
-    run, a Hydra multirun job and a Tune trial; errors propagate for the caller to record.
+    summary.json (`record`: the run's record as summary.record_start wrote it); returns the completed
+    record. The one fit behind a single run, a Hydra multirun job and a Tune trial; errors propagate
+    for the caller to record.
 
     `tune_trial`: the fit runs inside a Tune trial (its workers leave the trial's own CPU share free,
     and a group that cannot be placed fails instead of waiting). `callbacks`: Ray Train UserCallbacks
@@ -68,21 +70,21 @@ def fit_and_record(
     ends, whatever becomes of the run's controller, and Ray Train's cleaner for them is not started.
     """
     marks = dict(marks or {})
-    try:
-        spec, datasets = _before_workers(spec)
-        # With paths.storage, the workers' files reach this run directory while the run goes on (a
-        # trial's process needs no copy: the sweep's driver follows the trial's storage itself).
-        with contextlib.nullcontext() if tune_trial else run_record.Follower(spec.place):
-            result = _fit(spec, datasets, tune_trial, list(callbacks), marks, process_ends_with_run)
-    finally:
-        record["data"] = summary.data_record(spec)
+    spec, datasets = _before_workers(spec)
+    # With paths.storage, the workers' files reach this run directory while the run goes on (a
+    # trial's process needs no copy: the sweep's driver follows the trial's storage itself).
+    with contextlib.nullcontext() if tune_trial else run_record.Follower(spec.place):
+        result = _fit(spec, datasets, tune_trial, list(callbacks), marks, process_ends_with_run)
     worker = result.return_value or WorkerOutcome()
-    record.update(summary.outcome(result, worker, spec))
-    record["startup"] = startup.phases({**marks, **worker.startup_marks})
-    record["finished_at"] = summary.now()
-    record["wall_time_s"] = round(time.time() - started, 2)
-    summary.save(spec.place, record)
-    return record
+    completed = record.completed(
+        started,
+        # With the rows per split the driver counted (data.loader=ray_data).
+        data=summary.data_record(spec),
+        startup=startup.phases({**marks, **worker.startup_marks}),
+        **summary.outcome(result, worker, spec),
+    )
+    summary.save(spec.place, completed)
+    return completed
 
 
 def _before_workers(spec: RunSpec) -> Tuple[RunSpec, Optional[Dict[str, Any]]]:

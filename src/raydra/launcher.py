@@ -37,9 +37,10 @@ from typing import Any, Dict, Iterator, List, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
-from raydra import job_process, summary
+from raydra import job_process, record, run_record
 from raydra.errors import RaydraError
 from raydra.multirun_job import JobFailed, JobSettings
+from raydra.record import RunRecord
 from raydra.run_record import CONSOLE, JOBS_RECORD, MULTIRUN_LOG
 from raydra.schema import data_loader
 from raydra.signals import sigterm_interrupts
@@ -175,7 +176,7 @@ def _take_over_record(multirun: Multirun, jobs: List[Job]) -> None:
     # SLURM runs a requeued job's batch script again: the multirun it started continues.
     resume = multirun.settings.resume or bool(recorded and allocation.requeued())
     if multirun.first_batch and not resume:
-        held = [job for job in jobs if (job.dir / summary.SUMMARY).is_file()] if multirun.raydra_runs else []
+        held = [job for job in jobs if (job.dir / run_record.SUMMARY).is_file()] if multirun.raydra_runs else []
         if held:
             raise RaydraError(
                 f"hydra.sweep.dir={multirun.sweep_dir} already holds this multirun's runs (job #{held[0].num}'s directory "
@@ -197,15 +198,15 @@ def _take_over_record(multirun: Multirun, jobs: List[Job]) -> None:
                 f"hydra.launcher.resume=true: job #{job.num} of {multirun.sweep_dir} ran with {' '.join(before['overrides']) or 'no overrides'} "
                 f"in {before['dir']}, not {' '.join(job.overrides) or 'no overrides'} in {job.dir}; resume with the command that started it."
             )
-        record = _summary(job) if multirun.raydra_runs else None
-        status = record.get("status") if record else before.get("status")
+        run = _summary(job) if multirun.raydra_runs else None
+        status = run.status if run else before.get("status")
         if status == "completed":
             job.status, job.value = "kept", before.get("return_value")
             job.started, job.ended = time.time(), time.time()
-            if record:
-                job.monitor = record["monitor"]["metric"]
-                job.metric = job.value = record.get("metrics", {}).get("best", {}).get(job.monitor)
-        elif record:
+            if run:
+                job.monitor = run.monitor.metric
+                job.metric = job.value = run.best_value()
+        elif run:
             # Stopped, failed or lost with its launcher: its run continues from its last checkpoint.
             job.settings = JobSettings(resume=str(job.dir))
 
@@ -501,18 +502,16 @@ def _room_for(job: Job, running: List[Job], max_concurrent: Optional[int]) -> bo
     return sum(j.share for j in holding) + job.share <= 1 + 1e-9
 
 
-def _summary(job: Job) -> Optional[Dict[str, Any]]:
-    try:
-        return summary.read(job.dir)
-    except (OSError, ValueError):
-        return None  # not written yet (summary.json is replaced whole, never seen half-written)
+def _summary(job: Job) -> Optional[RunRecord]:
+    # None: not written yet (summary.json is replaced whole, never seen half-written).
+    return record.try_read(job.dir)
 
 
 def _outcome_recorded(job: Job) -> bool:
     """summary.json says how the run ended: the driver writes that once its TorchTrainer has
     returned, its workers and their placement group gone."""
-    record = _summary(job)
-    return record is not None and record.get("status") != "running"
+    run = _summary(job)
+    return run is not None and run.ended
 
 
 def _stop(multirun: Multirun, running: List[Job]) -> None:
@@ -611,18 +610,18 @@ def _take_task_result(job: Job) -> None:
 
 
 def _settle_run(job: Job, stopped: bool) -> None:
-    record = _summary(job)
-    if record and record.get("status") != "running":
-        job.status, job.error = record["status"], record.get("error")
+    run = _summary(job)
+    if run and run.ended:
+        job.status, job.error = run.status, run.error
     else:
-        job.status = "interrupted" if stopped else "failed"
         job.error = _last_words(job, job.process.exitcode)
-        if record:
-            record.update(status=job.status, error=job.error, finished_at=summary.now())
-            summary.write(job.dir, record)
-    if record:
-        job.monitor = record["monitor"]["metric"]
-        job.metric = record.get("metrics", {}).get("best", {}).get(job.monitor)
+        if run:
+            run = run.interrupted(job.error) if stopped else run.failed(job.error)
+            record.write(job.dir, run)
+        job.status = "interrupted" if stopped else "failed"
+    if run:
+        job.monitor = run.monitor.metric
+        job.metric = run.best_value()
 
 
 def _shown_value(value: Any) -> str:
@@ -670,14 +669,14 @@ def job_return(job: Job) -> Any:
 
 def _read_record(sweep_dir: Path) -> Dict[str, Any]:
     try:
-        return summary.read(sweep_dir, JOBS_RECORD)["jobs"]
+        return record.read_json(sweep_dir / JOBS_RECORD)["jobs"]
     except (OSError, ValueError, KeyError):
         return {}
 
 
 def _record(multirun: Multirun, jobs: List[Job]) -> None:
     """jobs.json: what a resumed multirun reads. Jobs of earlier batches stay in it."""
-    record = _read_record(multirun.sweep_dir) if multirun.record_from_before else {}
+    jobs_record = _read_record(multirun.sweep_dir) if multirun.record_from_before else {}
     multirun.record_from_before = True
     for job in jobs:
         entry = {"overrides": job.overrides, "dir": str(job.dir), "status": "completed" if job.status == "kept" else job.status}
@@ -687,9 +686,9 @@ def _record(multirun: Multirun, jobs: List[Job]) -> None:
             entry["return_value"] = _json_value(job.metric if multirun.raydra_runs else job.returned.return_value)
         if job.error:
             entry["error"] = job.error
-        record[str(job.num)] = entry
-    ordered = dict(sorted(record.items(), key=lambda item: int(item[0])))
-    summary.write(multirun.sweep_dir, {"jobs": ordered}, name=JOBS_RECORD)
+        jobs_record[str(job.num)] = entry
+    ordered = dict(sorted(jobs_record.items(), key=lambda item: int(item[0])))
+    record.write_json(multirun.sweep_dir / JOBS_RECORD, {"jobs": ordered})
 
 
 def _json_value(value: Any) -> Any:

@@ -8,6 +8,7 @@ run then goes through raydra.entry, train.py's path. Its summary.json records `r
 and its overrides.yaml says so in a comment, so `raydra compare OLD NEW` shows whether they agree.
 """
 
+import dataclasses
 import shutil
 import sys
 import tempfile
@@ -29,12 +30,11 @@ def primary_config(recorded: dict) -> dict:
 
 
 def mark(new_run_dir: Path, reproduces: str) -> None:
-    from raydra import summary
+    from raydra import record
 
-    if (new_run_dir / summary.SUMMARY).is_file():
-        record = summary.read(new_run_dir)
-        record["reproduces"] = reproduces
-        summary.write(new_run_dir, record)
+    if (new_run_dir / run_record.SUMMARY).is_file():
+        run = record.read(new_run_dir)
+        record.write(new_run_dir, dataclasses.replace(run, reproduces=reproduces))
     overrides = new_run_dir / run_record.OVERRIDES
     if overrides.is_file():
         overrides.write_text(f"# raydra rerun of {reproduces}\n" + overrides.read_text())

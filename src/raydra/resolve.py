@@ -47,6 +47,9 @@ def resolve(cfg: DictConfig, run_dir: Path, run_id: str, wandb_group: Optional[s
             resolved.checkpoint.upload = "background" if location else "wait"
         if resolved.trainer.precision == "auto":
             resolved.trainer.precision = "bf16-mixed" if resolved.scale.use_gpu else "32-true"
+        if resolved.trainer.benchmark == "auto":
+            # null on CPU: Lightning leaves torch's setting as it is.
+            resolved.trainer.benchmark = True if resolved.scale.use_gpu and not resolved.trainer.deterministic else None
         if resolved.logger and "wandb" in resolved.logger:
             resolved.logger.wandb.mode = wandb_mode(resolved.logger.wandb.get("mode"))
             if resolved.logger.wandb.get("group") is None:

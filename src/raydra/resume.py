@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from raydra import run_record, storage, summary
+from raydra import record, run_record, storage
 from raydra.errors import RaydraError
 from raydra.keys import flatten
 from raydra.redact import redact
@@ -32,21 +32,21 @@ def find(cfg: DictConfig) -> Path:
         root = Path(cfg.paths.outputs, "runs")
         # Runs that got as far as training: a config_hash is written once the config validated,
         # so invocations refused before that (a mistyped resume=, say) are not candidates.
-        mine = [p.parent for p in root.glob("*/*/" + summary.SUMMARY) if _started(p.parent, cfg.name)]
+        mine = [p.parent for p in root.glob("*/*/" + run_record.SUMMARY) if _started(p.parent, cfg.name)]
         if not mine:
             raise RaydraError(f"resume=latest found no run named {cfg.name} under {root}; pass resume=<run dir>.")
-        run_dir = max(mine, key=lambda p: summary.read(p).get("started_at", ""))
+        run_dir = max(mine, key=_start_time)
     elif storage.is_uri(cfg.resume):
         run_dir = _fetch(cfg)
     else:
         run_dir = Path(cfg.resume).expanduser().resolve()
-    if not (run_dir / summary.SUMMARY).is_file() or not (run_dir / run_record.CONFIG).is_file():
+    if not (run_dir / run_record.SUMMARY).is_file() or not (run_dir / run_record.CONFIG).is_file():
         raise RaydraError(
             f"resume={cfg.resume}: {run_dir} is not a raydra run directory (no summary.json and .hydra/config.yaml); "
             "pass a directory a raydra run wrote."
         )
-    previous = summary.read(run_dir)
-    if previous.get("status") == "completed":
+    previous = record.read(run_dir)
+    if previous.status == record.COMPLETED:
         raise RaydraError(f"resume={cfg.resume}: {run_dir} already completed; start a new run instead of resuming it.")
     changes = changed_keys(yaml.safe_load((run_dir / run_record.CONFIG).read_text()), cfg)
     if changes and not cfg.resume_force:
@@ -61,8 +61,8 @@ def of_slurm_job(cfg: DictConfig, job_id: str) -> Optional[Path]:
     """The run of this name that SLURM job `job_id` started before SLURM requeued it, if any: the
     run a requeued job continues (resume=latest's rule, narrowed to the job's own run)."""
     root = Path(cfg.paths.outputs, "runs")
-    mine = [p.parent for p in root.glob("*/*/" + summary.SUMMARY) if _started(p.parent, cfg.name, job_id)]
-    return max(mine, key=lambda p: summary.read(p).get("started_at", "")) if mine else None
+    mine = [p.parent for p in root.glob("*/*/" + run_record.SUMMARY) if _started(p.parent, cfg.name, job_id)]
+    return max(mine, key=_start_time) if mine else None
 
 
 def _fetch(cfg: DictConfig) -> Path:
@@ -76,7 +76,7 @@ def _fetch(cfg: DictConfig) -> Path:
             f"resume={uri} lies outside paths.storage={root}; set paths.storage to the storage the run was started "
             "with (the URI's prefix), so its checkpoints are found where Ray Train wrote them."
         )
-    if not storage.exists(storage.join(uri, summary.SUMMARY)):
+    if not storage.exists(storage.join(uri, run_record.SUMMARY)):
         raise RaydraError(f"resume={uri}: no summary.json there; pass the storage URI of a run directory a raydra run wrote.")
     run_dir = Path(cfg.paths.outputs, relative).resolve()
     storage.copy_tree(uri, str(run_dir), skip=[run_record.CHECKPOINTS])
@@ -109,10 +109,14 @@ def changed_keys(old: Dict[str, Any], cfg: DictConfig) -> List[str]:
 
 
 def _started(run_dir: Path, name: str, slurm_job: Optional[str] = None) -> bool:
-    try:
-        record = summary.read(run_dir)
-    except (OSError, ValueError):
+    run = record.try_read(run_dir)
+    if run is None:
         return False
-    if slurm_job is not None and (record.get("slurm") or {}).get("job_id") != slurm_job:
+    if slurm_job is not None and (run.slurm or {}).get("job_id") != slurm_job:
         return False
-    return record.get("name") == name and "config_hash" in record
+    return run.name == name and run.config_hash is not None
+
+
+def _start_time(run_dir: Path) -> str:
+    run = record.try_read(run_dir)
+    return (run.started_at if run else None) or ""

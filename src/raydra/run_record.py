@@ -199,16 +199,6 @@ def hold(run_dir: Path, asked: str, wait_s: float = 0.0) -> Callable[[], None]:
     return release
 
 
-def relocated(recorded: str, recorded_run_dir: Any, run_location: str) -> str:
-    """Where a file that summary.json names lies once its run is at `run_location`: a run copied to
-    storage keeps a summary.json naming files on the disk it was written on (summary["run_dir"]);
-    the same files are below the copy. URIs and paths outside that run dir stay as recorded."""
-    if storage.is_uri(recorded) or not isinstance(recorded_run_dir, str) or not recorded_run_dir:
-        return recorded
-    base = recorded_run_dir.rstrip("/") + "/"
-    return storage.join(run_location, *recorded[len(base) :].split("/")) if recorded.startswith(base) else recorded
-
-
 # `place` below: the run's raydra.spec.Place (read for its dir, id and storage; not imported, since
 # the schema that spec.py imports imports this module).
 def checkpoints_location(place: Any) -> str:

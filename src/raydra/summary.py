@@ -1,57 +1,30 @@
-"""summary.json: what a run asked for, how it ended and what it achieved, in one file.
+"""What goes into a run's record (raydra.record.RunRecord), from what the run knows at each stage:
 
-Written when the run starts (status "running": new_summary, record_start), and rewritten atomically
-when it ends (outcome: what the fit's result and rank 0's return value say), so a crashed driver
-never leaves a file that looks complete. Every function here reads or writes that one file's content.
+    new_summary    the composed config, before it is validated: the record a refusal is written in
+    record_start   the resolved spec: what the run will train with, written before any worker starts
+    outcome        Ray Train's result and rank 0's WorkerOutcome: the figures of a completed run
+
+The record's type, its transitions and its file are raydra.record's; this module only builds values.
 """
 
 import hashlib
 import json
 import subprocess
 import sys
-from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from raydra import run_record, storage
-from raydra.errors import out_of_space
-
-# The names of the record's files are run_record's; these two are read through this module too.
-from raydra.run_record import CHECKPOINT_FILE, SUMMARY  # noqa: F401
+from raydra import record, run_record, storage
+from raydra.record import Checkpoints, Metrics, Monitor, RunRecord
+from raydra.run_record import CHECKPOINT_FILE
 from raydra.schema import is_worker_count, worker_range
 from raydra.slurm.allocation import job_record
 from raydra.spec import Place, RunSpec, WorkerOutcome
-from raydra.storage import replacing
 
 PACKAGES = ("raydra", "ray", "torch", "lightning", "pytorch-lightning", "transformers", "hydra-core", "wandb", "diffusers")
-
-
-def write(run_dir: Path, summary: Dict[str, Any], name: str = SUMMARY) -> None:
-    from raydra.redact import redact
-
-    # Overrides and errors can carry a key typed on the command line.
-    summary = redact(summary)
-    path = Path(run_dir) / name
-    try:
-        # The previous summary.json stays whole until the new one is; a half-written one goes.
-        with replacing(path) as tmp:
-            Path(tmp).write_text(json.dumps(summary, indent=2, sort_keys=False, default=str) + "\n")
-    except OSError as error:
-        full = out_of_space(error, path, name)
-        if full:
-            raise full from None
-        raise
-
-
-def read(run_dir: Path, name: str = SUMMARY) -> Dict[str, Any]:
-    return json.loads((Path(run_dir) / name).read_text())
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
 def config_hash(resolved: Dict[str, Any]) -> str:
@@ -80,56 +53,52 @@ def git_commit(cwd: Path) -> Any:
     return commit + ("-dirty" if dirty else "")
 
 
-def new_summary(cfg: DictConfig, run_dir: Path, run_id: str, overrides: List[str]) -> Dict[str, Any]:
-    """summary.json's opening content, from the composed config, before it is validated."""
-    record = {
-        "name": cfg["name"],
-        "run_id": run_id,
-        "run_dir": str(run_dir),
-        "status": "running",
-        "error": None,
-        "started_at": now(),
-        "overrides": overrides,
-        "monitor": {"metric": cfg["checkpoint"]["monitor"], "mode": cfg["checkpoint"]["mode"]},
-        # The user's words for the run (root key tags), and the seed every worker started from.
-        "tags": [str(tag) for tag in (cfg["tags"] or [])],
-        "seed": cfg["seed"],
-        # The strategy's settings, not only its name: sharding and layout decide memory and checkpoints.
-        "strategy": OmegaConf.to_container(cfg["strategy"], resolve=True),
-        # An elastic group's ([min, max]) starts as its max; the outcome replaces it with the last size.
-        # Null where scale.num_workers is no count: validation, after this, refuses it by name.
-        "world_size": worker_range(cfg.scale.num_workers)[1] if is_worker_count(cfg.scale.num_workers) else None,
-        "use_gpu": cfg["scale"]["use_gpu"],
-        "git_commit": git_commit(Path(__file__).parent),
-        "versions": versions(),
-    }
-    slurm = job_record()
-    if slurm:
-        # The SLURM job it runs in: where its logs and accounting are, and how a requeued job finds
-        # the run it started (resume.of_slurm_job).
-        record["slurm"] = slurm
-    return record
+def new_summary(cfg: DictConfig, run_dir: Path, run_id: str, overrides: List[str]) -> RunRecord:
+    """The run's opening record, from the composed config, before it is validated."""
+    return RunRecord.started(
+        name=cfg["name"],
+        run_id=run_id,
+        run_dir=str(run_dir),
+        overrides=list(overrides),
+        monitor=Monitor(metric=cfg["checkpoint"]["monitor"], mode=cfg["checkpoint"]["mode"]),
+        tags=[str(tag) for tag in (cfg["tags"] or [])],
+        seed=cfg["seed"],
+        strategy=OmegaConf.to_container(cfg["strategy"], resolve=True),
+        # An elastic group's ([min, max]) starts as its max. Null where scale.num_workers is no
+        # count: validation, after this, refuses it by name.
+        world_size=worker_range(cfg.scale.num_workers)[1] if is_worker_count(cfg.scale.num_workers) else None,
+        use_gpu=cfg["scale"]["use_gpu"],
+        git_commit=git_commit(Path(__file__).parent),
+        versions=versions(),
+        # The SLURM job it runs in: how a requeued job finds the run it started (resume.of_slurm_job).
+        slurm=job_record() or None,
+    )
 
 
-def record_start(spec: RunSpec, summary: Dict[str, Any]) -> None:
-    """summary.json as the run starts: what it will train with, written before any worker starts."""
-    summary["config_hash"] = config_hash(spec.resolved_config())
-    # As resolved: a ModelCheckpoint among the callbacks may have set it (raydra.callbacks).
-    summary["monitor"] = {"metric": spec.checkpoint.monitor, "mode": spec.checkpoint.mode}
-    summary["precision"] = spec.trainer.precision
-    summary["storage"] = spec.place.storage
+def record_start(spec: RunSpec, opening: RunRecord) -> RunRecord:
+    """The record as the run starts: what it will train with, saved before any worker starts."""
+    wandb = None
     if spec.logger and "wandb" in spec.logger:
         # Where to find the run in W&B: a multirun's or sweep's jobs share a group there.
-        summary["wandb"] = {key: spec.logger["wandb"].get(key) for key in ("project", "entity", "group", "mode")}
-    if spec.place.init_weights:
+        wandb = {key: spec.logger["wandb"].get(key) for key in ("project", "entity", "group", "mode")}
+    started = opening.with_start(
+        config_hash=config_hash(spec.resolved_config()),
+        # As resolved: a ModelCheckpoint among the callbacks may have set it (raydra.callbacks).
+        monitor=Monitor(metric=spec.checkpoint.monitor, mode=spec.checkpoint.mode),
+        precision=spec.trainer.precision,
+        storage=spec.place.storage,
+        data=data_record(spec),
+        wandb=wandb,
         # The checkpoint whose weights the run started from (ckpt_path=, found).
-        summary["ckpt_path"] = spec.place.init_weights
-    save(spec.place, summary)
+        ckpt_path=spec.place.init_weights or None,
+    )
+    save(spec.place, started)
+    return started
 
 
-def save(place: Place, summary: Dict[str, Any]) -> None:
+def save(place: Place, run: RunRecord) -> None:
     """summary.json in the run directory, and with paths.storage the driver's files in storage too."""
-    write(Path(place.dir), summary)
+    record.write(Path(place.dir), run)
     run_record.push_driver_files(place)
 
 
@@ -143,11 +112,14 @@ def data_record(spec: RunSpec) -> Dict[str, Any]:
 
 
 def outcome(result: Any, worker: WorkerOutcome, spec: RunSpec) -> Dict[str, Any]:
-    """summary.json's end: Ray Train's result (reports, checkpoints) and rank 0's WorkerOutcome."""
+    """A completed run's figures (RunRecord.completed's fields): Ray Train's result (reports,
+    checkpoints) and rank 0's WorkerOutcome."""
     memory = worker.memory_per_worker
     save_s = worker.checkpoint_save_s
     upload_s = worker.checkpoint_upload_s
     checkpoints = run_record.checkpoints_location(spec.place)
+    # The record names the checkpoints relative to the run's home, so a moved run finds its own.
+    home = spec.place.storage or spec.place.dir
     monitor, mode = spec.checkpoint.monitor, spec.checkpoint.mode
     local = worker.local_record
     if local:
@@ -179,28 +151,23 @@ def outcome(result: Any, worker: WorkerOutcome, spec: RunSpec) -> Dict[str, Any]
         pick = max if mode == "max" else min
         best_checkpoint = pick(scored, key=lambda pair: pair[1])[0]
     return {
-        "status": "completed",
-        "metrics": {"final": final, "best": best},
+        "metrics": Metrics(final=final, best=best),
         "throughput": worker.throughput,
         "peak_memory_bytes": max((w["peak_bytes"] for w in memory), default=None),
         "memory_per_worker": memory,
         "epochs_completed": worker.epochs_completed,
-        # Why final metrics hold no test/* (the data has no test split, trainer.test=false); null when tested.
         "test_skipped": worker.test_skipped,
         "global_step": worker.global_step,
-        # Why training ended before trainer.max_epochs, when a callback (EarlyStopping) stopped it.
         "stopped_early": worker.stopped_early,
         **_sizes(worker, spec),
-        "checkpoints": {
-            "best": _ckpt_file(checkpoints, best_checkpoint),
-            "last": _ckpt_file(checkpoints, last_path),
-            "dir": storage.location_of(checkpoints, run_path),
-            # Mean time training stood still per checkpoint (write, and a waited-for upload), rank 0's view.
-            "save_s_mean": round(sum(save_s) / len(save_s), 3) if save_s else None,
-            # Mean time an upload to storage took (in the background with checkpoint.upload=background).
-            "upload_s_mean": round(sum(upload_s) / len(upload_s), 3) if upload_s else None,
-            "upload": spec.checkpoint.upload,
-        },
+        "checkpoints": Checkpoints(
+            best=record.relative_to(_ckpt_file(checkpoints, best_checkpoint), home),
+            last=record.relative_to(_ckpt_file(checkpoints, last_path), home),
+            dir=record.relative_to(storage.location_of(checkpoints, run_path), home),
+            save_s_mean=round(sum(save_s) / len(save_s), 3) if save_s else None,
+            upload_s_mean=round(sum(upload_s) / len(upload_s), 3) if upload_s else None,
+            upload=spec.checkpoint.upload,
+        ),
     }
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from raydra.compare.runs import RecordedRun, config_text, dig, read_curves
+from raydra.compare.runs import RecordedRun, config_text, read_curves
 from raydra.compare.table import clip
 from raydra.run_record import METRICS
 
@@ -46,7 +46,7 @@ class Plot:
 def monitored(runs: Sequence[RecordedRun]) -> List[str]:
     """The metrics the runs' checkpointing monitored (summary.json's monitor, else the config's
     checkpoint.monitor), each once, in the runs' order."""
-    names = [dig(run.summary, "monitor", "metric") or run.flat.get("checkpoint.monitor") for run in runs]
+    names = [run.recorded.monitor.metric or run.flat.get("checkpoint.monitor") for run in runs]
     return list(dict.fromkeys(n for n in names if isinstance(n, str) and n))
 
 

@@ -65,7 +65,7 @@ def run_curves(run: RecordedRun, notes: List[str]) -> Dict[str, Dict[str, list]]
     has no clock, so wall time is estimated as step x (the run's wall time / its last step): labelled so."""
     curves = read_curves(run, notes)
     steps = [s for points in curves.values() for s, _, _ in points if s is not None]
-    wall = number(run.summary.get("wall_time_s"))
+    wall = number(run.recorded.wall_time_s)
     per_step = wall / max(steps) if wall and steps and max(steps) > 0 else None
     out = {}
     for metric, points in curves.items():
@@ -195,8 +195,8 @@ def render_html(
         out.append(f"<p>directory: {file_link(run.source, True)}</p>")
         if run.tags:
             out.append(f"<p>tags: {e(', '.join(run.tags))}</p>")
-        if run.summary.get("reproduces"):
-            out.append(f"<p>reproduces: {e(str(run.summary['reproduces']))}</p>")
+        if run.recorded.reproduces:
+            out.append(f"<p>reproduces: {e(run.recorded.reproduces)}</p>")
         out.append("<p>overrides:</p><pre>" + (e("\n".join(run.overrides)) or "(none)") + "</pre>")
         out.append("<ul>" + "".join(f"<li>{e(what)}: {file_link(p, ok)}</li>" for what, p, ok in run_files(run)) + "</ul>")
         config = config_source(run)

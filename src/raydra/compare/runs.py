@@ -33,12 +33,13 @@ import yaml
 
 from raydra import run_record
 from raydra.keys import ABSENT, flatten
-from raydra.run_record import relocated
+from raydra.record import Checkpoints, RecordError, RunRecord
 from raydra.storage import is_uri
 
 # libyaml's loader is ~10x faster than the pure-Python one, which matters at hundreds of configs.
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 NO_SUMMARY = "unknown (no summary.json)"
+NO_RECORD = RunRecord(status="")
 CORRUPT_SUMMARY = "unknown (corrupt summary.json)"
 # What marks a directory as a run's, and the files compare and show read. From storage only these
 # are downloaded; the rest of a run there (checkpoints, logs, samples, wandb: up to gigabytes) is
@@ -57,7 +58,8 @@ class RecordedRun:
     dir: Path
     config: Optional[dict] = None
     overrides: List[str] = field(default_factory=list)
-    summary: dict = field(default_factory=dict)
+    # summary.json, read (None: there is none, or it is corrupt).
+    record: Optional[RunRecord] = None
     status: str = NO_SUMMARY
     error: Optional[str] = None
     label: str = ""
@@ -74,6 +76,11 @@ class RecordedRun:
 
     def __post_init__(self) -> None:
         self.source = self.source or str(self.dir)
+
+    @property
+    def recorded(self) -> RunRecord:
+        """The run's record, or one with every field unset where it has none that reads."""
+        return self.record or NO_RECORD
 
     def value(self, key: str) -> Any:
         """A table column's value: a config group's choice, or a dotted config key (ABSENT if not set)."""
@@ -96,8 +103,9 @@ class RecordedRun:
         """Where a path summary.json names is now, and whether it is there (None: in storage beyond
         this run, not checked, as that would cost a request per file)."""
         if self.listing is None:
+            recorded = self.record.resolve(recorded, self.dir) if self.record else recorded
             return (recorded, None) if is_uri(recorded) else (str(Path(recorded)), Path(recorded).exists())
-        location = relocated(recorded, self.summary.get("run_dir"), self.source)
+        location = self.record.resolve(recorded, self.source) if self.record else recorded
         base = self.source.split("?")[0].rstrip("/") + "/"
         if location.split("?")[0].startswith(base):
             return location, self.has(location.split("?")[0][len(base) :])
@@ -334,20 +342,19 @@ def load_run(run_dir: str, notes: List[str], source: Optional[str] = None, listi
     path = run.dir / run_record.SUMMARY
     if path.is_file():
         try:
-            summary = json.loads(path.read_text())
-            if not isinstance(summary, dict):
-                raise ValueError(f"it holds a JSON {type(summary).__name__}, not an object")
-        except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            run.record = RunRecord.from_dict(json.loads(path.read_text()))
+        except (OSError, ValueError, RecordError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             notes.append(
                 f"{run.where(run_record.SUMMARY)} is corrupt ({one_line(error)}); the run is listed as unknown. Rewrite or delete it."
             )
             run.status = CORRUPT_SUMMARY
         else:
-            run.summary = summary
-            run.status = str(summary.get("status") or "unknown")
-            run.error = summary.get("error") or None
+            run.status = run.record.status or "unknown"
+            run.error = run.record.error or None
+            if run.record.problems:
+                notes.append(f"{run.where(run_record.SUMMARY)}: {'; '.join(run.record.problems)}; those fields are left blank.")
     if overrides is None:
-        overrides = run.summary.get("overrides") if isinstance(run.summary.get("overrides"), list) else []
+        overrides = run.record.overrides if run.record else []
     run.overrides = [str(o) for o in overrides]
     run.tags = read_tags(run)
     return run
@@ -356,7 +363,7 @@ def load_run(run_dir: str, notes: List[str], source: Optional[str] = None, listi
 def read_tags(run: RecordedRun) -> List[str]:
     """summary.json's `tags`, else the recorded config's (runs from before summary.json had them):
     a list of strings, a single string as one tag, anything else as none."""
-    for recorded in (run.summary.get("tags"), (run.config or {}).get(TAGS_KEY)):
+    for recorded in (run.record.tags if run.record and run.record.tags else None, (run.config or {}).get(TAGS_KEY)):
         if isinstance(recorded, str):
             return [recorded]
         if isinstance(recorded, list):
@@ -567,9 +574,10 @@ def run_files(run: RecordedRun) -> List[Tuple[str, str, Optional[bool]]]:
     """(what, location, exists) for the files a person looks for; paths summary.json names are kept
     even when gone (the run dir was moved), others only when present. exists is None for a URI
     outside the run's own listing: not checked."""
-    named = [(f"{which} checkpoint", dig(run.summary, "checkpoints", which)) for which in ("best", "last")]
-    files = [(what, *run.locate(p)) for what, p in named if isinstance(p, str) and p]
-    recorded_dir = dig(run.summary, "checkpoints", "dir")
+    checkpoints = run.record.checkpoints if run.record else Checkpoints()
+    named = [(f"{which} checkpoint", getattr(checkpoints, which)) for which in ("best", "last")]
+    files = [(what, *run.locate(p)) for what, p in named if p]
+    recorded_dir = checkpoints.dir
     if isinstance(recorded_dir, str) and recorded_dir:
         location, exists = run.locate(recorded_dir)
         if exists is not False:

@@ -2,35 +2,33 @@
 
 from typing import List
 
-from raydra.compare.runs import RecordedRun, config_source, dig, number, run_files, status_text
+from raydra.compare.runs import RecordedRun, config_source, number, run_files, status_text
 from raydra.compare.table import cell_text
 from raydra.run_record import WANDB
 
 
 def show_text(run: RecordedRun, notes: List[str]) -> str:
-    s = run.summary
+    s = run.recorded
     lines = [f"run       {run.source}", f"status    {status_text(run)}"]
-    for label, key in (("name", "name"), ("run id", "run_id"), ("started", "started_at"), ("finished", "finished_at")):
-        if s.get(key):
-            lines.append(f"{label:<10}{s[key]}")
+    for label, value in (("name", s.name), ("run id", s.run_id), ("started", s.started_at), ("finished", s.finished_at)):
+        if value:
+            lines.append(f"{label:<10}{value}")
     if run.tags:
         lines.append(f"tags      {', '.join(run.tags)}")
-    if number(s.get("wall_time_s")) is not None:
-        lines.append(f"wall time {s['wall_time_s']:.1f} s")
-    if number(dig(s, "throughput", "samples_per_s")) is not None:
-        lines.append(f"samples/s {dig(s, 'throughput', 'samples_per_s'):.1f}")
-    if s.get("world_size") or s.get("strategy"):
-        strategy = s.get("strategy")
+    if number(s.wall_time_s) is not None:
+        lines.append(f"wall time {s.wall_time_s:.1f} s")
+    if number(s.throughput.get("samples_per_s")) is not None:
+        lines.append(f"samples/s {s.throughput['samples_per_s']:.1f}")
+    if s.world_size or s.strategy:
         # summary.json records the strategy's settings; older runs only its name.
-        name = strategy.get("name", "?") if isinstance(strategy, dict) else strategy or "?"
-        lines.append(f"workers   {s.get('world_size', '?')} ({name})")
-    if s.get("git_commit"):
-        lines.append(f"commit    {s['git_commit']}")
+        name = s.strategy.get("name", "?") if isinstance(s.strategy, dict) else s.strategy or "?"
+        lines.append(f"workers   {s.world_size or '?'} ({name})")
+    if s.git_commit:
+        lines.append(f"commit    {s.git_commit}")
 
-    monitor = dig(s, "monitor", "metric")
-    if monitor:
-        lines.append(f"monitor   {monitor} ({dig(s, 'monitor', 'mode') or '?'})")
-    final, best = dig(s, "metrics", "final") or {}, dig(s, "metrics", "best") or {}
+    if s.monitor.metric:
+        lines.append(f"monitor   {s.monitor.metric} ({s.monitor.mode or '?'})")
+    final, best = s.metrics.final, s.metrics.best
     names = [n for n in dict.fromkeys([*final, *best]) if n not in ("epoch", "step")]
     if names:
         width = max(len(n) for n in names)
@@ -41,7 +39,7 @@ def show_text(run: RecordedRun, notes: List[str]) -> str:
         where = [f"{k} {final[k]}" for k in ("epoch", "step") if k in final]
         if where:
             lines.append(f"  (final at {', '.join(where)})")
-    elif run.summary:
+    elif run.record:
         lines += ["", "metrics   none recorded in summary.json"]
 
     lines += ["", "overrides"] + [f"  {o}" for o in run.overrides or ["(none)"]]

@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from raydra.compare.runs import TAGS_KEY, RecordedRun, config_text, dig, number, read_curves, status_text
+from raydra.compare.runs import TAGS_KEY, RecordedRun, config_text, number, read_curves, status_text
 from raydra.keys import ABSENT
 
 FIXED_COLUMNS = ("status", "wall_s", "samples/s")
@@ -17,8 +17,8 @@ MAX_CELL = 48
 def metric_mode(metric: str, runs: List[RecordedRun]) -> str:
     """max or min: the monitor mode of a run that monitored this metric, else a guess from its name."""
     for run in runs:
-        mode = dig(run.summary, "monitor", "mode")
-        if dig(run.summary, "monitor", "metric") == metric and mode in ("max", "min"):
+        mode = run.recorded.monitor.mode
+        if run.recorded.monitor.metric == metric and mode in ("max", "min"):
             return mode
     return "min" if re.search(r"loss|err|perplexity|time", metric) else "max"
 
@@ -26,8 +26,8 @@ def metric_mode(metric: str, runs: List[RecordedRun]) -> str:
 def metric_values(run: RecordedRun, metric: str, mode: str, notes: List[str]) -> Tuple[Optional[float], Optional[float]]:
     """(final, best) from summary.json; from metrics.csv when the summary lacks the metric (a run that
     is still running, failed, or predates the summary)."""
-    final = number(dig(run.summary, "metrics", "final", metric))
-    best = number(dig(run.summary, "metrics", "best", metric))
+    final = number(run.recorded.metrics.final.get(metric))
+    best = number(run.recorded.metrics.best.get(metric))
     if final is None and best is None:
         values = [p[2] for p in read_curves(run, notes).get(metric, [])]
         if values:
@@ -37,14 +37,14 @@ def metric_values(run: RecordedRun, metric: str, mode: str, notes: List[str]) ->
 
 def choose_metrics(runs: List[RecordedRun], asked: Optional[List[str]], notes: List[str]) -> List[str]:
     if not asked:
-        monitors = [dig(r.summary, "monitor", "metric") for r in runs]
+        monitors = [r.recorded.monitor.metric for r in runs]
         chosen = list(dict.fromkeys(m for m in monitors if isinstance(m, str) and m))
         if not chosen and runs:
             notes.append("no run's summary.json names a monitor metric; choose metrics with --metric NAME.")
         return chosen
     chosen = []
     for metric in dict.fromkeys(asked):
-        in_summary = any(dig(r.summary, "metrics", part, metric) is not None for r in runs for part in ("final", "best"))
+        in_summary = any(metric in part for r in runs for part in (r.recorded.metrics.final, r.recorded.metrics.best))
         if in_summary or any(metric in read_curves(r, notes) for r in runs):
             chosen.append(metric)
         else:
@@ -57,7 +57,7 @@ def known_metrics(runs: List[RecordedRun], notes: List[str]) -> List[str]:
     names = {}
     for run in runs:
         for part in ("final", "best"):
-            names.update(dict.fromkeys(k for k in (dig(run.summary, "metrics", part) or {}) if k not in ("epoch", "step")))
+            names.update(dict.fromkeys(k for k in getattr(run.recorded.metrics, part) if k not in ("epoch", "step")))
         names.update(dict.fromkeys(read_curves(run, notes)))
     return sorted(names)
 
@@ -121,8 +121,8 @@ def build_table(
         for metric in metrics:
             row[f"final {metric}"], row[f"best {metric}"] = metric_values(run, metric, modes[metric], notes)
         row["status"] = status_text(run)
-        row["wall_s"] = number(run.summary.get("wall_time_s"))
-        row["samples/s"] = number(dig(run.summary, "throughput", "samples_per_s"))
+        row["wall_s"] = number(run.recorded.wall_time_s)
+        row["samples/s"] = number(run.recorded.throughput.get("samples_per_s"))
         rows.append((run, row))
     if (sort or descending is not None) and metrics:
         metric = metrics[0]

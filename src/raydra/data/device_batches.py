@@ -99,12 +99,19 @@ class DeviceBatches:
         return full if self.train or not rest else full + 1
 
     def __iter__(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        for images, labels, _ in self.with_indices():
+            yield images, labels
+
+    def with_indices(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor, List[int]]]:
+        """The batches with the indices of their samples, on the host: read from the device, the
+        indices would make the host wait for the GPU's queue to drain every step."""
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
         # Without set_epoch (outside a Trainer) every iteration still gets a new order.
         self.epoch += 1
         skip, self._skip = self._skip, 0
         order = torch.randperm(len(self.labels), generator=generator) if self.train else torch.arange(len(self.labels))
-        shard = order[self.rank : self.per_worker * self.world_size : self.world_size].to(self.images.device)
+        on_host = order[self.rank : self.per_worker * self.world_size : self.world_size]
+        shard = on_host.to(self.images.device)  # once an epoch
         for number, start in enumerate(range(0, len(self) * self.batch_size, self.batch_size)):
             index = shard[start : start + self.batch_size]
             if number < skip:
@@ -115,7 +122,7 @@ class DeviceBatches:
             images = self.images[index].float()
             if self.augment:
                 images = crop_flip(images, self.crop_padding, self.flip, generator)
-            yield (images - self.mean) / self.std, self.labels[index]
+            yield (images - self.mean) / self.std, self.labels[index], on_host[start : start + self.batch_size].tolist()
 
 
 def place_splits(

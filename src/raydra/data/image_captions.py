@@ -18,9 +18,12 @@ from raydra.lightning import pl
 
 
 class CaptionedBatches:
-    """DeviceBatches over (image, sample index) pairs, yielding {pixel_values in [-1, 1], index, captions}.
+    """DeviceBatches over (image, sample index) pairs, yielding {pixel_values in [-1, 1], index,
+    indices, captions}: `index` the samples' indices on the device, `indices` the same as a list on
+    the host (nothing in a step needs to wait for the device to read them).
 
-    The index lets the model cache each image's VAE latents (model.cache_latents)."""
+    The indices let the model cache each training image's VAE latents and text embedding
+    (model.cache_latents, model.cache_text)."""
 
     def __init__(
         self, images: torch.Tensor, captions: Sequence[str], batch_size: int, rank: int, world_size: int, train: bool, seed: int
@@ -51,8 +54,8 @@ class CaptionedBatches:
         self.batches.skip(batches)
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
-        for pixels, index in self.batches:
-            yield {"pixel_values": pixels, "index": index, "captions": [self.captions[i] for i in index.tolist()]}
+        for pixels, index, indices in self.batches.with_indices():
+            yield {"pixel_values": pixels, "index": index, "indices": indices, "captions": [self.captions[i] for i in indices]}
 
 
 def split(count: int, val_fraction: float, seed: int) -> Tuple[np.ndarray, np.ndarray]:

@@ -21,6 +21,7 @@ from diffusers import DDIMScheduler, StableDiffusionPipeline
 from diffusers.models.autoencoders.vae import DiagonalGaussianDistribution
 from diffusers.training_utils import compute_snr
 from omegaconf import OmegaConf
+from torch.optim.swa_utils import get_ema_multi_avg_fn
 
 from raydra.errors import RaydraError
 from raydra.lightning import pl
@@ -50,6 +51,7 @@ class StableDiffusion(pl.LightningModule):
         gradient_checkpointing: bool = False,
         channels_last: bool = False,
         cache_latents: bool = False,
+        cache_text: bool = False,
         sample_prompts: Sequence[str] = (),
         sample_steps: int = 25,
         guidance_scale: float = 7.5,
@@ -68,7 +70,9 @@ class StableDiffusion(pl.LightningModule):
         if prediction_type not in (None, "epsilon", "v_prediction"):
             raise RaydraError(f"model.prediction_type={prediction_type} must be epsilon, v_prediction or null (the scheduler's).")
         self.bpe: Optional[Dict[str, Any]] = None  # the trained tokenizer's vocab and merges, when built from parts
-        self._latent_cache: Dict[int, torch.Tensor] = {}
+        self._latent_cache = SampleCache()
+        self._text_cache = SampleCache()
+        self._empty_text: Optional[torch.Tensor] = None  # the embedding of "", for dropped captions
         self.ema_unet: Optional[torch.nn.Module] = None
         self._ema_step = 0
 
@@ -144,36 +148,57 @@ class StableDiffusion(pl.LightningModule):
 
     def _latents(self, batch: Dict[str, Any], sample: bool) -> torch.Tensor:
         """VAE latents of the batch's images; with cache_latents the VAE runs once per image."""
-        indices = batch["index"].tolist()
-        cached = self.hparams.cache_latents and sample and all(i in self._latent_cache for i in indices)
-        if cached:
-            params = torch.stack([self._latent_cache[i] for i in indices])
-        else:
+        cache = self._latent_cache if self.hparams.cache_latents and sample else None
+        params = cache.get(batch) if cache is not None else None
+        if params is None:
             with torch.no_grad():
                 pixels = batch["pixel_values"].to(self.vae.dtype, memory_format=self._memory_format)
                 params = self.vae.encode(pixels).latent_dist.parameters
-            if self.hparams.cache_latents and sample:
-                self._latent_cache.update(zip(indices, params))
+            if cache is not None:
+                cache.put(batch, params)
         dist = DiagonalGaussianDistribution(params)
         return (dist.sample() if sample else dist.mode()) * self.vae.config.scaling_factor
+
+    def _text(self, batch: Dict[str, Any], training: bool) -> torch.Tensor:
+        """The text encoder's output for the batch's captions; in training, cond_dropout's share of
+        them replaced by the embedding of "". With cache_text the encoder runs once per training
+        caption (and once for "")."""
+        drop = None
+        if training and self.hparams.cond_dropout:
+            # Captions dropped to the empty prompt teach the unconditional prediction that
+            # classifier-free guidance contrasts against. Drawn on the host, as the captions are.
+            drop = torch.rand(len(batch["captions"])) < self.hparams.cond_dropout
+        cache = self._text_cache if self.hparams.cache_text and training else None
+        embeddings = cache.get(batch) if cache is not None else None
+        if embeddings is None:
+            embeddings = self._encode_text(list(batch["captions"]))
+            if cache is not None:
+                cache.put(batch, embeddings)
+        if drop is None:
+            return embeddings
+        if self._empty_text is None or self._empty_text.device != embeddings.device:
+            self._empty_text = self._encode_text([""])
+        return torch.where(self._to_device(drop).view(-1, 1, 1), self._empty_text.to(embeddings.dtype), embeddings)
 
     def _encode_text(self, captions: List[str]) -> torch.Tensor:
         ids = self.tokenizer(
             captions, padding="max_length", max_length=self.tokenizer.model_max_length, truncation=True, return_tensors="pt"
         ).input_ids
         with torch.no_grad():
-            return self.text_encoder(ids.to(self.device))[0]
+            return self.text_encoder(self._to_device(ids))[0]
+
+    def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A host tensor on this module's device. To a GPU from pinned memory, without blocking: a
+        blocking copy waits for every kernel queued before it (torch synchronises the stream)."""
+        if self.device.type != "cuda":
+            return tensor.to(self.device)
+        return tensor.pin_memory().to(self.device, non_blocking=True)
 
     def _loss(self, batch: Dict[str, Any], generator: Optional[torch.Generator] = None) -> torch.Tensor:
         training = generator is None
         latents = self._latents(batch, sample=training)
-        captions = list(batch["captions"])
+        text = self._text(batch, training)
         n = latents.shape[0]
-        if training and self.hparams.cond_dropout:
-            # Captions dropped to the empty prompt teach the unconditional prediction that
-            # classifier-free guidance contrasts against.
-            drop = torch.rand(n) < self.hparams.cond_dropout
-            captions = ["" if d else c for c, d in zip(captions, drop.tolist())]
         steps = self.noise_scheduler.config.num_train_timesteps
         if training:
             noise = torch.randn_like(latents)
@@ -186,7 +211,7 @@ class StableDiffusion(pl.LightningModule):
             target = self.noise_scheduler.get_velocity(latents, noise, timesteps)
         else:
             target = noise
-        prediction = self.unet(noisy, timesteps, self._encode_text(captions)).sample
+        prediction = self.unet(noisy, timesteps, text).sample
         if not self.hparams.snr_gamma:
             return F.mse_loss(prediction.float(), target.float())
         # Min-SNR weighting (Hang et al. 2023): easy low-noise steps stop dominating the loss.
@@ -215,9 +240,8 @@ class StableDiffusion(pl.LightningModule):
         # diffusers' EMAModel schedule: the average forgets its random start quickly, then settles.
         step = self.trainer.global_step - 1
         decay = min(self.hparams.ema_decay, (1 + step) / (10 + step))
-        with torch.no_grad():
-            for ema, param in zip(self.ema_unet.parameters(), self.unet.parameters()):
-                ema.lerp_(param.detach(), 1 - decay)
+        # One foreach lerp over all the weights (torch's own EMA update), not a kernel launch per weight.
+        get_ema_multi_avg_fn(decay)(list(self.ema_unet.parameters()), list(self.unet.parameters()), None)
 
     def configure_optimizers(self) -> Any:
         optimizer = partial_of(self.hparams.optimizer)(params=[p for p in self.unet.parameters() if p.requires_grad])
@@ -307,6 +331,46 @@ class StableDiffusion(pl.LightningModule):
     def on_fit_end(self) -> None:
         if self.global_rank == 0 and self.hparams.export_pipeline:
             export(self.pipeline(), Path(self.trainer.default_root_dir) / PIPELINE)
+
+
+class SampleCache:
+    """A tensor per training sample (a VAE latent distribution, a text embedding), kept on the
+    device in one tensor and gathered a batch at a time with the batch's device-side index: no
+    per-sample views joined by torch.stack, nothing read back to the host. Which samples it holds
+    is kept on the host, from the batch's host-side indices. Not part of the module's state: a
+    resumed run fills it again."""
+
+    def __init__(self) -> None:
+        self.values: Optional[torch.Tensor] = None
+        self.held: set = set()
+
+    def __len__(self) -> int:
+        return len(self.held)
+
+    def get(self, batch: Dict[str, Any]) -> Optional[torch.Tensor]:
+        """The batch's values, or None unless every sample of it is held."""
+        if self.values is None or not self.held.issuperset(_host_indices(batch)):
+            return None
+        return self.values[batch["index"]]
+
+    def put(self, batch: Dict[str, Any], values: torch.Tensor) -> None:
+        indices = _host_indices(batch)
+        rows = max(indices) + 1
+        if self.values is None or len(self.values) < rows:
+            # Rows up to the largest index seen: the split's size once a shuffled epoch has passed,
+            # reached in a few steps of growth.
+            grown = values.new_empty((rows, *values.shape[1:]))
+            if self.values is not None:
+                grown[: len(self.values)] = self.values
+            self.values = grown
+        self.values[batch["index"]] = values.detach()
+        self.held.update(indices)
+
+
+def _host_indices(batch: Dict[str, Any]) -> List[int]:
+    # raydra's captioned data hands them over on the host; other data only as a tensor, which read
+    # from a GPU waits for it.
+    return batch["indices"] if "indices" in batch else batch["index"].tolist()
 
 
 def export(pipe: StableDiffusionPipeline, target: Path) -> None:

@@ -13,9 +13,10 @@ import ray.tune
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from raydra import run_record, storage, summary
+from raydra import record, run_record, storage, summary
 from raydra.checkpoints import last_checkpoint
 from raydra.errors import one_line
+from raydra.record import Checkpoints, Metrics, RunRecord
 
 log = logging.getLogger("raydra")
 
@@ -78,26 +79,25 @@ def settle_trials(
     statuses = progress.statuses
     rows = []
     seen = set()
-    for run_dir in sorted(Path(sweep_dir, run_record.TRIALS).glob("*/" + summary.SUMMARY)):
+    for run_dir in sorted(Path(sweep_dir, run_record.TRIALS).glob("*/" + run_record.SUMMARY)):
         run_dir = run_dir.parent
-        record = summary.read(run_dir)
-        trial_id = record.get("trial", {}).get("id", run_dir.name)
+        run = record.read(run_dir)
+        trial_id = run.trial.id if run.trial and run.trial.id else run_dir.name
         seen.add(trial_id)
         status, result = statuses.get(trial_id), results.get(trial_id)
         # A trial Tune ended without error but that did not record its completion was stopped by
         # the scheduler (its process may have noted the stop as a failure on its way out).
-        if status == "TERMINATED" and result is not None and record["status"] in ("running", "failed", "interrupted"):
-            record.update(_stopped(result, metric, mode, run_dir, record["run_id"], scheduler, record.get("storage")))
-            summary.write(run_dir, record)
-        if record["status"] == "running":
+        if status == "TERMINATED" and result is not None and run.status in (record.RUNNING, record.FAILED, record.INTERRUPTED):
+            run = _stopped(run, result, metric, mode, run_dir, scheduler)
+            record.write(run_dir, run)
+        if run.status == record.RUNNING:
             if status == "ERROR":
-                record.update(status="failed", error=_one_line_error(result) or "the trial's process died")
+                run = run.failed(_one_line_error(result) or "the trial's process died")
             elif interrupted or status in ("RUNNING", "PENDING", "PAUSED"):
-                record.update(status="interrupted", error="the sweep was interrupted; continue it with tune.resume=" + str(sweep_dir))
-            if record["status"] != "running":
-                record.setdefault("finished_at", summary.now())
-                summary.write(run_dir, record)
-        rows.append(_row(record, run_dir, metric, sweep_dir))
+                run = run.interrupted("the sweep was interrupted; continue it with tune.resume=" + str(sweep_dir))
+            if run.ended:
+                record.write(run_dir, run)
+        rows.append(_row(run, run_dir, metric, sweep_dir))
     for trial_id, status in statuses.items():
         if trial_id not in seen:
             rows.append(
@@ -117,9 +117,8 @@ def settle_trials(
     return rows
 
 
-def _stopped(
-    result: Any, metric: str, mode: str, run_dir: Path, run_id: str, scheduler: str, storage_location: Optional[str]
-) -> Dict[str, Any]:
+def _stopped(run: RunRecord, result: Any, metric: str, mode: str, run_dir: Path, scheduler: str) -> RunRecord:
+    """The record of a trial the scheduler stopped, from what it reported to Tune."""
     history = result.metrics_dataframe
     last = result.metrics
     final = {k: summary.json_number(v) for k, v in last.items() if "/" in k and summary.json_number(v) is not None}
@@ -128,16 +127,14 @@ def _stopped(
         row = history.loc[history[metric].idxmax() if mode == "max" else history[metric].idxmin()]
         best = {k: summary.json_number(v) for k, v in row.items() if "/" in str(k) and summary.json_number(v) is not None}
     epochs = last.get("epochs_done")
-    return {
-        "status": "stopped",
-        "error": None,
-        "stopped_by": f"the {scheduler} scheduler after {epochs} epoch(s)",
-        "metrics": {"final": final, "best": best},
-        "epochs_completed": epochs,
-        "wall_time_s": round(float(last.get("time_total_s", 0.0)), 2),
-        "finished_at": summary.now(),
-        "checkpoints": {"best": None, "last": last_checkpoint(run_dir, run_id, storage_location)},
-    }
+    last_kept = last_checkpoint(run_dir, run.run_id, run.storage)
+    return run.stopped(
+        f"the {scheduler} scheduler after {epochs} epoch(s)",
+        round(float(last.get("time_total_s", 0.0)), 2),
+        metrics=Metrics(final=final, best=best),
+        epochs_completed=epochs,
+        checkpoints=Checkpoints(last=run.relative(last_kept, run.storage or str(run_dir))),
+    )
 
 
 def _one_line_error(result: Any) -> Optional[str]:
@@ -146,19 +143,18 @@ def _one_line_error(result: Any) -> Optional[str]:
     return one_line(result.error)
 
 
-def _row(record: Dict[str, Any], run_dir: Path, metric: str, sweep_dir: Path) -> Dict[str, Any]:
-    metrics = record.get("metrics") or {}
+def _row(run: RunRecord, run_dir: Path, metric: str, sweep_dir: Path) -> Dict[str, Any]:
     return {
-        "trial": record.get("trial", {}).get("id", run_dir.name),
-        "sampled": record.get("trial", {}).get("sampled", {}),
-        "status": record["status"],
-        "final": (metrics.get("final") or {}).get(metric),
-        "best": (metrics.get("best") or {}).get(metric),
-        "epochs": record.get("epochs_completed"),
-        "wall_s": record.get("wall_time_s"),
-        "error": record.get("error"),
+        "trial": run.trial.id if run.trial and run.trial.id else run_dir.name,
+        "sampled": run.trial.sampled if run.trial else {},
+        "status": run.status,
+        "final": run.metrics.final.get(metric),
+        "best": run.metrics.best.get(metric),
+        "epochs": run.epochs_completed,
+        "wall_s": run.wall_time_s,
+        "error": run.error,
         "run_dir": str(run_dir.relative_to(sweep_dir)),
-        "summary": record,
+        "summary": run,
     }
 
 
@@ -220,7 +216,7 @@ def write_best(cfg: DictConfig, sweep_dir: Path, best: Dict[str, Any], metric: s
         + OmegaConf.to_yaml(config)
     )
     (sweep_dir / run_record.BEST_CONFIG).write_text(text)
-    checkpoint = (best["summary"].get("checkpoints") or {}).get("best")
+    checkpoint = best["summary"].checkpoint("best", sweep_dir / best["run_dir"])
     link = sweep_dir / run_record.BEST_CHECKPOINT
     if link.is_symlink() or link.exists():
         link.unlink()
@@ -237,15 +233,15 @@ def write_best(cfg: DictConfig, sweep_dir: Path, best: Dict[str, Any], metric: s
     }
 
 
-def write_record(sweep_dir: Path, record: Dict[str, Any]) -> None:
+def write_record(sweep_dir: Path, sweep: Dict[str, Any]) -> None:
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    summary.write(sweep_dir, record, name=run_record.SWEEP)
+    record.write_json(sweep_dir / run_record.SWEEP, sweep)
 
 
-def end(record: Dict[str, Any], sweep_dir: Path, started: float, status: str, reason: Optional[str]) -> None:
-    record.update(status=status, error=reason, finished_at=summary.now(), wall_time_s=round(time.time() - started, 2))
+def end(sweep: Dict[str, Any], sweep_dir: Path, started: float, status: str, reason: Optional[str]) -> None:
+    sweep.update(status=status, error=reason, finished_at=record.now(), wall_time_s=round(time.time() - started, 2))
     if sweep_dir.exists():
-        write_record(sweep_dir, record)
+        write_record(sweep_dir, sweep)
     if reason:
         log.error(f"error: {reason}" if status == "failed" else reason)
 

@@ -10,10 +10,11 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from ray.tune.integration.ray_train import TuneReportCallback
 
-from raydra import fit, resolve, run_record, storage, summary
+from raydra import fit, record, resolve, run_record, storage, summary
 from raydra.errors import RaydraError, one_line
 from raydra.private_apis import tune_stop_probe
 from raydra.project import check_classes
+from raydra.record import Trial
 from raydra.redact import redact_hydra_records
 from raydra.schema import STRATEGY_SCHEMAS, RaydraConfig, validate
 from raydra.spec import Place
@@ -37,7 +38,7 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     place = Place(dir=str(run_dir), id=run_id, storage=trial_storage, logged_config={})
     sampled = {key: plain(value) for key, value in sampled.items()}
     overrides = sweep["overrides"] + [f"{key}={value}" for key, value in sampled.items()]
-    previous = summary.read(run_dir) if (run_dir / summary.SUMMARY).is_file() else None
+    previous = record.read(run_dir) if (run_dir / run_record.SUMMARY).is_file() else None
 
     conf = _typed(base)
     for key, value in sampled.items():
@@ -46,33 +47,30 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     (run_dir / run_record.CONFIG).write_text(OmegaConf.to_yaml(conf))
     (run_dir / run_record.OVERRIDES).write_text(yaml.safe_dump(overrides, sort_keys=False))
     redact_hydra_records(run_dir)
-    record = summary.new_summary(conf, record_dir, run_id, overrides)
-    record["trial"] = {"sweep": sweep["id"], "id": trial_id, "sampled": sampled}
+    run = summary.new_summary(conf, record_dir, run_id, overrides).with_start(trial=Trial(sweep=sweep["id"], id=trial_id, sampled=sampled))
     if previous:
         # A resumed sweep runs an unfinished trial again under the same run id: Train V2 continues
         # it from its last checkpoint.
-        record["started_at"] = previous["started_at"]
-        record["resumed"] = previous.get("resumed", []) + [{"at": summary.now(), "from_status": previous.get("status")}]
+        run = run.resumed_from(previous, run_dir=str(record_dir))
     try:
         validate(conf)
         check_classes(conf)
         spec = resolve.resolve(conf, record_dir, run_id)
         # Named here, not recomputed from paths.outputs: this process's working directory is Ray's.
         spec = spec.with_place(dir=place.dir, storage=place.storage)
-        summary.record_start(spec, record)
-        fit.fit_and_record(spec, record, started, tune_trial=True, callbacks=[ReportToTune(spec.trainer.max_epochs)])
+        run = summary.record_start(spec, run)
+        run = fit.fit_and_record(spec, run, started, tune_trial=True, callbacks=[ReportToTune(spec.trainer.max_epochs)])
     except Exception as error:
         if stopped_by_tune() or _settled(run_dir):
             # The scheduler ended this trial; the sweep driver records it from Tune's results.
             raise
         reason = str(error) if isinstance(error, RaydraError) else one_line(error)
-        record.update(status="failed", error=reason, finished_at=summary.now(), wall_time_s=round(time.time() - started, 2))
-        summary.save(place, record)
+        summary.save(place, run.failed(reason, started))
         raise
     # The last epoch reaches Tune only now, with the test metrics, once summary.json is complete
     # (see ReportToTune).
-    final = dict(record["metrics"]["final"])
-    final["epochs_done"] = record.get("epochs_completed")
+    final = dict(run.metrics.final)
+    final["epochs_done"] = run.epochs_completed
     ray.tune.report(final)
 
 
@@ -86,8 +84,8 @@ def _typed(base: Dict[str, Any]) -> DictConfig:
 
 def _settled(run_dir: Path) -> bool:
     """Whether the sweep driver already recorded this trial as stopped: its record is final."""
-    path = run_dir / summary.SUMMARY
-    return path.is_file() and summary.read(run_dir).get("status") == "stopped"
+    run = record.try_read(run_dir)
+    return run is not None and run.status == record.STOPPED
 
 
 class ReportToTune(TuneReportCallback):

@@ -15,7 +15,8 @@ import ray.tune
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from raydra import private_apis, project, run_record, storage, summary
+from raydra import private_apis, project, run_record, storage
+from raydra import record as record_module
 from raydra.callbacks import resolve_and_validate
 from raydra.cluster import TRIAL_CPU, check_fits, connect, trials_that_fit
 from raydra.console import worker_output
@@ -61,7 +62,7 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
         "sweep_dir": str(fresh_dir),
         "status": "running",
         "error": None,
-        "started_at": summary.now(),
+        "started_at": record_module.now(),
         "overrides": list(overrides),
         "search": tune_cfg.search,
         "scheduler": tune_cfg.scheduler,
@@ -177,7 +178,7 @@ def _continue(cfg: DictConfig, fresh_dir: Path) -> Tuple[Path, Dict[str, Any]]:
             f"tune.resume={cfg.tune.resume}: {sweep_dir} is not a raydra sweep directory (no sweep.json and tune/); "
             "pass the directory a tune= run printed."
         )
-    record = summary.read(sweep_dir, run_record.SWEEP)
+    record = record_module.read_json(sweep_dir / run_record.SWEEP)
     if record.get("status") == "completed":
         raise RaydraError(f"tune.resume={cfg.tune.resume}: {sweep_dir} already completed; start a new sweep instead.")
     old = yaml.safe_load((sweep_dir / run_record.CONFIG).read_text())
@@ -189,7 +190,7 @@ def _continue(cfg: DictConfig, fresh_dir: Path) -> Tuple[Path, Dict[str, Any]]:
         )
     record.update(status="running", error=None)
     record["resumed"] = record.get("resumed", []) + [
-        {"at": summary.now(), "from_status": record.get("status"), "log": str(fresh_dir / run_record.DRIVER_LOG)}
+        {"at": record_module.now(), "from_status": record.get("status"), "log": str(fresh_dir / run_record.DRIVER_LOG)}
     ]
     # The invocation's own Hydra directory points at the sweep it continued, so it never reads as a sweep of its own.
     report.write_record(fresh_dir, {"kind": "tune sweep resume", "status": "resumed elsewhere", "sweep_dir": str(sweep_dir)})

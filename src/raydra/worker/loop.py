@@ -285,17 +285,26 @@ def _start_from(model: torch.nn.Module, spec: RunSpec) -> None:
 
 
 def compile_networks(model: torch.nn.Module) -> List[str]:
-    """torch.compile, in place, each child of the LightningModule that has trainable weights.
+    """trainer.compile=true: torch.compile the LightningModule's forward, when it has its own, and
+    in place each child with trainable weights. Returns what was compiled ("forward", child names).
 
-    Compiling the LightningModule itself makes Lightning trace whole training steps, and dynamo
-    fails on `self.log` inside them (torch 2.13: "'method' object has no attribute '__dict__'").
-    In-place `Module.compile()` also keeps parameter names, so checkpoints load either way.
-    Frozen parts (an SD VAE and text encoder) stay eager: they would add compile time for
-    forward-only work.
+    The forward is one graph, everything it calls included: compiled on its own, in place, an
+    `nn.Sequential` (the ViT's conv stem) lands in code dynamo skips and ran eager. The forward is
+    replaced on the instance, as Lightning's own `from_compiled` does, so `self(x)` and
+    `self.forward(x)` both run it compiled. The children are for training steps that call a network
+    directly (SD's UNet; SD has no forward); called from the compiled forward, they are traced
+    into its graph. Compiling the whole LightningModule (`torch.compile(model)`) makes Lightning
+    trace whole training steps, and dynamo fails on `self.log` inside them (torch 2.13: "'method'
+    object has no attribute '__dict__'"). Neither way renames a parameter, so checkpoints load with
+    or without compile. Frozen parts (an SD VAE and text encoder) stay eager: they would add
+    compile time for forward-only work.
     """
     import torchmetrics
 
     compiled = []
+    if type(model).forward is not pl.LightningModule.forward:
+        model.forward = torch.compile(model.forward)
+        compiled.append("forward")
     for name, child in model.named_children():
         if isinstance(child, torchmetrics.Metric) or not any(p.requires_grad for p in child.parameters()):
             continue
@@ -303,7 +312,8 @@ def compile_networks(model: torch.nn.Module) -> List[str]:
         compiled.append(name)
     if not compiled:
         raise RaydraError(
-            f"trainer.compile=true found no trainable submodule in {type(model).__name__} to compile; set trainer.compile=false."
+            f"trainer.compile=true found no forward and no trainable submodule in {type(model).__name__} to compile; "
+            "set trainer.compile=false."
         )
     return compiled
 

@@ -12,7 +12,7 @@ import torch
 from raydra.console import PROGRESS_MARK
 from raydra.lightning import pl
 from raydra.private_apis import restart_train_iterator
-from raydra.summary import now
+from raydra.record import now
 
 
 class Resumable(pl.Callback):

@@ -39,6 +39,7 @@ def build_strategy(settings: Any, shard_blocks: Optional[List[str]] = None) -> A
             find_unused_parameters=settings.find_unused_parameters,
             gradient_as_bucket_view=settings.gradient_as_bucket_view,
             static_graph=settings.static_graph,
+            bucket_cap_mb=settings.bucket_cap_mb,
         )
     if name == "fsdp":
         return RayFSDP2Strategy(settings, shard_blocks or [])

@@ -1,0 +1,419 @@
+"""summary.json as a typed value: what a run asked for, how it ended and what it achieved.
+
+    RunRecord        the record, one attribute per field, its format version in `format`
+    read / write     summary.json in a run directory, read into a RunRecord and written atomically
+    transitions      started -> running (with_start) -> completed | failed | interrupted | stopped,
+                     and resumed_from: each returns a new record; `_ended` alone sets how a run ended
+
+Every module that writes or reads summary.json goes through here; the rest read attributes. Only the
+standard library is imported (and raydra.storage's path joining), so `raydra compare` and `show` read
+records without torch, Ray, Hydra or OmegaConf, on any machine the runs were copied to.
+
+Format 2 (this one): paths the record names inside the run (its checkpoints) are relative to the
+run's home: its storage location when it has one (`storage`), else its run directory. So a copied or
+moved run finds its own checkpoints. Format 1 (records before `format` was written) named them
+absolute; `from_dict` reads such records as format 2, relative wherever they lay below the recorded
+run directory or storage location.
+
+A record is data from wherever the run came from: a field of the wrong type reads as unset and is
+named in `problems`, a key this version does not know is kept in `extra` (and written back), so a
+newer raydra's or a damaged record still reads.
+"""
+
+import dataclasses
+import json
+import posixpath
+import time
+import typing
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from raydra import storage
+from raydra.errors import RaydraError, out_of_space
+from raydra.run_record import SUMMARY
+from raydra.storage import replacing
+
+FORMAT = 2
+
+RUNNING, COMPLETED, FAILED, INTERRUPTED, STOPPED = "running", "completed", "failed", "interrupted", "stopped"
+# How a run can end; "running" is the record of a run under way, or of a driver that died.
+ENDED = (COMPLETED, FAILED, INTERRUPTED, STOPPED)
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class Monitor:
+    """The metric the run's checkpoints were ranked by, and whether higher is better."""
+
+    metric: Optional[str] = None
+    mode: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """The last report's metrics with the test's, and the report where the monitor was best."""
+
+    final: Dict[str, Any] = field(default_factory=dict)
+    best: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """The run's checkpoints, relative to its home (RunRecord.checkpoint resolves them), and what
+    saving them cost."""
+
+    best: Optional[str] = None
+    last: Optional[str] = None
+    dir: Optional[str] = None
+    # Mean time training stood still per checkpoint (write, and a waited-for upload), rank 0's view.
+    save_s_mean: Optional[float] = None
+    # Mean time an upload to storage took (in the background with checkpoint.upload=background).
+    upload_s_mean: Optional[float] = None
+    upload: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Resumption:
+    """One resume= (or resumed sweep or multirun) of the run: when, from what, and that invocation's log."""
+
+    at: Optional[str] = None
+    from_status: Optional[str] = None
+    log: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Trial:
+    """A Tune trial's place in its sweep, and the values it sampled."""
+
+    sweep: Optional[str] = None
+    id: Optional[str] = None
+    sampled: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """summary.json. Written when the run starts ("running") and rewritten whole when it ends."""
+
+    format: int = FORMAT
+    name: Optional[str] = None
+    run_id: Optional[str] = None
+    # Where the run was written, as that machine named it: what `resume=` continues in, and what
+    # format 1's absolute paths are relative to.
+    run_dir: Optional[str] = None
+    status: str = RUNNING
+    # One line saying why a run failed or was interrupted (with the command that continues it).
+    error: Optional[str] = None
+    started_at: Optional[str] = None
+    finished_at: Optional[str] = None
+    wall_time_s: Optional[float] = None
+    # The command line's overrides, as typed (secrets masked).
+    overrides: List[str] = field(default_factory=list)
+    monitor: Monitor = field(default_factory=Monitor)
+    # The user's words for the run (root key tags), and the seed every worker started from.
+    tags: List[str] = field(default_factory=list)
+    seed: Optional[int] = None
+    # The strategy's settings, not only its name: sharding and layout decide memory and checkpoints.
+    strategy: Any = None
+    # An elastic group's starts as its max; the outcome replaces it with the last size.
+    world_size: Optional[int] = None
+    use_gpu: Optional[bool] = None
+    git_commit: Optional[str] = None
+    versions: Dict[str, str] = field(default_factory=dict)
+    # The SLURM job it ran in (its logs, its accounting, how a requeued job finds the run).
+    slurm: Optional[Dict[str, Any]] = None
+    # Set once the config validated: resume=latest's mark of a run that got as far as training.
+    config_hash: Optional[str] = None
+    precision: Optional[str] = None
+    # The run's share of paths.storage (secrets masked), or None: the run directory holds it all.
+    storage: Optional[str] = None
+    # Where to find the run in W&B (project, entity, group, mode).
+    wandb: Optional[Dict[str, Any]] = None
+    # ckpt_path=: the checkpoint whose weights the run started from (outside the run: absolute).
+    ckpt_path: Optional[str] = None
+    # What the data turned out to be: classes found in it and, under ray_data, rows per split.
+    data: Dict[str, Any] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=Metrics)
+    throughput: Dict[str, Any] = field(default_factory=dict)
+    peak_memory_bytes: Optional[int] = None
+    memory_per_worker: List[Dict[str, Any]] = field(default_factory=list)
+    epochs_completed: Optional[int] = None
+    # Why final metrics hold no test/* (no test split, trainer.test=false); None when tested.
+    test_skipped: Optional[str] = None
+    global_step: Optional[int] = None
+    # Why training ended before trainer.max_epochs, when a callback (EarlyStopping) stopped it.
+    stopped_early: Optional[Dict[str, Any]] = None
+    # An elastic group's bounds ({"min", "max"}) and its resizes (when, from, to, at which step).
+    num_workers: Optional[Dict[str, Any]] = None
+    resizes: List[Dict[str, Any]] = field(default_factory=list)
+    checkpoints: Checkpoints = field(default_factory=Checkpoints)
+    # raydra.startup's phases: how long the run took to reach its first step, and where that went.
+    startup: Dict[str, Any] = field(default_factory=dict)
+    resumed: List[Resumption] = field(default_factory=list)
+    trial: Optional[Trial] = None
+    # A trial the sweep's scheduler ended early: which scheduler, after how many epochs.
+    stopped_by: Optional[str] = None
+    # raydra rerun: the run this one reproduces.
+    reproduces: Optional[str] = None
+    # Keys this version does not know (a newer raydra's), kept as they were.
+    extra: Dict[str, Any] = field(default_factory=dict)
+    # What did not read (a field of the wrong type): never written.
+    problems: Tuple[str, ...] = ()
+
+    # -- transitions ------------------------------------------------------------------------------
+
+    @classmethod
+    def started(cls, **fields: Any) -> "RunRecord":
+        """A run's first record: status running, started now."""
+        return cls(status=RUNNING, started_at=now(), **fields)
+
+    def with_start(self, **fields: Any) -> "RunRecord":
+        """What the run will train with, known once its config resolved (config_hash, precision,
+        storage, ...): still running."""
+        return dataclasses.replace(self, **fields)
+
+    def resumed_from(self, previous: "RunRecord", log: Optional[str] = None, **kept: Any) -> "RunRecord":
+        """This invocation continues `previous`: its id, directory, start and history are kept, and
+        the resumption is added to them. `kept`: fields to set as well (where the run is now)."""
+        continued = {
+            "run_id": previous.run_id,
+            "run_dir": previous.run_dir or self.run_dir,
+            "started_at": previous.started_at,
+            # Kept, so that if this attempt fails too, resume=latest still finds the run.
+            "config_hash": previous.config_hash,
+            "resumed": [*previous.resumed, Resumption(at=now(), from_status=previous.status, log=log)],
+        }
+        return dataclasses.replace(self, **{**continued, **kept})
+
+    def completed(self, started: float, **outcome: Any) -> "RunRecord":
+        """The fit returned: its figures (metrics, throughput, checkpoints, ...)."""
+        return self._ended(COMPLETED, None, started, **outcome)
+
+    def failed(self, reason: str, started: Optional[float] = None) -> "RunRecord":
+        return self._ended(FAILED, reason, started)
+
+    def interrupted(self, reason: str, started: Optional[float] = None, last_checkpoint: Optional[str] = None) -> "RunRecord":
+        """Ctrl-C, SIGTERM, a time limit: `reason` names the command that continues it, and the
+        checkpoint it continues from (relative to the run's home) is recorded."""
+        return self._ended(INTERRUPTED, reason, started, checkpoints=Checkpoints(last=last_checkpoint))
+
+    def stopped(self, by: str, wall_time_s: Optional[float], **outcome: Any) -> "RunRecord":
+        """A trial a sweep's scheduler ended early: not a failure, its figures as far as it got."""
+        return dataclasses.replace(self._ended(STOPPED, None, None, **outcome), stopped_by=by, wall_time_s=wall_time_s)
+
+    def _ended(self, status: str, error: Optional[str], started: Optional[float], **fields: Any) -> "RunRecord":
+        """The one place a record's status changes from running."""
+        wall = round(time.time() - started, 2) if started is not None else self.wall_time_s
+        return dataclasses.replace(self, status=status, error=error, finished_at=now(), wall_time_s=wall, **fields)
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ENDED
+
+    def home(self, found: Any = None) -> Optional[str]:
+        """Where the record's relative paths start, for the run found at `found` (a directory or a
+        storage URI; None: where it was written): a URI itself (the run's storage, or a copy of the
+        run there), else the run's storage location if it has one, else its run directory."""
+        if found is not None and storage.is_uri(str(found)):
+            return str(found)
+        if self.storage:
+            return self.storage
+        found = found if found is not None else self.run_dir
+        return str(found) if found is not None else None
+
+    def checkpoint(self, which: str, found: Any = None) -> Optional[str]:
+        """The best or last checkpoint's path or URI, for the run found at `found` (see home)."""
+        return self.resolve(getattr(self.checkpoints, which), found)
+
+    def resolve(self, recorded: Optional[str], found: Any = None) -> Optional[str]:
+        """A path the record names, made whole: relative ones below the run's home."""
+        if not recorded or storage.is_uri(recorded) or posixpath.isabs(recorded):
+            return recorded
+        home = self.home(found)
+        return storage.join(home, *recorded.split("/")) if home else recorded
+
+    def relative(self, path: Optional[str], home: Optional[str] = None) -> Optional[str]:
+        """`path` as the record keeps it: relative to the run's home (`home`, where the caller knows
+        it unmasked; else the record's) when below it."""
+        return relative_to(path, home or self.home())
+
+    def best_value(self) -> Any:
+        """The monitored metric's best value, if it was reported."""
+        return self.metrics.best.get(self.monitor.metric) if self.monitor.metric else None
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.name in ("extra", "problems"):
+                continue
+            value = getattr(self, f.name)
+            out[f.name] = _plain(value)
+        out.update({key: value for key, value in self.extra.items() if key not in out})
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "RunRecord":
+        """A record as read from summary.json (any format so far). Raises RecordError for what is no
+        record at all (not a JSON object)."""
+        if not isinstance(data, dict):
+            raise RecordError(f"it holds a JSON {type(data).__name__}, not an object")
+        problems: List[str] = []
+        fields = {}
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.name in ("extra", "problems") or f.name not in data:
+                continue
+            value, ok = _read(hints[f.name], data[f.name])
+            if ok:
+                fields[f.name] = value
+            else:
+                problems.append(f"{f.name} is not a {_type_name(hints[f.name])} ({data[f.name]!r:.60})")
+        known = {f.name for f in dataclasses.fields(cls)}
+        extra = {key: value for key, value in data.items() if key not in known}
+        fields.pop("format", None)
+        record = cls(format=FORMAT, extra=extra, problems=tuple(problems), **fields)
+        if not isinstance(data.get("format"), int) or data.get("format", 1) < 2:
+            record = _from_format_1(record)
+        return record
+
+
+class RecordError(RaydraError):
+    """A summary.json that cannot be read as a run record."""
+
+
+def read(run_dir: Any, name: str = SUMMARY) -> RunRecord:
+    """The run record in `run_dir`. A missing, truncated or non-object file is refused in one
+    sentence naming it (RecordError); a field of the wrong type reads as unset (record.problems)."""
+    path = Path(run_dir) / name
+    try:
+        return RunRecord.from_dict(json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise RecordError(f"{path} does not exist; pass a run directory a raydra run wrote.") from None
+    except (ValueError, UnicodeDecodeError) as error:
+        raise RecordError(f"{path} is not a readable run record ({error}); it was cut short or is not raydra's.") from None
+    except RecordError as error:
+        raise RecordError(f"{path} is not a readable run record ({error}); it is not raydra's.") from None
+
+
+def try_read(run_dir: Any, name: str = SUMMARY) -> Optional[RunRecord]:
+    """The run record, or None where there is none to read (not written yet, cut short, not an object)."""
+    try:
+        return read(run_dir, name)
+    except (RecordError, OSError):
+        return None
+
+
+def write(run_dir: Any, record: RunRecord, name: str = SUMMARY) -> None:
+    write_json(Path(run_dir) / name, record.to_dict())
+
+
+def write_json(path: Path, content: Any) -> None:
+    """A record file (summary.json, sweep.json, jobs.json) written whole: the previous one stays
+    until the new one is, and a half-written one goes. Secrets are masked: overrides and errors can
+    carry a key typed on the command line."""
+    from raydra.redact import redact
+
+    content = redact(content)
+    try:
+        with replacing(path) as tmp:
+            Path(tmp).write_text(json.dumps(content, indent=2, sort_keys=False, default=str) + "\n")
+    except OSError as error:
+        full = out_of_space(error, path, path.name)
+        if full:
+            raise full from None
+        raise
+
+
+def read_json(path: Path) -> Any:
+    """A record file other than summary.json (sweep.json, jobs.json), as plain data."""
+    return json.loads(Path(path).read_text())
+
+
+# -- private ---------------------------------------------------------------------------------------
+
+
+def _from_format_1(record: RunRecord) -> RunRecord:
+    """A record written before `format`: its checkpoints were named absolute, below the run
+    directory (or the storage location) it was written in."""
+    c = record.checkpoints
+    home = record.home()
+    return dataclasses.replace(
+        record,
+        checkpoints=dataclasses.replace(c, best=relative_to(c.best, home), last=relative_to(c.last, home), dir=relative_to(c.dir, home)),
+    )
+
+
+def relative_to(path: Optional[str], home: Optional[str]) -> Optional[str]:
+    """`path` relative to `home` when it lies below it (a URI's query left aside), else as given."""
+    if not path or not home:
+        return path
+    base, query = _split_query(home)
+    inner, inner_query = _split_query(path)
+    base = base.rstrip("/") + "/"
+    if inner.startswith(base) and (not storage.is_uri(path) or query == inner_query):
+        return inner[len(base) :] or None
+    return path
+
+
+def _split_query(location: str) -> Tuple[str, str]:
+    head, _, query = location.partition("?")
+    return head, query
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _read(kind: Any, value: Any) -> Tuple[Any, bool]:
+    """`value` as `kind` (the field's annotation), and whether it was one."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if kind is Any:
+        return value, True
+    if origin is typing.Union:  # Optional[X]
+        if value is None:
+            return None, True
+        return _read(next(a for a in args if a is not type(None)), value)
+    if dataclasses.is_dataclass(kind):
+        if not isinstance(value, dict):
+            return None, False
+        hints = typing.get_type_hints(kind)
+        known = {f.name for f in dataclasses.fields(kind)}
+        parts = {}
+        for key, item in value.items():
+            if key in known:
+                read_item, ok = _read(hints[key], item)
+                if ok:
+                    parts[key] = read_item
+        return kind(**parts), True
+    if origin in (list, List):
+        if not isinstance(value, list):
+            return None, False
+        read_items = [_read(args[0], item) for item in value]
+        return [item for item, ok in read_items if ok], True
+    if origin in (dict, Dict):
+        return (value, True) if isinstance(value, dict) else (None, False)
+    if kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return (value, True) if ok else (None, False)
+    if kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        return (value, True) if ok else (None, False)
+    return (value, True) if isinstance(value, kind) else (None, False)
+
+
+def _type_name(kind: Any) -> str:
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    inner = args[0] if typing.get_origin(kind) is typing.Union and args else kind
+    return {str: "string", int: "whole number", float: "number", bool: "true or false"}.get(
+        inner, getattr(typing.get_origin(inner), "__name__", getattr(inner, "__name__", str(inner)))
+    )
