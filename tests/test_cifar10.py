@@ -101,6 +101,9 @@ def test_trains_from_the_files(train_here, tmp_path):
 
 
 def test_a_missing_root_fails_the_run_with_one_sentence(train_here, tmp_path):
+    # A folder without the batch files: one that does not exist at all is refused before the run
+    # resolves (test_config's data-root test), in raydra's words rather than the module's.
+    (tmp_path / "nowhere").mkdir()
     done = train_here(
         "experiment=vit_cifar10", f"data.root={tmp_path}/nowhere", "scale.num_workers=0", "logger=csv", outputs=tmp_path / "out"
     )

@@ -87,6 +87,44 @@ def test_a_worker_count_that_is_no_count_is_refused_by_the_command_in_one_senten
         assert summary["status"] == "failed" and summary["world_size"] is None
 
 
+def test_what_hydra_refuses_before_the_run_is_said_in_one_sentence_by_the_command(train_here, tmp_path):
+    """Composition and the run's directory fail inside Hydra, before raydra's main: Hydra printed a
+    traceback (95 lines for a YAML error, 103 for a long name); the command says one sentence."""
+    conf = tmp_path / "conf" / "experiment"
+    conf.mkdir(parents=True)
+    (conf / "broken.yaml").write_text("# @package _global_\nname: broken\ntrainer:\n  max_epochs: [1, 2\n")
+    cases = [
+        (
+            (f"--config-dir={tmp_path / 'conf'}", "experiment=broken"),
+            f"error: {conf / 'broken.yaml'}, line 5, column 1, is not YAML: expected ',' or ']', but got '<stream end>' "
+            "(while parsing a flow sequence that starts at line 4, column 15); fix the file there.",
+        ),
+        (
+            ("scale.cpus_per_worker=abc",),
+            "error: scale.cpus_per_worker=abc is not a float; give it a float, e.g. scale.cpus_per_worker=1.0.",
+        ),
+        (
+            ("scale.num_workerz=2",),
+            "error: scale.num_workerz is not a key raydra knows (scale has a fixed set of keys); did you mean scale.num_workers?",
+        ),
+        (("name=" + "x" * 300,), "is a name longer than the filesystem allows (a part of 309 characters; most allow 255)"),
+    ]
+    for n, (overrides, sentence) in enumerate(cases):
+        done = train_here(*overrides, "scale.num_workers=0", outputs=tmp_path / str(n))
+        said = done.stdout + done.stderr
+        assert done.returncode == 1 and sentence in done.stderr and "Traceback" not in said, said
+        assert len(said.strip().splitlines()) == 1, said
+        assert not run_dirs(tmp_path / str(n))
+    assert "the run's directory cannot be created; give the run a shorter name= (it names the directory)." in said
+    assert not list((tmp_path / "3").rglob("*x" * 3))  # nothing half-made is left
+
+
+def test_what_raydra_does_not_say_itself_hydra_reports_as_it_did(train_here, tmp_path):
+    done = train_here("experiment=doesnotexist", outputs=tmp_path)
+    assert done.returncode == 1 and "Could not find 'experiment/doesnotexist'" in done.stderr and "error:" not in done.stderr
+    assert "Available options in 'experiment'" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_wrong_type_fails_at_compose_time():
     # scale.num_workers takes a count or [min, max], which OmegaConf cannot type: validate refuses it.
     with pytest.raises(ConfigCompositionException, match="scale.cpus_per_worker=abc") as error:
@@ -347,7 +385,7 @@ print(resolve.data_to_describe(cfg), b"raydra.worker" in function, "lightning.py
 """
 
 
-@pytest.mark.parametrize("data", ["data=digits", "data=cifar10 data.root=/data/cifar10", "data=synthetic"])
+@pytest.mark.parametrize("data", ["data=digits", "data=cifar10 data.root=/tmp", "data=synthetic"])
 def test_the_driver_of_a_run_whose_data_states_its_classes_never_imports_lightning(data):
     """Lightning with torchmetrics is ~3 s of CPU the driver spent before every fit (the workers
     import it anyway): the driver resolves the config and hands Ray Train a training function that
@@ -355,6 +393,31 @@ def test_the_driver_of_a_run_whose_data_states_its_classes_never_imports_lightni
     done = subprocess.run([sys.executable, "-c", DRIVER_SIDE_SCRIPT, *data.split()], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["None", "True", "False", "False"]
+
+
+def test_a_data_root_without_the_data_is_refused_on_the_driver_before_the_workers_start(train_here, tmp_path, monkeypatch):
+    """data=cifar10 data.root=/nonexistent was refused by the workers, 31 s after the run started; the
+    driver checks it as it resolves the run (local mode, and a local Ray: the workers read this
+    disk), before the record says running, and without importing the data module."""
+    from raydra import driver
+    from raydra.resolve import check_data_paths
+
+    monkeypatch.setattr(driver, "connect", lambda *args, **kwargs: None)
+    monkeypatch.setattr(driver.fit, "fit_and_record", lambda *args, **kwargs: pytest.fail("a refused run reached the fit"))
+    sentence = (
+        "error: data.root=/nonexistent does not exist on this machine, whose disk the workers read; point it at your data, "
+        "or set data.download=true to fetch it there."
+    )
+    for n, workers in enumerate((0, 1)):
+        done = train_here("data=cifar10", "data.root=/nonexistent", f"scale.num_workers={workers}", "logger=csv", outputs=tmp_path / str(n))
+        assert done.returncode == 1 and sentence in done.stdout and "Traceback" not in done.stdout + done.stderr, done.stdout
+        assert summary_of(run_dirs(tmp_path / str(n))[0])["status"] == "failed"
+    with pytest.raises(RaydraError, match=r"^data.root=/nonexistent does not exist on this machine, .*; point it at your data.$"):
+        check_data_paths(composed("data=image_captions", "data.root=/nonexistent", "model=sd_tiny"))
+    # On a cluster the workers' disks are their own: the driver leaves the check to them; so does
+    # data.download=true, which fetches the files there.
+    check_data_paths(composed("data=cifar10", "data.root=/nonexistent", "ray.address=auto"))
+    check_data_paths(composed("data=cifar10", "data.root=/nonexistent", "data.download=true"))
 
 
 def test_data_whose_classes_are_left_null_is_asked_to_describe_itself():

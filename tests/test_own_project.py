@@ -84,8 +84,13 @@ def test_the_examples_classes_pass_the_driver_side_checks(project, monkeypatch):
             "model._target_=my_project.data.BlobsDataModule",
             "model._target_=my_project.data.BlobsDataModule is not a LightningModule subclass",
         ),
-        ("+model.hidden=32", "model: got an unexpected keyword argument 'hidden' for my_project.model.MLPClassifier(num_features"),
-        ("~data.num_samples", "data: missing a required argument: 'num_samples' for my_project.data.BlobsDataModule("),
+        (
+            "+model.hidden=32",
+            "model.hidden is not an argument of my_project.model.MLPClassifier(num_features, num_classes, hidden_size, optimizer); "
+            "did you mean model.hidden_size?",
+        ),
+        ("~data.num_samples", "data.num_samples is missing, and my_project.data.BlobsDataModule(batch_size, num_samples,"),
+        ("model.hidden_size=wide", "model.hidden_size=wide is not an integer (my_project.model.MLPClassifier takes hidden_size: int)"),
         ("model._target_=torch.nn.Linear", "is not a LightningModule subclass"),
     ],
 )

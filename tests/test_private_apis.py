@@ -642,6 +642,22 @@ def fence_offences(source: str) -> list:
     return sorted(set(found))
 
 
+def test_hydras_report_of_an_error_is_its_message_for_its_own_and_a_traceback_for_others(capsys):
+    """What raydra's entry hands back to Hydra when it has no sentence of its own for an error."""
+    from hydra.errors import MissingConfigException
+
+    with pytest.raises(SystemExit) as exited:
+        private_apis.report_as_hydra_does(MissingConfigException("In 'train': Could not find 'experiment/nope'", "experiment/nope"))
+    assert exited.value.code == 1
+    assert capsys.readouterr().err.startswith("In 'train': Could not find 'experiment/nope'\n")
+    try:
+        raise KeyError("not Hydra's")
+    except KeyError as error:
+        with pytest.raises(SystemExit):
+            private_apis.report_as_hydra_does(error)
+    assert 'KeyError: "not Hydra\'s"' in capsys.readouterr().err
+
+
 def test_the_fence_sees_every_kind_of_private_reach():
     reaches = {
         "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing": 1,
@@ -678,7 +694,9 @@ def test_nothing_outside_private_apis_reaches_into_private_modules():
     assert offenders == []
 
 
-@pytest.mark.parametrize("package", ["ray", "torch", "lightning", "torchmetrics", "transformers", "datasets", "huggingface-hub"])
+@pytest.mark.parametrize(
+    "package", ["ray", "torch", "lightning", "torchmetrics", "transformers", "datasets", "huggingface-hub", "hydra-core"]
+)
 def test_installed_versions_are_inside_the_caps_this_file_was_run_against(package):
     """pyproject.toml caps each library whose private API raydra reaches at the minor version this
     file passed with; an install outside the caps means nobody has run it against that version."""

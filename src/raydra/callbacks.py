@@ -15,7 +15,7 @@ workers build what is left after raydra's own callbacks (raydra.worker.loop).
 
 import copy
 import logging
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -37,11 +37,15 @@ DRIVES = {
 LEFT_TO_THE_RECORD = ("dirpath", "filename", "save_last", "save_weights_only", "auto_insert_metric_name", "save_on_train_epoch_end")
 
 
-def resolve_and_validate(cfg: DictConfig, overrides: Sequence[str] = ()) -> DictConfig:
+def resolve_and_validate(cfg: DictConfig, overrides: Sequence[str] = (), own_classes: Optional[bool] = None) -> DictConfig:
     """What a run (a single run, a sweep, each multirun job as its launcher checks it first) checks
     before Ray starts, on `cfg` in place: resolve, then the schema's checks (raydra.schema.validate),
-    then the user's classes (project.check_classes). Returns the config as composed, before resolve
-    changed it: what a resumed run is compared with its record by."""
+    then the user's classes with every `_target_`'s arguments (project.check_classes). With
+    `own_classes`, the arguments of raydra's own model and data classes too (raydra.arguments), which
+    import Lightning; None: where this process imports them anyway, local mode. Elsewhere the
+    workers check them before building them: on the driver of a Ray run the import delayed the first
+    step by seconds. Returns the config as composed, before resolve changed it: what a resumed run
+    is compared with its record by."""
     from raydra.schema import validate
 
     composed = copy.deepcopy(cfg)
@@ -55,7 +59,7 @@ def resolve_and_validate(cfg: DictConfig, overrides: Sequence[str] = ()) -> Dict
         if problems:
             raise RaydraError(" ".join(problems))
     # Last: it imports the user's classes, which is worth doing only for an otherwise valid config.
-    check_classes(cfg)
+    check_classes(cfg, own_classes=own_classes or own_classes is None and cfg.scale.num_workers == 0)
     return composed
 
 

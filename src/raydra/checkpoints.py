@@ -46,19 +46,81 @@ def checkpoint_meta(path: PathLike, trusted: bool = False) -> Dict[str, Any]:
     """Lightning's non-tensor state of a checkpoint: epoch, global_step, hyper_parameters, module_class.
     Read weights-only (tensors and plain data: unpickling runs no code); `trusted`: a DeepSpeed
     checkpoint may hold any pickled object (see raydra.trust)."""
-    import torch
-
     path = Path(path)
     if path.is_file():
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return _torch_load(path, weights_only=True)
     if (path / "meta.pt").is_file():
-        return torch.load(path / "meta.pt", map_location="cpu", weights_only=True)
+        return _torch_load(path / "meta.pt", weights_only=True)
     deepspeed_states = path / "checkpoint" / "mp_rank_00_model_states.pt"
     if deepspeed_states.is_file():
         # DeepSpeed pickles a few objects of its own beside the tensors: those are allowed, nothing else.
         return _load_deepspeed_file(deepspeed_states, trusted)
     raise RaydraError(
         f"{path} is not a Lightning checkpoint (no file, no meta.pt, no DeepSpeed states); pass a checkpoint.ckpt a raydra run wrote."
+    )
+
+
+# The first bytes of a zip archive, which torch.save writes (its format since torch 1.6).
+ZIP_MAGIC = b"PK\x03\x04"
+
+
+def _torch_load(path: Path, weights_only: bool) -> Any:
+    """torch.load of a checkpoint file; a file cut short or corrupted is said in one sentence
+    naming it (torch's own words name no path: "PytorchStreamReader failed reading zip archive",
+    or OSError "Invalid argument")."""
+    import pickle
+    import zipfile
+
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=weights_only)
+    except Exception as error:
+        text = str(error)
+        if "Weights only load failed" in text:
+            raise  # what weights_only will not unpickle is no damage; torch says it in its own words
+        if _cut_short(path):
+            raise _damaged(path, CUT_SHORT) from None
+        if (
+            isinstance(error, (EOFError, zipfile.BadZipFile, pickle.UnpicklingError))
+            or "PytorchStreamReader" in text
+            or "corrupted" in text
+        ):
+            raise _damaged(path, text.split(". ")[0] or type(error).__name__) from None
+        raise
+
+
+CUT_SHORT = "it starts as torch.save's zip archive, whose directory at the end is missing"
+
+
+def _cut_short(file: Path) -> bool:
+    """Whether `file` is a zip archive (torch.save's format) without its end."""
+    import zipfile
+
+    try:
+        with open(file, "rb") as handle:
+            if handle.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
+                return False
+        zipfile.ZipFile(file).close()
+    except (zipfile.BadZipFile, OSError):
+        return True
+    return False
+
+
+def check_whole(path: PathLike) -> None:
+    """Refuse, in one sentence, a checkpoint file that is a zip archive cut short (a copy or an
+    upload that stopped): only its end, which holds the archive's directory, is read, so a large
+    checkpoint costs nothing to check. A directory layout or torch's older format is let be."""
+    path = Path(path)
+    file = path if path.is_file() else path / "meta.pt"
+    if file.is_file() and _cut_short(file):
+        raise _damaged(file, CUT_SHORT)
+
+
+def _damaged(path: Path, why: str) -> RaydraError:
+    return RaydraError(
+        f"{path} is not a whole checkpoint ({why[:200].rstrip('.')}): it was cut short or corrupted, as by a copy that stopped; "
+        "copy it again, or use another of the run's checkpoints (a run directory's best or last)."
     )
 
 
@@ -230,10 +292,9 @@ def _unreadable(location: str, error: BaseException) -> RaydraError:
 
 
 def _state_dict(path: Path, module: torch.nn.Module, trusted: bool = False) -> Dict[str, Any]:
-    import torch
 
     if path.is_file():
-        return torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+        return _torch_load(path, weights_only=True)["state_dict"]
     if (path / "meta.pt").is_file():
         import torch.distributed.checkpoint as dcp
 

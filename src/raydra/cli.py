@@ -16,6 +16,7 @@ from typing import List, Optional
 
 from raydra import compare as cmp
 from raydra.compare.terminal import inert
+from raydra.errors import unwritable
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -124,13 +125,27 @@ def run_compare(args: argparse.Namespace) -> int:
         print(inert(cmp.render_groups(args.format, grouped.columns, grouped.rows)))
 
     written = []
-    if args.plot:
-        written += cmp.write_plots(cmp.render_curves([run for run, _ in rows], metrics, keys, args.x, notes), args.plot)
-    if args.html:
-        title = "raydra compare: " + " ".join(args.paths)
-        Path(args.html).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.html).write_text(cmp.render_html(rows, columns, keys, metrics, notes, title, grouped), encoding="utf-8")
-        written.append(Path(args.html))
+    try:
+        if args.plot:
+            where, what, flag = args.plot, "the plots", "--plot"
+            written += cmp.write_plots(cmp.render_curves([run for run, _ in rows], metrics, keys, args.x, notes), args.plot)
+        if args.html:
+            where, what, flag = args.html, "the HTML report", "--html"
+            title = "raydra compare: " + " ".join(args.paths)
+            Path(args.html).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.html).write_text(cmp.render_html(rows, columns, keys, metrics, notes, title, grouped), encoding="utf-8")
+            written.append(Path(args.html))
+    except OSError as error:
+        refused = unwritable(
+            error,
+            error.filename or where,
+            what,
+            f"name a {'file' if flag == '--html' else 'directory'} in a directory you can write ({flag})",
+        )
+        if refused is None:
+            raise
+        report([*notes, str(refused)], "compare")
+        return 1
     report(notes, "compare")
     for path in written:
         print(f"wrote {path}", file=sys.stderr)

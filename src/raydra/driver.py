@@ -58,7 +58,7 @@ def train_run(
     started = time.time()
     marks = {"run_began": startup.run_began(), "run_entered": started}
     run_dir = Path(run_dir).resolve()
-    run_id = f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{cfg.name}_{uuid.uuid4().hex[:6]}"
+    run_id = f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{run_record.ray_safe(cfg.name)}_{uuid.uuid4().hex[:6]}"
     # The run's record as it stands: each stage below replaces it with the next (raydra.record).
     record = summary.new_summary(cfg, run_dir, run_id, list(overrides))
     # Where a refusal before the spec exists is recorded: this invocation's directory, no storage.

@@ -8,8 +8,10 @@ below it (raydra.driver, raydra.sweep, raydra.fit) takes plain arguments and rai
 
 import importlib.util
 import logging
+import os
+import sys
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -46,6 +48,16 @@ def _config_groups() -> Path:
 CONF_DIR = _config_groups()
 
 
+# Hydra reports what goes wrong before the run starts (composing the config, claiming the run's
+# directory, writing its .hydra record) with a traceback: 95 lines for a YAML error in a
+# --config-dir's file, 105 for a read-only paths.outputs. Told to raise instead (Hydra reads this
+# variable as it reports), it hands them to hydra_main, which says in one sentence those a user can
+# fix and hands the rest back to Hydra's own report. main() clears it as the run starts: the run's
+# own errors are reported as before, and nothing the run starts inherits it.
+HYDRA_RAISES = "HYDRA_FULL_ERROR"
+_raising_for_raydra = False
+
+
 def hydra_main() -> None:
     """Compose the config from sys.argv as Hydra does (overrides, -m, --help, --cfg job,
     --config-dir) and run it."""
@@ -53,11 +65,65 @@ def hydra_main() -> None:
 
     from raydra.schema import register_schemas
 
+    global _raising_for_raydra
     register_schemas()
+    # A user who set HYDRA_FULL_ERROR asked for Hydra's whole traceback, and gets it.
+    _raising_for_raydra = HYDRA_RAISES not in os.environ
+    if _raising_for_raydra:
+        os.environ[HYDRA_RAISES] = "1"
     # Hydra prints its own errors to stderr: a composition error quoting the override it could not
-    # apply, "Error executing job with overrides: [...]" for a job that raised. Masked there too.
-    with masked_stderr():
-        hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")(main)()
+    # apply, "Error executing job with overrides: [...]" for a job that raised. Masked there too, as
+    # are raydra's own sentences for what Hydra met.
+    try:
+        with masked_stderr():
+            try:
+                hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")(main)()
+            except Exception as error:
+                if not _raising_for_raydra:
+                    raise
+                os.environ.pop(HYDRA_RAISES, None)
+                sentence = before_the_run(error)
+                if sentence is None:
+                    from raydra.private_apis import report_as_hydra_does
+
+                    report_as_hydra_does(error)  # exits
+                print(f"error: {sentence}", file=sys.stderr)
+                raise SystemExit(1) from None
+    finally:
+        if _raising_for_raydra:
+            os.environ.pop(HYDRA_RAISES, None)
+            _raising_for_raydra = False
+
+
+def before_the_run(error: BaseException) -> Optional[str]:
+    """An error Hydra met before the run started, as one sentence, when a user can fix it: a
+    RaydraError (the run's directory, claimed as hydra.run.dir resolves), a config file that is not
+    YAML, a value or key the schema refuses, a run directory that cannot be written. None for
+    anything else."""
+    from raydra.errors import unwritable, yaml_error
+    from raydra.schema import composition_error
+
+    for cause in _chain(error):
+        if isinstance(cause, RaydraError):
+            return str(cause)
+        said = yaml_error(cause) or composition_error(cause)
+        if said:
+            return said
+        if isinstance(cause, OSError):
+            # Hydra's own writes into a run directory given as hydra.run.dir (raydra claims the rest).
+            where = cause.filename or "the run's directory"
+            refused = unwritable(cause, where, "the run's record (.hydra/)", "point hydra.run.dir at a directory you can write")
+            if refused:
+                return str(refused)
+    return None
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
 
 
 def main(cfg: DictConfig) -> Optional[float]:
@@ -66,6 +132,8 @@ def main(cfg: DictConfig) -> Optional[float]:
 
     A multirun job (Hydra's MULTIRUN mode) that fails raises, so that Hydra records the job failed
     and the multirun goes on with the others; a single run exits with a code instead."""
+    if _raising_for_raydra:
+        os.environ.pop(HYDRA_RAISES, None)  # the run's own errors: Hydra reports them as it always has
     hydra = HydraConfig.get()
     output_dir = Path(hydra.runtime.output_dir).resolve()
     overrides = list(hydra.overrides.task)

@@ -1,7 +1,8 @@
 """The one exception type raydra raises for mistakes a user can fix, and the translation of other
 errors into one sentence: a failed worker's own exception (one_line), a RaydraError or a known user
 mistake wrapped in Ray's failure report (user_error), a refused storage write (storage_error,
-storage_failure), a full disk (out_of_space)."""
+storage_failure), a full disk (out_of_space), a path that cannot be written before anything was
+(unwritable), a config file that is not YAML (yaml_error)."""
 
 import errno
 import os
@@ -32,6 +33,43 @@ def out_of_space(error: BaseException, path: object, what: str) -> "RaydraError 
         f"the disk holding {path} is full: writing {what} failed, and nothing half-written was kept; "
         "free space there, then continue the run with resume=latest."
     )
+
+
+def unwritable(error: BaseException, path: object, what: str, instead: str) -> "RaydraError | None":
+    """`path` refused the write of `what` before anything of it was written (a full disk, a
+    read-only filesystem, no permission, a name the filesystem cannot hold), as one sentence ending
+    in `instead`, what to do; None for any other error."""
+    if not isinstance(error, OSError):
+        return None
+    if error.errno in OUT_OF_SPACE:
+        return RaydraError(f"the disk holding {path} is full: {what} cannot be written there; free space there, or {instead}.")
+    if error.errno == errno.EROFS:
+        return RaydraError(f"{path} is on a read-only filesystem: {what} cannot be written there; {instead}.")
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return RaydraError(f"{path} cannot be written ({error.strerror}): {what} needs a directory you may write to; {instead}.")
+    if error.errno == errno.ENAMETOOLONG:
+        longest = max(len(part) for part in str(path).split(os.sep))
+        return RaydraError(
+            f"{path} is a name longer than the filesystem allows (a part of {longest} characters; most allow 255): {what} "
+            f"cannot be created; {instead}."
+        )
+    return None
+
+
+def yaml_error(error: BaseException) -> Optional[str]:
+    """A config file that does not parse as YAML, as one sentence naming the file and the line."""
+    import yaml
+
+    if not isinstance(error, yaml.MarkedYAMLError):
+        return None
+    mark = error.problem_mark or error.context_mark
+    where = f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}," if mark else "a config file"
+    problem = (error.problem or "").strip()
+    context = error.context_mark
+    started = ""
+    if error.context and context is not None and context is not mark:
+        started = f" ({error.context} that starts at line {context.line + 1}, column {context.column + 1})"
+    return f"{where} is not YAML: {problem}{started}; fix the file there."
 
 
 def one_line(error: BaseException) -> str:

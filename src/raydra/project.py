@@ -2,17 +2,18 @@
 the workers. What raydra needs of their classes is written down in docs/own-project.md.
 
     check_classes(cfg)   model._target_ and data._target_ import, are a LightningModule and a
-                         LightningDataModule, define what training calls, and take the config's
-                         keys; each callbacks.<name> is a Callback and each logger.<name> (but
-                         raydra's csv and wandb) a Logger, taking its keys; one sentence naming
-                         what is missing, before Ray starts
+                         LightningDataModule and define what training calls; each callbacks.<name>
+                         is a Callback and each logger.<name> (but raydra's csv and wandb) a
+                         Logger; the arguments of all of them fit their signatures (raydra.arguments);
+                         one sentence naming what is missing, before Ray starts
     runtime_env(cfg)     what ray.init gets so that every worker imports the project's code as the
                          driver does: the current directory as Ray's working_dir (ray.working_dir)
     shadowed_configs()   the project's config files that raydra's own groups hide (Hydra searches
                          raydra's before a --config-dir), said in one sentence
 
 raydra's own classes (`raydra.*`) are tested with raydra and installed wherever raydra is: they
-are neither checked here (importing them would cost the driver seconds) nor shipped.
+are neither checked here (importing them would cost the driver seconds of Lightning) nor shipped;
+their arguments are checked where they are imported anyway (raydra.arguments).
 """
 
 import importlib
@@ -24,26 +25,23 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from omegaconf import OmegaConf
 
+from raydra import arguments
+from raydra.arguments import RAYDRA_LOGGERS, import_target
 from raydra.errors import RaydraError
 
-# Keys of the model group that raydra reads itself and does not pass to the module's constructor:
-# the class, fsdp's blocks, and how Hydra's instantiate builds the nested nodes.
-MODEL_KEYS_FOR_RAYDRA = ("_target_", "shard_blocks", "_recursive_", "_convert_")
-# Keys of a `_target_` node that are Hydra's, not the constructor's.
-HYDRA_KEYS = ("_target_", "_recursive_", "_convert_", "_partial_", "_args_")
-# The loggers raydra builds itself (raydra.worker.loggers): metrics.csv and W&B; any other is a `_target_`.
-RAYDRA_LOGGERS = ("csv", "wandb")
 # What Ray's working_dir never needs from a project directory (gitignore patterns, as Ray takes
 # them; Ray also honours the project's own .gitignore): version control, virtual environments,
 # caches, checkpoints and W&B's files. paths.outputs is added when it lies inside.
 EXCLUDES = [".git", ".venv", "venv", "__pycache__", "*.pyc", "*.ckpt", "wandb", ".ipynb_checkpoints"]
 
 
-def check_classes(cfg: Any) -> None:
-    """Raise RaydraError, naming the key, if the model or data class cannot serve as one."""
-    _check_class(cfg.model, "model", "LightningModule", ("training_step", "configure_optimizers"), MODEL_KEYS_FOR_RAYDRA)
+def check_classes(cfg: Any, own_classes: bool = False) -> None:
+    """Raise RaydraError, naming the key, if the model or data class cannot serve as one, or if
+    the arguments of any `_target_` of the run do not fit its signature (raydra.arguments); those
+    of raydra's own model and data classes with `own_classes` (importing them imports Lightning)."""
+    _check_class(cfg.model, "model", "LightningModule", ("training_step", "configure_optimizers"))
     if cfg.data.get("loader") != "ray_data":  # under ray_data the workers get raydra's own module
-        _check_class(cfg.data, "data", "LightningDataModule", ("train_dataloader",), HYDRA_KEYS)
+        _check_class(cfg.data, "data", "LightningDataModule", ("train_dataloader",))
     for name, node in entries(cfg, "callbacks"):
         cls = target_class(node, f"callbacks.{name}", "callbacks")
         if not entries(cfg, "logger") and writes_to_loggers(cls):
@@ -53,6 +51,9 @@ def check_classes(cfg: Any) -> None:
     for name, node in entries(cfg, "logger"):
         if name not in RAYDRA_LOGGERS:
             target_class(node, f"logger.{name}", "loggers")
+    # Last, the arguments of what was imported here, and of every `_target_` nested in the model and
+    # data (an optimizer, a scheduler): each one that does not fit its signature, all in one error.
+    arguments.check(cfg, raydras_own=None if own_classes else False)
 
 
 def writes_to_loggers(cls: type) -> bool:
@@ -77,7 +78,7 @@ def entries(cfg: Any, key: str) -> List[Any]:
 
 def target_class(node: Any, key: str, kind: str) -> type:
     """The Lightning Callback (kind "callbacks") or Logger ("loggers") class of the entry `key`,
-    imported and checked to take the entry's keys."""
+    imported (its arguments are raydra.arguments' to check)."""
     from raydra.lightning import pl
 
     base = pl.Callback if kind == "callbacks" else pl.loggers.Logger
@@ -94,11 +95,10 @@ def target_class(node: Any, key: str, kind: str) -> type:
         use_instead=f"use the class from lightning.pytorch (e.g. {example})",
         not_one=f"is not a Lightning {base.__name__}; point it at one (e.g. {example})",
     )
-    _check_arguments(cls, target, key, {k: v for k, v in node.items() if k not in HYDRA_KEYS})
     return cls
 
 
-def _check_class(node: Any, group: str, base_name: str, needed: tuple, raydra_keys: tuple) -> None:
+def _check_class(node: Any, group: str, base_name: str, needed: tuple) -> None:
     target = node.get("_target_") if node is not None else None
     if not target:
         raise RaydraError(
@@ -123,13 +123,12 @@ def _check_class(node: Any, group: str, base_name: str, needed: tuple, raydra_ke
             f"{group}._target_={target} does not define {' or '.join(missing)}, which training calls; add it to the class "
             "(docs/own-project.md shows a complete one)."
         )
-    _check_arguments(cls, target, group, {k: v for k, v in node.items() if k not in raydra_keys})
 
 
 def _lightning_subclass(target: str, key: str, base: type, use_instead: str, not_one: str) -> type:
     """The class `target` names, imported and checked to subclass `base`; one sentence if it
     subclasses the other Lightning package's `base` (`use_instead` says what to do) or not at all."""
-    cls = _import(target, key)
+    cls = import_target(target, key)
     if inspect.isclass(cls) and issubclass(cls, base):
         return cls
     other = _other_lightning_base(cls, base)
@@ -141,25 +140,6 @@ def _lightning_subclass(target: str, key: str, base: type, use_instead: str, not
     raise RaydraError(f"{key}._target_={target} {not_one}.")
 
 
-def _import(target: str, group: str) -> Any:
-    module_name, _, name = target.rpartition(".")
-    top = target.split(".")[0]
-    try:
-        module = importlib.import_module(module_name) if module_name else None
-    except ModuleNotFoundError as error:
-        if error.name and (error.name == top or module_name.startswith(error.name + ".") or error.name == module_name):
-            raise RaydraError(
-                f"{group}._target_={target}: there is no module {error.name} on the import path; run from your project's "
-                f"directory (the one holding {top}/), or install your package."
-            ) from None
-        raise RaydraError(f"{group}._target_={target}: importing {module_name} failed ({error}); install what it imports.") from None
-    except Exception as error:
-        raise RaydraError(f"{group}._target_={target}: importing {module_name} raised {type(error).__name__}: {error}.") from None
-    if module is None or not hasattr(module, name):
-        raise RaydraError(f"{group}._target_={target}: {module_name or target} defines no {name}; check the spelling of the class.")
-    return getattr(module, name)
-
-
 def _other_lightning_base(cls: Any, base: type) -> Optional[str]:
     """`pytorch_lightning.X` when `cls` subclasses the Lightning package raydra does not run."""
     if not inspect.isclass(cls):
@@ -168,22 +148,6 @@ def _other_lightning_base(cls: Any, base: type) -> Optional[str]:
         if klass.__name__ == base.__name__ and klass is not base:
             return f"{klass.__module__.split('.')[0]}.{base.__name__}"
     return None
-
-
-def _check_arguments(cls: type, target: str, group: str, arguments: Dict[str, Any]) -> None:
-    """The group's keys must be arguments of the constructor: a misspelt key fails here, named,
-    rather than as a TypeError inside every worker."""
-    try:
-        signature = inspect.signature(cls)
-    except (TypeError, ValueError):
-        return
-    try:
-        signature.bind(**arguments)
-    except TypeError as error:
-        takes = ", ".join(p for p in signature.parameters if p not in ("self", "args", "kwargs"))
-        raise RaydraError(
-            f"{group}: {error} for {target}({takes}); make the keys of the {group} config and the constructor's arguments agree."
-        ) from None
 
 
 def runtime_env(cfg: Any, cwd: Optional[Path] = None) -> Optional[Dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 resolve(cfg, run_dir, run_id)   composed config -> RunSpec: every interpolation resolved (the
                                 workers have no Hydra), "auto" values decided, the place added
+check_data_paths                data.root of raydra's data groups is there, before the workers start
 describe_data / data_to_describe   what the data states about itself, filled in before resolving
 wandb_mode                      W&B's mode, decided where the shell's key and WANDB_MODE are seen
 """
@@ -29,6 +30,7 @@ def resolve(cfg: DictConfig, run_dir: Path, run_id: str, wandb_group: Optional[s
     `wandb_group`: the W&B group of a run whose logger.wandb.group is null (a multirun's)."""
     with open_dict(cfg):
         cfg.paths.output_dir = str(run_dir)
+    check_data_paths(cfg)
     describe_data(cfg)
     resolved = copy.deepcopy(cfg)
     OmegaConf.resolve(resolved)
@@ -78,9 +80,31 @@ def _initial_weights(ckpt_path: str) -> str:
 
     try:
         found = checkpoints.locate(ckpt_path, "best")
+        if not storage.is_uri(found):
+            # Each worker loads it; a file cut short is named here, before any worker starts.
+            checkpoints.check_whole(found)
     except RaydraError as error:
         raise RaydraError(f"ckpt_path={ckpt_path}: {error}") from None
     return found if storage.is_uri(found) else str(Path(found).resolve())
+
+
+def check_data_paths(cfg: DictConfig) -> None:
+    """data.root of raydra's own data groups (cifar10, imagefolder, image_captions: a folder each
+    reads) exists, unless the data is to be downloaded (data.download=true), checked on the driver
+    before the workers start when they run on this machine and so read its disk: local mode, or the
+    local Ray this driver starts. data=cifar10 data.root=/nonexistent was refused by the workers 31 s
+    after the run started. Checked without importing the data module (Lightning, ~3 s on the driver
+    of a Ray run); what the folder must hold, the module says as it reads it."""
+    data = cfg.data
+    if not str(data.get("_target_")).startswith("raydra.data.") or not data.get("root") or data.get("download"):
+        return
+    if cfg.scale.num_workers != 0 and cfg.ray.address:
+        return  # a cluster's workers read their own disks
+    if not Path(str(data.root)).expanduser().exists():
+        fetch = ", or set data.download=true to fetch it there" if "download" in data else ""
+        raise RaydraError(
+            f"data.root={data.root} does not exist on this machine, whose disk the workers read; point it at your data{fetch}."
+        )
 
 
 def describe_data(cfg: DictConfig) -> None:

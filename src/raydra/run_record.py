@@ -16,20 +16,23 @@ run directory itself, which every worker must then be able to reach (one machine
 disk; `check_shared` refuses a cluster where it is not).
 """
 
+import errno
 import fcntl
 import logging
 import os
+import re
 import shutil
 import socket
 import tempfile
 import threading
 import time
+import unicodedata
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from raydra import storage
-from raydra.errors import RaydraError, storage_error
+from raydra.errors import OUT_OF_SPACE, RaydraError, storage_error, unwritable
 
 # The record's files, named here once: every module that writes or reads one uses these names
 # (the tests keep the literals: they check the contract on disk). A run directory (the layout above):
@@ -75,6 +78,16 @@ DRIVER_LOCK = ".driver.lock"
 MACHINE_MARK = ".machine_mark"
 
 
+def ray_safe(name: str) -> str:
+    """`name` in the characters Ray takes in a run's name: Ray Train tags its metrics with the run
+    name, and Ray's metrics encode tags as ASCII (a name with an accent failed the run's controller
+    at start, measured on Ray 2.60). Accents are dropped (modèle -> modele), any other character
+    that is not a letter, digit, `.` or `-` becomes `_`; the user's name is kept as it is in the
+    run's directory and its record."""
+    plain = "".join(c for c in unicodedata.normalize("NFKD", name) if not unicodedata.combining(c))
+    return re.sub(r"[^A-Za-z0-9._-]", "_", plain)
+
+
 def slurm_node_log(node: str) -> str:
     """The output of an allocation node's `ray start`, relative to the run (or multirun) directory."""
     return f"{LOGS}/slurm-ray-{node}.log"
@@ -106,19 +119,49 @@ def location(storage_root: Optional[str], outputs: str, run_dir: Path) -> Option
     return storage.join(storage_root, *relative.parts)
 
 
+# What the first writes into a claimed directory need (Hydra's .hydra/ record is ~10 KB): written
+# once, then removed, so that a full disk is named with its path before the run starts.
+ROOM_FOR_THE_RECORD = 64 * 1024
+
+
 def claim_directory(path: str) -> str:
     """`path`, or `path_2`, `path_3`, ... when an earlier invocation already has it: two launches
     in the same second (a script, a job array, a refused command and its retry) must not share a
     run directory, where the second would overwrite the first's Hydra record. Creating the
-    directory claims it, so concurrent launches cannot both take the same one."""
+    directory claims it, so concurrent launches cannot both take the same one.
+
+    A directory that cannot be made or written (a read-only paths.outputs, a full disk, a run name
+    longer than a file name may be) is refused in one sentence naming it, and nothing is left."""
     candidate, n = Path(path), 1
     while True:
         try:
             candidate.mkdir(parents=True)
-            return str(candidate)
+            break
         except FileExistsError:
             n += 1
             candidate = Path(f"{path}_{n}")
+        except OSError as error:
+            raise _unclaimable(error, candidate) from None
+    probe = candidate / ".raydra-room"
+    try:
+        with open(probe, "wb") as file:
+            file.write(b"\0" * ROOM_FOR_THE_RECORD)
+    except OSError as error:
+        shutil.rmtree(candidate, ignore_errors=True)
+        raise _unclaimable(error, candidate) from None
+    finally:
+        probe.unlink(missing_ok=True)
+    return str(candidate)
+
+
+def _unclaimable(error: OSError, directory: Path) -> Exception:
+    if error.errno == errno.ENAMETOOLONG:
+        instead = "give the run a shorter name= (it names the directory)"
+    elif error.errno in OUT_OF_SPACE:
+        instead = "point paths.outputs at another disk (or the run at one with hydra.run.dir=)"
+    else:
+        instead = "point paths.outputs at a directory you can write (or the run at one with hydra.run.dir=)"
+    return unwritable(error, directory, "the run's directory", instead) or error
 
 
 def hold(run_dir: Path, asked: str, wait_s: float = 0.0) -> Callable[[], None]:

@@ -16,6 +16,8 @@ import difflib
 import importlib.util
 import math
 import os
+import re
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
@@ -566,6 +568,10 @@ def problems_of(cfg: Any) -> Iterator[str]:
     for key in ("every_n_epochs", "every_n_steps"):
         if ckpt[key] is not None:
             yield from _positive(f"checkpoint.{key}", ckpt[key])
+    yield from _check_lightning_unions(trainer)
+    for key, node in (("ray.runtime_env", cfg.ray.runtime_env), ("strategy.config", cfg.strategy.get("config"))):
+        if node is not None and not OmegaConf.is_dict(node):
+            yield f"{key}={_shown(node)} is not a dict; give it one, e.g. {key}={{name: value}} (or leave it out)."
     if cfg.failure.max_failures < -1:
         yield f"failure.max_failures={cfg.failure.max_failures} must be -1 (no limit) or a count from 0."
     yield from _validate_slurm(cfg.slurm)
@@ -592,6 +598,37 @@ def problems_of(cfg: Any) -> Iterator[str]:
             yield from _check_batch_splits(batch_size, scale.num_workers)
 
 
+# A duration as Lightning's Timer (trainer.max_time) reads one: "DD:HH:MM:SS", or a dict of timedelta's arguments.
+DURATION = re.compile(r"\d+:\d\d:\d\d:\d\d")
+TIMEDELTA_KEYS = ("weeks", "days", "hours", "minutes", "seconds", "milliseconds", "microseconds")
+
+
+def _check_lightning_unions(trainer: Any) -> Iterator[str]:
+    """The trainer keys that Lightning takes in more than one type (typed Any here), read as
+    Lightning reads them, so that a wrong one is named now rather than by every worker's Trainer."""
+    runs = trainer.fast_dev_run
+    if not (isinstance(runs, bool) or isinstance(runs, int) and runs >= 0):
+        yield f"trainer.fast_dev_run={_shown(runs)} must be true, false or a number of batches from 0, e.g. trainer.fast_dev_run=5."
+    limit = trainer.max_time
+    if limit is not None and not (
+        isinstance(limit, str)
+        and DURATION.fullmatch(limit.strip())
+        or OmegaConf.is_dict(limit)
+        and all(k in TIMEDELTA_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in limit.items())
+    ):
+        yield (
+            f"trainer.max_time={_shown(limit)} is not a duration; give DD:HH:MM:SS (e.g. trainer.max_time=00:12:00:00) "
+            "or a dict of timedelta's arguments (e.g. 'trainer.max_time={hours: 12}')."
+        )
+    for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "overfit_batches"):
+        value = trainer[key]
+        if value is None and key != "overfit_batches":
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not (number and (0 <= value <= 1 or value > 1 and value % 1 == 0)):
+            yield f"trainer.{key}={_shown(value)} must be a fraction in [0, 1] or a whole number of batches, e.g. trainer.{key}=0.25 or trainer.{key}=10."
+
+
 def _check_unknown_keys(cfg: Any, where: str = "") -> Iterator[str]:
     """A key that no schema field names, under the root or a section the schema types (scale,
     trainer, checkpoint, ...): Hydra refuses `scale.num_workerz=2` itself, but `+scale.num_workerz=2`
@@ -606,14 +643,58 @@ def _check_unknown_keys(cfg: Any, where: str = "") -> Iterator[str]:
         if not where and key == "hydra":
             continue  # Hydra's own node, in the config a launcher composes for each job
         if key not in fields:
-            close = difflib.get_close_matches(str(key), fields, n=1)
-            hint = f"did you mean {where}{close[0]}? " if close else ""
-            yield (
-                f"{path} is not a key raydra knows (a `+` adds it, but nothing reads it); {hint}"
-                f"python train.py --cfg job lists the keys{' of ' + where.rstrip('.') if where else ''}."
-            )
+            yield _unknown_key(path, fields, "a `+` adds it, but nothing reads it")
         elif OmegaConf.is_dict(cfg._get_node(key)):
             yield from _check_unknown_keys(cfg[key], f"{path}.")
+
+
+def _unknown_key(path: str, fields: List[str], why: str) -> str:
+    """`path` names no field of its section (whose fields are `fields`), as one sentence."""
+    where, _, key = path.rpartition(".")
+    close = difflib.get_close_matches(key, fields, n=1)
+    hint = f"did you mean {where + '.' if where else ''}{close[0]}? " if close else ""
+    return f"{path} is not a key raydra knows ({why}); {hint}python train.py --cfg job lists the keys{' of ' + where if where else ''}."
+
+
+def composition_error(error: BaseException) -> Optional[str]:
+    """What OmegaConf refused while Hydra composed the config (a command-line override or a config
+    file), for a key of the schema's sections: a value of the wrong type, or a key the section does
+    not have, said in one sentence naming the full key and what it takes. None for anything else."""
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ConfigTypeError, ValidationError
+
+    from raydra.arguments import UNKNOWN, checkable, phrase, shown
+
+    path = getattr(error, "full_key", None)
+    owner = getattr(error, "object_type", None)
+    if not path:
+        return None
+    if isinstance(error, (ConfigAttributeError, ConfigKeyError)) and dataclasses.is_dataclass(owner):
+        return _unknown_key(
+            path, [f.name for f in dataclasses.fields(owner)], f"{path.rpartition('.')[0] or 'the root'} has a fixed set of keys"
+        )
+    if isinstance(error, ConfigTypeError) and owner is dict:
+        # Something else merged into a dict (a list for scale.resources_per_worker): the value is not kept.
+        expected = checkable(getattr(error, "ref_type", None))
+        said = phrase(expected if expected is not UNKNOWN else dict)
+        reason = str(error).splitlines()[0].rstrip(".")
+        return f"{path} takes {said} ({reason[:1].lower()}{reason[1:]}); give it one, e.g. {path}={{name: value}}."
+    if not isinstance(error, ValidationError):
+        return None
+    expected, example = UNKNOWN, None
+    if dataclasses.is_dataclass(owner):
+        found = {f.name: f for f in dataclasses.fields(owner)}.get(str(error.key))
+        if found is not None:
+            expected = checkable(found.type)
+            default = found.default_factory() if found.default_factory is not dataclasses.MISSING else found.default
+            example = default if isinstance(default, (bool, int, float, str)) else None
+    elif typing.get_args(getattr(error, "ref_type", None)):  # an item of a typed dict or list
+        expected = checkable(typing.get_args(error.ref_type)[-1])
+    value = shown(error.value)
+    if expected is UNKNOWN:
+        reason = str(error).splitlines()[0].rstrip(".")
+        return f"{path}={value}: {reason}; python train.py --cfg job shows what {path} holds."
+    said = phrase(expected)
+    return f"{path}={value} is not {said}; give it {said}{f', e.g. {path}={shown(example)}' if example is not None else ''}."
 
 
 def _check_template_keys(cfg: Any) -> Iterator[str]:
@@ -742,7 +823,9 @@ def _validate_tune(tune: Any) -> Iterator[str]:
         yield (f"tune.asha.reduction_factor={tune.asha.reduction_factor} must be above 1.")
     if tune.asha.max_t is not None and tune.asha.max_t < tune.asha.grace_period:
         yield (f"tune.asha.max_t={tune.asha.max_t} is below tune.asha.grace_period={tune.asha.grace_period}.")
-    if not tune.space and not tune.resume:
+    if not OmegaConf.is_dict(tune.space):
+        yield f"tune.space={_shown(tune.space)} is not a dict; give it one, e.g. 'tune.space={{model.optimizer.lr: {{loguniform: [1e-4, 1e-1]}}}}'."
+    elif not tune.space and not tune.resume:
         yield (
             "tune.space is empty, so there is nothing to search; add keys, e.g. "
             "'tune.space={model.optimizer.lr: {loguniform: [1e-4, 1e-1]}}'."

@@ -132,7 +132,8 @@ def _check(cfg: DictConfig, overrides: List[str], slurm: SlurmConfig, scale: Sca
     with open_dict(run):
         run.ray.address = None  # checked against the allocation asked for, below, not one this runs in
     # A multirun's first job (its sweeps at their first value); the launcher checks every job again.
-    resolve_and_validate(run, overrides)
+    # raydra's own model and data classes too: a mistake found on a worker would come after the queue.
+    resolve_and_validate(run, overrides, own_classes=True)
     cpus, gpus = asked_for(slurm, scale)
     asked = Allocation(
         job_id="", nodes=tuple(f"node{i}" for i in range(slurm.nodes)), cpus=(cpus,) * slurm.nodes, gpus_per_node=gpus, here=None

@@ -58,7 +58,7 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
     record: Dict[str, Any] = {
         "kind": "tune sweep",
         "name": cfg.name,
-        "id": f"{fresh_dir.parent.name}_{fresh_dir.name}",
+        "id": run_record.ray_safe(f"{fresh_dir.parent.name}_{fresh_dir.name}"),
         "sweep_dir": str(fresh_dir),
         "status": "running",
         "error": None,

@@ -25,10 +25,11 @@ import ray.train
 import ray.train.torch
 import torch
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 from ray.train.lightning import RayLightningEnvironment
 
 import raydra.worker
-from raydra import storage
+from raydra import arguments, storage
 from raydra.checkpoints import checkpoint_meta
 from raydra.console import PROGRESS_MARK
 from raydra.errors import WORKER_RANK, RaydraError
@@ -117,6 +118,11 @@ def _train(spec: RunSpec, mirror: WorkerMirror, restored: Optional[str]) -> Work
         torch.set_float32_matmul_precision("high")
     pl.seed_everything(spec.seed, workers=True, verbose=False)
 
+    if not local:
+        # raydra's own model and data classes are not imported on the driver of a Ray run (Lightning
+        # there delayed its first step by seconds): their arguments are checked here, said in one
+        # sentence before either is built, rather than as a TypeError from inside it.
+        arguments.check(OmegaConf.create({"model": spec.model, "data": spec.data}), raydras_own=True)
     if spec.loader == "ray_data":
         from raydra.data.ray_data import RayDataModule
 
