@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from raydra import batch_system
 from raydra.errors import RaydraError
 from raydra.project import RAYDRA_LOGGERS, check_classes, entries, target_class
 
@@ -51,11 +52,10 @@ def resolve_and_validate(cfg: DictConfig, overrides: Sequence[str] = (), own_cla
     composed = copy.deepcopy(cfg)
     resolve(cfg, overrides)
     validate(cfg)
-    if cfg.ray.address == "slurm":
-        from raydra.slurm import allocation
-
+    batch = batch_system.named(cfg.ray.address)
+    if batch:
         # Before Ray starts across it: an allocation too small for the workers is said at once.
-        problems = list(allocation.too_small(allocation.current(), OmegaConf.to_object(cfg.scale)))
+        problems = batch.too_small(OmegaConf.to_object(cfg.scale))
         if problems:
             raise RaydraError(" ".join(problems))
     # Last: it imports the user's classes, which is worth doing only for an otherwise valid config.

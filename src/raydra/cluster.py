@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional
 
 import ray
 
+from raydra import batch_system
 from raydra.console import take_over_worker_output
 from raydra.errors import RaydraError
 from raydra.private_apis import lean_local_ray, leave_out_preemption_watcher, local_ray_on_loopback, state_api_address_env
@@ -61,11 +62,9 @@ def connect(
     # Keep Ray's usage-stats prompt and upload off: runs must never wait on the network.
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     global _started_here, _launchers_local_ray, _allocations_ray
-    if address == "slurm":
-        from raydra.slurm import cluster as allocation_cluster
-
-        settings = slurm or SlurmConfig()
-        address = _allocations_ray = allocation_cluster.start(record_dir or Path.cwd(), settings.join_timeout_s, settings.requeue)
+    batch = batch_system.named(address)
+    if batch:
+        address = _allocations_ray = batch.start_cluster(record_dir or Path.cwd(), slurm or SlurmConfig())
     if address and address != "auto" and not address.startswith("ray://"):
         _check_reachable(address)
     dashboard_port = None

@@ -25,7 +25,7 @@ from typing import Any, List, Optional
 import ray
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from raydra import fit, project, resolve, resume, run_record, startup, summary, trust
+from raydra import batch_system, fit, project, resolve, resume, run_record, startup, summary, trust
 from raydra import record as record_module
 from raydra.callbacks import resolve_and_validate
 from raydra.checkpoints import last_checkpoint
@@ -36,7 +36,6 @@ from raydra.multirun_job import JobSettings
 from raydra.record import RunRecord
 from raydra.redact import redact, redact_hydra_records
 from raydra.signals import sigterm_interrupts
-from raydra.slurm import allocation, time_limit
 from raydra.spec import Place, RunSpec
 
 log = logging.getLogger("raydra")
@@ -85,7 +84,7 @@ def train_run(
         # A run continued in place keeps the mark it has, or its lack, which resume= then checks.
         trust.mark_run(run_dir)
     try:
-        requeued = allocation.requeued()
+        requeued = batch_system.requeued()
         if requeued and not cfg.resume and not job:
             # SLURM runs a requeued job's batch script again: the run it started continues.
             _continue_slurm_job(cfg, requeued)
@@ -100,7 +99,7 @@ def train_run(
         if cfg.paths.storage:
             # Before Ray starts: a bad URI, endpoint or credentials fail in a second, not after it.
             run_record.check_writable(cfg.paths.storage)
-        if time_limit.noticed():
+        if batch_system.notice().noticed():
             raise KeyboardInterrupt  # SLURM's time limit is near already: nothing would train
         if cfg.scale.num_workers == 0:
             log.info("local mode (scale.num_workers=0): training in this process, without Ray")
@@ -138,7 +137,7 @@ def train_run(
         try:
             # SLURM's time-limit notice (when this process watches for it): the workers checkpoint
             # at the step in flight and the fit ends interrupted.
-            with time_limit.run_stops_on_notice() if time_limit.watched() and not spec.local else contextlib.nullcontext():
+            with contextlib.nullcontext() if spec.local else batch_system.notice().run_stops_on_notice():
                 record = fit.fit_and_record(spec, record, started, marks=marks, process_ends_with_run=process_ends_with_run)
         finally:
             worker_output.end_run()
@@ -156,7 +155,7 @@ def train_run(
         _interrupted(record, place, started, run_dir, run_id)
         raise
     except Exception as error:
-        if time_limit.noticed():
+        if batch_system.notice().noticed():
             # Its workers stopped on the notice's SIGTERM, which Ray Train reports as their failure.
             _interrupted(record, place, started, run_dir, run_id)
             raise KeyboardInterrupt from error
@@ -175,7 +174,8 @@ def _interrupted(record: RunRecord, place: Place, started: float, run_dir: Path,
     """Record the run interrupted (Ctrl-C, SIGTERM, SLURM's time-limit notice), with its last
     checkpoint and the command that continues it. `final=False`: summary.json alone, at once, as
     the run directory stands (the final record follows once the workers are gone)."""
-    why = time_limit.reason() if time_limit.noticed() else "interrupted (Ctrl-C or SIGTERM)"
+    notice = batch_system.notice()
+    why = notice.reason() if notice.noticed() else "interrupted (Ctrl-C or SIGTERM)"
     reason = f"{why}; continue it with resume={run_dir}"
     home = place.storage or str(run_dir)
     if not final:

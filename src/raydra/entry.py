@@ -17,6 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, open_dict
 
+from raydra import batch_system
 from raydra.errors import RaydraError
 from raydra.multirun_job import JobFailed, JobSettings
 from raydra.project import shadowed_configs
@@ -140,13 +141,12 @@ def main(cfg: DictConfig) -> Optional[float]:
     multirun = hydra.mode == RunMode.MULTIRUN
     # raydra's launcher's settings for this job, if it is one of its jobs: its process is its own.
     job = JobSettings.take() if multirun else None
-    if cfg.ray.address == "slurm" or (job and job.time_limit_notice):
-        from raydra.slurm import time_limit
-
+    allocation = batch_system.named(cfg.ray.address) or (batch_system.current() if job and job.time_limit_notice else None)
+    if allocation:
         # SLURM's time-limit notice (SIGUSR1) from here on: noted and acted on, where by default it
         # would end this process.
-        time_limit.watch()
-    if job and cfg.ray.address in (None, "slurm"):
+        batch_system.watch(allocation)
+    if job and (cfg.ray.address is None or batch_system.named(cfg.ray.address)):
         # The multirun's cluster (a local Ray, or Ray across its SLURM allocation). The recorded
         # config (.hydra/config.yaml, written before this) keeps what the user gave.
         with open_dict(cfg):

@@ -37,7 +37,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
-from raydra import job_process, record, run_record
+from raydra import batch_system, job_process, record, run_record
 from raydra.errors import RaydraError
 from raydra.multirun_job import JobFailed, JobSettings
 from raydra.record import RunRecord
@@ -45,7 +45,6 @@ from raydra.redact import SecretsFilter
 from raydra.run_record import CONSOLE, JOBS_RECORD, MULTIRUN_LOG
 from raydra.schema import data_loader
 from raydra.signals import sigterm_interrupts
-from raydra.slurm import allocation, time_limit
 
 log = logging.getLogger("raydra")
 
@@ -175,7 +174,7 @@ def _take_over_record(multirun: Multirun, jobs: List[Job]) -> None:
 
     recorded = _read_record(multirun.sweep_dir)
     # SLURM runs a requeued job's batch script again: the multirun it started continues.
-    resume = multirun.settings.resume or bool(recorded and allocation.requeued())
+    resume = multirun.settings.resume or bool(recorded and batch_system.requeued())
     if multirun.first_batch and not resume:
         held = [job for job in jobs if (job.dir / run_record.SUMMARY).is_file()] if multirun.raydra_runs else []
         if held:
@@ -219,10 +218,11 @@ def _prepare_runs(multirun: Multirun, jobs: List[Job]) -> None:
 
     if not jobs:
         return
-    on_allocation = jobs[0].cfg.ray.address == "slurm"
+    allocation = batch_system.named(jobs[0].cfg.ray.address)
+    on_allocation = allocation is not None
     if on_allocation:
         # SLURM's time-limit notice from here on: noted, then passed on to the jobs (_schedule).
-        time_limit.watch()
+        batch_system.watch(allocation)
     # A config mistake in any job refuses the whole multirun, before any job runs: the grid is
     # fixed first and then run, as Hydra already does for values of the wrong type.
     for job in jobs:
@@ -235,12 +235,10 @@ def _prepare_runs(multirun: Multirun, jobs: List[Job]) -> None:
     # as a job started after ray.init would (this process's own Ray, imported already, learns it
     # from ray.init). `auto` finds a cluster whose mode only ray.init learns: the server waits.
     alongside = first.ray.address != "auto"
-    if first.ray.address == "slurm":
-        from raydra.slurm import cluster as allocation_cluster
-
+    if on_allocation:
         # The token the allocation's cluster will check, in the environment before the jobs' server
         # takes it (and imports Ray with it): each job joins the cluster with it.
-        allocation_cluster.job_token()
+        allocation.prepare_cluster()
     if alongside:
         local_mode = {"RAY_AUTH_MODE": "token"} if first.ray.address is None and "RAY_AUTH_MODE" not in os.environ else {}
         job_process.start_server(env=local_mode)
@@ -376,16 +374,18 @@ def _schedule(multirun: Multirun, jobs: List[Job]) -> None:
     running: List[Job] = []
     max_concurrent = multirun.settings.max_concurrent
 
+    notice = batch_system.notice()
+
     def pass_notice_on() -> bool:
         """SLURM's time-limit notice: each running job's driver gets it (its workers checkpoint and
         it ends interrupted); no queued job starts."""
         for job in running:
             if job.process is not None and job.process.exitcode is None:
-                os.kill(job.process.pid, time_limit.NOTICE)
+                os.kill(job.process.pid, notice.signal)
         return bool(running)
 
     try:
-        with time_limit.on_notice(pass_notice_on):
+        with notice.on_notice(pass_notice_on):
             _run_queue(multirun, jobs, queued, running, max_concurrent)
     except BaseException:
         # Ctrl-C, SIGTERM, or a fault here: no job may go on running unwatched.
@@ -394,15 +394,16 @@ def _schedule(multirun: Multirun, jobs: List[Job]) -> None:
             job.status, job.error = "not started", "the multirun stopped before it started"
         raise
     for job in queued:
-        job.status, job.error = "not started", time_limit.reason().split(";")[0] + "; the requeued job runs it"
+        job.status, job.error = "not started", notice.reason().split(";")[0] + "; the requeued job runs it"
 
 
 def _run_queue(multirun: Multirun, jobs: List[Job], queued: List[Job], running: List[Job], max_concurrent: Optional[int]) -> None:
     """Start the queued jobs in order as room frees, until every one has ended (or SLURM's
     time-limit notice came: then until the running ones have)."""
-    while (queued and not time_limit.noticed()) or running:
+    noticed = batch_system.notice().noticed
+    while (queued and not noticed()) or running:
         # In order: a job that does not fit yet waits for room rather than being overtaken.
-        while queued and not time_limit.noticed() and _room_for(queued[0], running, max_concurrent):
+        while queued and not noticed() and _room_for(queued[0], running, max_concurrent):
             job = queued.pop(0)
             _start(multirun, job, running_after=sum(not j.trained for j in running) + 1, waiting=len(queued))
             running.append(job)

@@ -18,10 +18,10 @@ from typing import Any, Dict, List, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from raydra import record, run_record, storage
+from raydra.batch_system import job_record
 from raydra.record import Checkpoints, Metrics, Monitor, RunRecord
 from raydra.run_record import CHECKPOINT_FILE
 from raydra.schema import is_worker_count, worker_range
-from raydra.slurm.allocation import job_record
 from raydra.spec import Place, RunSpec, WorkerOutcome
 
 PACKAGES = ("raydra", "ray", "torch", "lightning", "pytorch-lightning", "transformers", "hydra-core", "wandb", "diffusers")
@@ -70,7 +70,8 @@ def new_summary(cfg: DictConfig, run_dir: Path, run_id: str, overrides: List[str
         use_gpu=cfg["scale"]["use_gpu"],
         git_commit=git_commit(Path(__file__).parent),
         versions=versions(),
-        # The SLURM job it runs in: how a requeued job finds the run it started (resume.of_slurm_job).
+        # The SLURM job it runs in (the batch system's job): how a requeued job finds the run it
+        # started (resume.of_slurm_job).
         slurm=job_record() or None,
     )
 

@@ -17,9 +17,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 from raydra.errors import RaydraError
 from raydra.schema import ScaleConfig, SlurmConfig
-
-# The variable that says a process runs inside a SLURM job.
-JOB_ID = "SLURM_JOB_ID"
+from raydra.slurm import JOB_ID  # noqa: E402 - the package's one name for it
 
 
 @dataclass(frozen=True)

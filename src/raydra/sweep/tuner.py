@@ -15,7 +15,7 @@ import ray.tune
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from raydra import private_apis, project, run_record, storage
+from raydra import batch_system, private_apis, project, run_record, storage
 from raydra import record as record_module
 from raydra.callbacks import resolve_and_validate
 from raydra.cluster import TRIAL_CPU, check_fits, connect, trials_that_fit
@@ -25,7 +25,6 @@ from raydra.redact import redact_hydra_records
 from raydra.resolve import wandb_mode
 from raydra.resume import changed_keys
 from raydra.signals import sigterm_interrupts
-from raydra.slurm import time_limit
 from raydra.spec import Place
 from raydra.sweep import report
 from raydra.sweep.report import Progress
@@ -125,7 +124,10 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
         # Concurrent trials' epoch lines would interleave; _Progress prints one line per trial event.
         echo, worker_output.echo_progress = worker_output.echo_progress, False
         try:
-            with run_record.Follower(sweep_place, skip=(run_record.TUNE, run_record.CHECKPOINTS)), time_limit.on_notice(_stop_as_ctrl_c):
+            with (
+                run_record.Follower(sweep_place, skip=(run_record.TUNE, run_record.CHECKPOINTS)),
+                batch_system.notice().on_notice(_stop_as_ctrl_c),
+            ):
                 grid = tuner.fit()
         except Exception as error:
             friendly = _tune_error(error, metric)
