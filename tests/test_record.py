@@ -17,7 +17,7 @@ import yaml
 from helpers import composed
 from omegaconf import OmegaConf
 
-from raydra import record
+from raydra import record, trust
 from raydra.checkpoints import locate
 from raydra.errors import RaydraError
 from raydra.record import RunRecord
@@ -128,6 +128,7 @@ def test_resume_of_a_run_recorded_before_format_passes_its_config_check(tmp_path
     (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(composed(*overrides, f"paths.outputs={tmp_path}")))
     (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
     (run_dir / "summary.json").write_text(json.dumps({**old("interrupted_multirun_job"), "run_dir": str(run_dir)}))
+    trust.mark_run(run_dir)  # made on this machine (raydra.trust): what is checked here is its record and config
     for asked in (str(run_dir), "latest"):
         cfg = composed(*overrides, f"paths.outputs={tmp_path}", f"resume={asked}")
         assert resume.find(cfg) == run_dir
@@ -146,6 +147,7 @@ def test_resume_ckpt_path_and_load_of_a_damaged_record_say_so_in_one_sentence_na
     (damaged / ".hydra").mkdir(parents=True)
     (damaged / ".hydra" / "config.yaml").write_text("name: vit_digits\n")
     (damaged / "summary.json").write_text(content)
+    trust.mark_run(damaged)  # made on this machine: what is refused is its record
     named = f"{damaged / 'summary.json'} is not a readable run record"
     for asked in (f"resume={damaged}", f"ckpt_path={damaged}"):
         done = train_here("scale.num_workers=0", "logger=csv", asked, outputs=tmp_path / "outputs")

@@ -38,21 +38,25 @@ DRIVES = {
 LEFT_TO_THE_RECORD = ("dirpath", "filename", "save_last", "save_weights_only", "auto_insert_metric_name", "save_on_train_epoch_end")
 
 
-def resolve_and_validate(cfg: DictConfig, overrides: Sequence[str] = (), own_classes: Optional[bool] = None) -> DictConfig:
+def resolve_and_validate(
+    cfg: DictConfig, overrides: Sequence[str] = (), own_classes: Optional[bool] = None, check_allocation: bool = True
+) -> DictConfig:
     """What a run (a single run, a sweep, each multirun job as its launcher checks it first) checks
     before Ray starts, on `cfg` in place: resolve, then the schema's checks (raydra.schema.validate),
     then the user's classes with every `_target_`'s arguments (project.check_classes). With
     `own_classes`, the arguments of raydra's own model and data classes too (raydra.arguments), which
     import Lightning; None: where this process imports them anyway, local mode. Elsewhere the
     workers check them before building them: on the driver of a Ray run the import delayed the first
-    step by seconds. Returns the config as composed, before resolve changed it: what a resumed run
-    is compared with its record by."""
+    step by seconds. `check_allocation`: whether a batch system's allocation is checked to hold the
+    workers (not for a sweep's trial: its sweep checked it, and a trial runs where it cannot).
+    Returns the config as composed, before resolve changed it: what a resumed run is compared with
+    its record by."""
     from raydra.schema import validate
 
     composed = copy.deepcopy(cfg)
     resolve(cfg, overrides)
     validate(cfg)
-    batch = batch_system.named(cfg.ray.address)
+    batch = batch_system.named(cfg.ray.address) if check_allocation else None
     if batch:
         # Before Ray starts across it: an allocation too small for the workers is said at once.
         problems = batch.too_small(OmegaConf.to_object(cfg.scale))

@@ -1,6 +1,6 @@
 """The single-run driver: one run's lifecycle around the fit core.
 
-    validate -> resume? -> connect to Ray (the training code imported alongside) -> resolve.resolve
+    prepare (raydra.prepare: the config final and checked) -> resume? -> connect to Ray (the training code imported alongside) -> resolve.resolve
     -> summary.json "running" -> check the cluster can hold it -> fit.fit_and_record ->
     summary.json's outcome -> the closing lines
 
@@ -23,16 +23,16 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 import ray
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from raydra import batch_system, fit, project, resolve, resume, run_record, startup, summary, trust
 from raydra import record as record_module
-from raydra.callbacks import resolve_and_validate
 from raydra.checkpoints import last_checkpoint
 from raydra.cluster import check_fits, check_room_for_data, connect
 from raydra.console import worker_output
 from raydra.errors import RaydraError, one_line
 from raydra.multirun_job import JobSettings
+from raydra.prepare import Invocation, prepare
 from raydra.record import RunRecord
 from raydra.redact import redact, redact_hydra_records
 from raydra.signals import sigterm_interrupts
@@ -75,11 +75,9 @@ def train_run(
                 final_under_way.set()
 
     redact_hydra_records(run_dir)
-    if job and job.resume:
-        # A resumed multirun continues the job's run in its own directory, where this job runs again.
-        with open_dict(cfg):
-            cfg.resume = job.resume
-    if not _continues_here(cfg, run_dir):
+    # A resumed multirun continues the job's run in its own directory, where this job runs again.
+    continues = job.resume if job and job.resume else None
+    if not _continues_here(cfg.resume or continues, run_dir):
         # A fresh directory, its config written by Hydra a moment ago: this machine's (raydra.trust).
         # A run continued in place keeps the mark it has, or its lack, which resume= then checks.
         trust.mark_run(run_dir)
@@ -87,12 +85,16 @@ def train_run(
         requeued = batch_system.requeued()
         if requeued and not cfg.resume and not job:
             # SLURM runs a requeued job's batch script again: the run it started continues.
-            _continue_slurm_job(cfg, requeued)
-        if (run_dir / run_record.SUMMARY).exists() and not _continues_here(cfg, run_dir):
+            continues = _run_of_requeued_job(cfg, requeued)
+        if (run_dir / run_record.SUMMARY).exists() and not _continues_here(cfg.resume or continues, run_dir):
             raise RaydraError(f"{run_dir} already holds a run; give this one its own hydra.run.dir.")
-        composed = resolve_and_validate(cfg, overrides)
+        # From here on the run reads its prepared config only (read-only: raydra.prepare).
+        prepared = prepare(
+            cfg, Invocation(overrides=tuple(overrides), job_ray_address=job.ray_address if job else None, continues=continues)
+        )
+        cfg = prepared.config
         if cfg.resume:
-            record, release_run = _continue(composed, record, run_dir)
+            record, release_run = _continue(prepared.composed, record, run_dir)
             run_dir, run_id = Path(record.run_dir), record.run_id
         else:
             release_run = run_record.hold(run_dir, "this run")
@@ -187,19 +189,19 @@ def _interrupted(record: RunRecord, place: Place, started: float, run_dir: Path,
     _settle(record.interrupted(reason, started, record.relative(last, home)), place)
 
 
-def _continue_slurm_job(cfg: DictConfig, job_id: str) -> None:
-    """Set resume= to the run this SLURM job started before it was requeued, if it started one."""
+def _run_of_requeued_job(cfg: DictConfig, job_id: str) -> Optional[str]:
+    """The run this SLURM job started before it was requeued, if it started one: the run it continues."""
     earlier = resume.of_slurm_job(cfg, job_id)
-    if earlier is not None:
-        log.info(f"SLURM requeued job {job_id}: continuing its run {earlier}")
-        with open_dict(cfg):
-            cfg.resume = str(earlier)
+    if earlier is None:
+        return None
+    log.info(f"SLURM requeued job {job_id}: continuing its run {earlier}")
+    return str(earlier)
 
 
-def _continues_here(cfg: DictConfig, run_dir: Path) -> bool:
+def _continues_here(resumes: Optional[str], run_dir: Path) -> bool:
     """resume= names this invocation's own directory (a resumed multirun's job, a requeued SLURM
     job whose hydra.run.dir is fixed): the run continues in place."""
-    return bool(cfg.resume) and cfg.resume != "latest" and Path(str(cfg.resume)).expanduser().resolve() == run_dir
+    return bool(resumes) and resumes != "latest" and Path(str(resumes)).expanduser().resolve() == run_dir
 
 
 def _import_in_background(data_target: Optional[str]) -> None:

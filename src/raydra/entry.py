@@ -15,7 +15,7 @@ from typing import Iterator, Optional
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from raydra import batch_system
 from raydra.errors import RaydraError
@@ -146,11 +146,6 @@ def main(cfg: DictConfig) -> Optional[float]:
         # SLURM's time-limit notice (SIGUSR1) from here on: noted and acted on, where by default it
         # would end this process.
         batch_system.watch(allocation)
-    if job and (cfg.ray.address is None or batch_system.named(cfg.ray.address)):
-        # The multirun's cluster (a local Ray, or Ray across its SLURM allocation). The recorded
-        # config (.hydra/config.yaml, written before this) keeps what the user gave.
-        with open_dict(cfg):
-            cfg.ray.address = job.ray_address
     hidden = shadowed_configs([s["path"] for s in hydra.runtime.config_sources if s["schema"] == "file"], CONF_DIR)
     if hidden:
         log.warning(hidden)
@@ -160,7 +155,8 @@ def main(cfg: DictConfig) -> Optional[float]:
 
             # The primary config's directory, so best_config.yaml can find the groups it composes from.
             config_dir = next((s["path"] for s in hydra.runtime.config_sources if s["provider"] == "main" and s["schema"] == "file"), None)
-            return run_sweep(cfg, output_dir, overrides, config_dir)["best"]["metric"]
+            # A multirun job's sweep runs on the multirun's cluster (raydra.prepare.Invocation).
+            return run_sweep(cfg, output_dir, overrides, config_dir, job_ray_address=job.ray_address if job else None)["best"]["metric"]
         from raydra.driver import train_run
 
         # A single run, or one job of raydra's launcher, has the process to itself; the jobs of Hydra's

@@ -336,12 +336,11 @@ def _as_current_job(job: Job) -> Iterator[None]:
 
 
 def _check_run(job: Job) -> None:
-    """The checks the job's driver makes before it starts Ray (raydra.driver.train_run), on a copy."""
-    import copy
+    """The checks the job's driver makes before it starts Ray: the same prepare, as a dry run (it
+    works on a copy, and its config is dropped)."""
+    from raydra.prepare import Invocation, prepare
 
-    from raydra.callbacks import resolve_and_validate
-
-    resolve_and_validate(copy.deepcopy(job.cfg), job.overrides)
+    prepare(job.cfg, Invocation(overrides=tuple(job.overrides)))
 
 
 def _refuse_for(job: Job, check: Any, arg: Any) -> None:

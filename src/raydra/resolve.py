@@ -19,15 +19,17 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from raydra import run_record, storage
 from raydra.errors import RaydraError
+from raydra.prepare import writable
 from raydra.redact import redact
 from raydra.schema import STRATEGY_SCHEMAS
 from raydra.spec import Place, RunSpec
 
 
 def resolve(cfg: DictConfig, run_dir: Path, run_id: str, wandb_group: Optional[str] = None) -> RunSpec:
-    """The run's spec from its composed, validated config. `cfg` gets its run directory as
-    paths.output_dir (and what describe_data finds) first; everything else is resolved in a copy.
-    `wandb_group`: the W&B group of a run whose logger.wandb.group is null (a multirun's)."""
+    """The run's spec from its prepared config (raydra.prepare), which is left as it is: a copy gets
+    its run directory as paths.output_dir and what describe_data finds, then every interpolation
+    resolved. `wandb_group`: the W&B group of a run whose logger.wandb.group is null (a multirun's)."""
+    cfg = writable(cfg)
     with open_dict(cfg):
         cfg.paths.output_dir = str(run_dir)
     check_data_paths(cfg)

@@ -1,7 +1,6 @@
 """After (and during) the search: every trial's final record, the trials table, the best trial's
 config and checkpoint, the sweep's own record, and one console line per trial event."""
 
-import copy
 import csv
 import logging
 import os
@@ -16,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from raydra import record, run_record, storage, summary
 from raydra.checkpoints import last_checkpoint
 from raydra.errors import one_line
+from raydra.prepare import writable
 from raydra.record import Checkpoints, Metrics, RunRecord
 
 log = logging.getLogger("raydra")
@@ -201,7 +201,7 @@ def write_tables(sweep_dir: Path, rows: List[Dict[str, Any]], metric: str) -> No
 def write_best(cfg: DictConfig, sweep_dir: Path, best: Dict[str, Any], metric: str, config_dir: Optional[str]) -> Dict[str, Any]:
     """best_config.yaml: the whole composed config with the best trial's values, a primary config
     Hydra can run on its own; and a link to that trial's best checkpoint."""
-    config = copy.deepcopy(cfg)
+    config = writable(cfg)
     config.tune = None
     config.resume = None
     for key, value in best["sampled"].items():

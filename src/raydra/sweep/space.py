@@ -1,7 +1,6 @@
 """tune.space: the search space as written in config, turned into Ray Tune domains and checked
 against the composed config (every key exists, every value makes a valid run) before any trial starts."""
 
-import copy
 from typing import Any, Dict, List, Tuple
 
 import ray.tune
@@ -10,6 +9,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from raydra.errors import RaydraError
 from raydra.keys import ABSENT
+from raydra.prepare import writable
 from raydra.schema import validate
 
 # Tune's sampling functions by the name used in tune.space; `grid` is tune.grid_search.
@@ -103,7 +103,7 @@ def check_samples(cfg: DictConfig, space: Dict[str, Tuple[str, List[Any]]]) -> N
         else:
             values = dom.sample(size=2)
         for value in values:
-            trial_cfg = copy.deepcopy(cfg)
+            trial_cfg = writable(cfg)
             try:
                 OmegaConf.update(trial_cfg, key, plain(value), merge=False)
                 validate(trial_cfg)

@@ -12,11 +12,11 @@ from ray.tune.integration.ray_train import TuneReportCallback
 
 from raydra import fit, record, resolve, run_record, storage, summary, trust
 from raydra.errors import RaydraError, one_line
+from raydra.prepare import Invocation, prepare
 from raydra.private_apis import tune_stop_probe
-from raydra.project import check_classes
 from raydra.record import Trial
 from raydra.redact import redact_hydra_records
-from raydra.schema import STRATEGY_SCHEMAS, RaydraConfig, validate
+from raydra.schema import STRATEGY_SCHEMAS, RaydraConfig
 from raydra.spec import Place
 from raydra.sweep.space import plain
 
@@ -54,8 +54,8 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
         # it from its last checkpoint.
         run = run.resumed_from(previous, run_dir=str(record_dir))
     try:
-        validate(conf)
-        check_classes(conf)
+        # The same checks as every run's (raydra.prepare), on the sweep's config with this trial's samples.
+        conf = prepare(conf, Invocation(overrides=tuple(overrides), trial=True)).config
         spec = resolve.resolve(conf, record_dir, run_id)
         # Named here, not recomputed from paths.outputs: this process's working directory is Ray's.
         spec = spec.with_place(dir=place.dir, storage=place.storage)

@@ -1,7 +1,6 @@
 """The sweep's driver: validate the space, connect, run Tune's search (or continue an interrupted
 one), and leave the sweep record; Tune runs each trial through raydra.sweep.trial."""
 
-import copy
 import logging
 import os
 import posixpath
@@ -17,10 +16,10 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from raydra import batch_system, private_apis, project, run_record, storage
 from raydra import record as record_module
-from raydra.callbacks import resolve_and_validate
 from raydra.cluster import TRIAL_CPU, check_fits, connect, trials_that_fit
 from raydra.console import worker_output
 from raydra.errors import RaydraError, one_line
+from raydra.prepare import Invocation, prepare, writable
 from raydra.redact import redact_hydra_records
 from raydra.resolve import wandb_mode
 from raydra.resume import changed_keys
@@ -40,10 +39,13 @@ RESOLVER_CALL = re.compile(r"\$\{\s*[\w.\-]+\s*:")
 RESUMABLE_CHANGES = ("tune.resume", "tune.max_concurrent")
 
 
-def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_dir: Optional[str] = None) -> Dict[str, Any]:
+def run_sweep(
+    cfg: DictConfig, output_dir: Path, overrides: List[str], config_dir: Optional[str] = None, job_ray_address: Optional[str] = None
+) -> Dict[str, Any]:
     """Run the sweep `cfg.tune` describes in `output_dir` (Hydra's output directory for it), or
     continue the one tune.resume names; returns the sweep's record (sweep.json), its best trial
     under "best". `config_dir`: the primary config's directory, which best_config.yaml searches.
+    `job_ray_address`: the multirun's cluster, when the sweep is one of its jobs.
 
     Raises RaydraError for bad input or a sweep in which no trial completed, KeyboardInterrupt
     when interrupted (Ctrl-C, SIGTERM) after recording how to continue it."""
@@ -75,7 +77,9 @@ def run_sweep(cfg: DictConfig, output_dir: Path, overrides: List[str], config_di
         if (fresh_dir / run_record.SWEEP).exists():
             raise RaydraError(f"{fresh_dir} already holds a sweep; give this one its own hydra.run.dir.")
         # A ModelCheckpoint among the callbacks sets checkpoint.*, and with it what the sweep optimises.
-        composed = resolve_and_validate(cfg, overrides)
+        prepared = prepare(cfg, Invocation(overrides=tuple(overrides), job_ray_address=job_ray_address))
+        cfg, composed = prepared.config, prepared.composed
+        tune_cfg = cfg.tune
         metric = record["metric"] = progress.metric = tune_cfg.metric or cfg.checkpoint.monitor
         mode = record["mode"] = tune_cfg.mode or cfg.checkpoint.mode
         if tune_cfg.resume:
@@ -305,7 +309,7 @@ def _scheduler(cfg: DictConfig) -> Any:
 def _trial_base(cfg: DictConfig, sweep_id: str) -> Dict[str, Any]:
     """The composed config as plain, still-unresolved data for the trials: resolved per trial
     after its sampled values are applied, so ${data.batch_size}-style references follow them."""
-    base = copy.deepcopy(cfg)
+    base = writable(cfg)
     base.tune = None
     base.resume = None
     if "wandb" in base.logger:
