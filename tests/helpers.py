@@ -322,3 +322,29 @@ def digits_test_accuracy(module) -> float:
             correct += int((module(images).argmax(-1) == labels).sum())
             total += len(labels)
     return correct / total
+
+
+# ---------------------------------------------------------------------------------------------
+# A small or read-only disk, for one command (test_full_disk, test_refusals)
+
+
+def on_a_private_tmpfs(directory: Path, command: list, mount_options: str, then: str = "", timeout: float = 120, cwd=None):
+    """Run `command` in a mount namespace of its own in which `directory` is a fresh tmpfs mounted
+    with `mount_options` (then `then`, a shell line on "$1", the directory): a full or read-only disk
+    for that command alone, which root's file modes would not give. Skips where mounting is refused."""
+    import os
+
+    if not sys.platform.startswith("linux") or os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("a private tmpfs needs Linux, root and unshare (util-linux)")
+    script = f'mount -t tmpfs -o {mount_options} raydra-tmpfs "$1" && {then or "true"} && shift && exec "$@"'
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(directory), *command],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=base_env(),
+    )
+    if "mount:" in done.stderr:
+        pytest.skip(f"mounting a tmpfs is refused here ({done.stderr.strip()})")
+    return done

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import REPO, base_env
+from helpers import on_a_private_tmpfs
 
 import raydra
 
@@ -170,24 +171,12 @@ def test_outputs_on_a_disk_that_takes_no_write_are_refused_naming_the_directory_
     """A tiny full tmpfs (OSError: No space left, no path, in Hydra's record) or a read-only one
     (105 lines of traceback), mounted in a namespace of its own: one sentence naming the run's
     directory and what to do, and nothing left there."""
-    if not sys.platform.startswith("linux") or os.geteuid() != 0 or not shutil.which("unshare"):
-        pytest.skip("a private tmpfs needs Linux, root and unshare (util-linux)")
     outputs = tmp_path / "outputs"
     outputs.mkdir()
     # The filler takes what the 64 KiB leave after the directories; a read-only one is remounted so.
     prepare = 'dd if=/dev/zero of="$1/filler" bs=1k count=128 2>/dev/null; true' if disk == "full" else 'mount -o remount,ro "$1"'
-    script = f'mount -t tmpfs -o size=64k raydra-small "$1" && {prepare} && shift && exec "$@"'
     train = [sys.executable, str(REPO / "train.py"), f"paths.outputs={outputs}", "scale.num_workers=0", "logger=csv"]
-    done = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(outputs), *train],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=base_env(),
-    )
-    if "mount:" in done.stderr:
-        pytest.skip(f"mounting a tmpfs is refused here ({done.stderr.strip()})")
+    done = on_a_private_tmpfs(outputs, train, "size=64k", then=prepare, cwd=REPO)
     said = done.stdout + done.stderr
     assert done.returncode == 1 and "Traceback" not in said and len(said.strip().splitlines()) == 1, said
     run_dir = f"{outputs}/runs/"

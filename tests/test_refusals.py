@@ -2,16 +2,14 @@
 work: a checkpoint cut short, given to raydra.load or to ckpt_path=; a compare report to a place
 that takes no write; a run name beyond ASCII on Ray. Fast: files made on the spot, in this process."""
 
-import os
 import pickle
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import base_env, run_dirs, summary_of
+from conftest import run_dirs, summary_of
+from helpers import on_a_private_tmpfs
 
 import raydra
 from raydra.checkpoints import check_whole
@@ -67,8 +65,6 @@ def test_ckpt_path_to_a_checkpoint_cut_short_is_refused_on_the_driver_before_tra
 def test_a_compare_report_to_a_read_only_place_is_said_in_one_sentence(tmp_path):
     """`raydra compare --html` to a read-only filesystem (a tmpfs mounted so in a namespace of its own:
     tests run as root, which file modes do not stop) printed OSError's traceback."""
-    if not sys.platform.startswith("linux") or os.geteuid() != 0 or not shutil.which("unshare"):
-        pytest.skip("a private read-only mount needs Linux, root and unshare (util-linux)")
     run = tmp_path / "runs" / "r1"
     (run / ".hydra").mkdir(parents=True)
     (run / ".hydra" / "config.yaml").write_text("name: r1\n")
@@ -76,17 +72,8 @@ def test_a_compare_report_to_a_read_only_place_is_said_in_one_sentence(tmp_path)
     read_only = tmp_path / "ro"
     read_only.mkdir()
     report = read_only / "report.html"
-    script = 'mount -t tmpfs -o size=64k,ro raydra-ro "$1" && shift && exec "$@"'
     command = [sys.executable, "-m", "raydra", "compare", str(run), "--html", str(report)]
-    done = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(read_only), *command],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=base_env(),
-    )
-    if "mount:" in done.stderr:
-        pytest.skip(f"mounting a tmpfs is refused here ({done.stderr.strip()})")
+    done = on_a_private_tmpfs(read_only, command, "size=64k,ro", timeout=60)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
         f"raydra compare: {report} is on a read-only filesystem: the HTML report cannot be written there; "
