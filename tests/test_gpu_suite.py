@@ -257,3 +257,70 @@ def test_the_vit_benchmarks_two_sides_train_the_same_model():
     assert {key: tuple(value.shape) for key, value in raydra_side.state_dict().items()} == {
         f"net.{key}": shape for key, shape in plain.items()
     }
+
+
+def test_the_sd_benchmark_sweeps_the_batch_to_the_largest_that_fits_and_puts_mfu_beside_images_per_s():
+    """benchmarks/sd.py's sweep and table with a stand-in for its train.py runs (each is minutes of
+    a GPU): the flags as read, the doubling to the first batch out of CUDA memory, and the MFU cell."""
+    import sd
+
+    args = sd.parse(["--gpu", "--latents", "cached"])
+    assert args.batches == [16, 64, 128, "max"] and args.steps == 50 and args.workers == [1]
+    args = sd.parse([])
+    assert args.batches == [4] and args.workers == [1, 2]
+    assert sd.parse(["--gpu", "--batches", "64", "--steps", "20"]).batches == [64]
+    for wrong in (["--batches", "max"], ["--gpu", "--batches", "16,0"], ["--gpu", "--batches", "big"]):
+        with pytest.raises(SystemExit):
+            sd.parse(wrong)  # max needs a GPU to run out of; counts are positive
+
+    tried = []
+
+    def measure(batch):
+        tried.append(batch)
+        if batch > 300:  # what fits on the stand-in GPU
+            raise sd.OutOfMemory(batch)
+        return {"batch": batch}
+
+    rows, fitted, failed = sd.sweep([128, 16, "max", 64], measure)
+    assert tried == [16, 64, 128, 256, 512] and [r["batch"] for r in rows] == [16, 64, 128, 256]
+    assert (fitted, failed) == (256, 512)
+    tried.clear()
+    assert sd.sweep([16, 512, 1024], measure)[1:] == (16, 512) and tried == [16, 512]  # larger would not fit either
+    tried.clear()
+    assert sd.sweep(["max"], measure)[1:] == (256, 512) and tried == [sd.MAX_FROM, 32, 64, 128, 256, 512]
+    assert sd.is_out_of_memory("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    # 256 images/s on one GPU at 539 GFLOP an image (SD 2 base's UNet at 256 px) is 138 TFLOP/s,
+    # 13.9% of an H100's 989.4 dense bf16 TFLOP/s; on CPU, no peak and no MFU.
+    row = {"batch": 64, "workers": 1, "latents": "cached", "steps_per_s": 4.0, "images_per_s": 256.0, "images_per_s_per_worker": 256.0}
+    row["peak_memory_gib"] = 40.0
+    assert sd.table_row(row, 539e9, 989.4e12) == "| 64 | 1 | cached | 4.00 | 256.0 | 256.0 | 138.0 | 13.9% | 40.00 |"
+    assert sd.table_row(row, 539e9, None).endswith("| 138.0 | - | 40.00 |")
+
+
+def test_the_sd_benchmarks_flop_count_is_its_unets_forward_and_backward():
+    """The count benchmarks/sd.py takes on the meta device is what a real step of the run's UNet
+    counts (on CPU with the math attention, which the counter sees; the GPU's flash and
+    memory-efficient kernels count the same), and --gpu's UNet is SD 2 base's."""
+    import sd
+    import torch
+    from helpers import composed
+    from omegaconf import OmegaConf
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from raydra.models.stable_diffusion_parts import unet_from
+
+    overrides = sd.overrides_for(1, False, 2, "cached", 4, 40)  # sd_tiny, as `python benchmarks/sd.py` runs it
+    per_image = sd.unet_flops_per_image(overrides)
+    model = OmegaConf.to_container(composed(*overrides).model, resolve=True)
+    unet = unet_from(model["parts"])
+    latents = torch.randn(3, 4, model["resolution"] // 2, model["resolution"] // 2)
+    text = torch.randn(3, model["parts"]["tokenizer"]["max_length"], model["parts"]["text_encoder"]["hidden_size"])
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        torch.nn.functional.mse_loss(unet(latents, torch.randint(0, 1000, (3,)), text).sample, torch.randn_like(latents)).backward()
+    assert counter.get_total_flops() == 3 * per_image > 0
+
+    full = OmegaConf.to_container(composed(*sd.overrides_for(1, True, 2, "cached", 64, 20)).model, resolve=True)
+    with torch.device("meta"):
+        assert sum(p.numel() for p in unet_from(full["parts"]).parameters()) == pytest.approx(865.9e6, rel=1e-3)

@@ -75,9 +75,17 @@ def build_parts(configs: Dict[str, Any], tokenizer: CLIPTokenizer) -> Dict[str, 
         )
     )
     vae = AutoencoderKL(**configs["vae"])
-    unet = UNet2DConditionModel(cross_attention_dim=text_encoder.config.hidden_size, **configs["unet"])
+    unet = unet_from(configs)
     scheduler = DDPMScheduler(**configs["scheduler"])
     return {"tokenizer": tokenizer, "text_encoder": text_encoder, "vae": vae, "unet": unet, "scheduler": scheduler}
+
+
+def unet_from(configs: Dict[str, Any]) -> UNet2DConditionModel:
+    """The UNet of the `model.parts` configs (random weights), attending to the text encoder's
+    hidden states. Built under `torch.device("meta")` it holds shapes only: benchmarks/sd.py counts
+    its FLOPs that way."""
+    text_width = CLIPTextConfig(**configs["text_encoder"]).hidden_size  # CLIP's default where the config has none
+    return UNet2DConditionModel(cross_attention_dim=text_width, **configs["unet"])
 
 
 def fit_vae(vae: AutoencoderKL, images: torch.Tensor, steps: int, batch_size: int, lr: float, seed: int = 0) -> None:
