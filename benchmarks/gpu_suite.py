@@ -10,12 +10,14 @@ Made for the device tool's bare GPU machine (Python 3.12, torch and Lightning, n
 diffusers or DeepSpeed, no package index): benchmarks/gpu_wheels.py prepares the wheels here, and
 docs/testing.md ("GPU suite") gives the exact sequence of calls with their `carry` lists.
 
-The steps, most valuable first, each killed at its own time budget while the suite goes on: the
-gpu-marked tests (does raydra train on a GPU at all: bf16 default, compile, ddp/fsdp/deepspeed with
-a checkpoint loaded back), seed 002's ViT (plain loop against raydra, eager and compiled,
-bf16-mixed), Stable Diffusion's UNet at 256 px with cached latents and text, ViT-B/16 at 224 px as
-seed 002's, SD with the VAE and text encoder on every batch, and the strategies (ddp, fsdp,
-DeepSpeed ZeRO-2 and ZeRO-3). A 15-minute loan reaches the first three (docs/testing.md).
+The default plan's steps, most valuable first, each killed at its own time budget while the suite
+goes on: the gpu-marked tests (does raydra train on a GPU at all: bf16 default, compile,
+ddp/fsdp/deepspeed with a checkpoint loaded back), seed 002's ViT compiled (plain loop against
+raydra), Stable Diffusion's UNet at 256 px with cached latents and text at one batch per GPU,
+ViT-B/16's MFU compiled (raydra alone), and DeepSpeed ZeRO-2 and ZeRO-3 memory. It fits a
+15-minute loan: at most 3 device commands and 12 minutes of them, the staging and install included
+(PLAN_COMMANDS, LOAN_COMMANDS_S; the dry run prints it). Other steps (the SD batch sweep, SD with
+the VAE encoding every batch, the ViTs eager, ddp and fsdp) run only when --only names them.
 
 One call of the device tool runs 10 minutes at most, so `run` is resumable: it keeps each finished
 step's table in /tmp/raydra-gpu/results (which a warm machine keeps between calls), skips steps
@@ -59,6 +61,17 @@ class Step:
     budget_s: int
     argv: list  # after `python`, relative to the repository
     imports: list = field(default_factory=list)
+    planned: bool = True  # in the default plan; False: runs only when --only names it
+
+
+# What a loan gives the commands: 15 minutes of device time, the machine's start (one or two
+# minutes) and the transfers aside (issue 44, 2026-11-27).
+LOAN_COMMANDS_S = 12 * 60
+PLAN_COMMANDS = 3
+# Measured on an H200 on 2026-11-27: the first call staged its wheels (Ray's among them) in 20 s;
+# the second staged its own and installed them all in 4 s.
+STAGE_S = 20
+INSTALL_S = 4
 
 
 def gpu_test_files() -> list:
@@ -67,42 +80,89 @@ def gpu_test_files() -> list:
     return sorted(f"tests/{p.name}" for p in (REPO / "tests").glob("test_*.py") if "pytest.mark.gpu" in p.read_text())
 
 
+VIT_IMPORTS = ["torch", "transformers", "raydra.worker.throughput", "ray.train", "hydra"]
+SD_IMPORTS = ["diffusers", "transformers", "raydra.models.stable_diffusion", "ray.train", "hydra"]
+# SD's batch per GPU in the plan, until the sweep (the sd-sweep step) has measured the best one;
+# at 8 images per GPU the step was host-bound (peak 18.6 GiB of 141 on an H200).
+SD_BATCH = "64"
+
 STEPS = [
+    # The default plan, most valuable first. Budgets from the H200 run of 2026-11-27 (issue 44),
+    # where a step ran; estimated where none did, and said so.
     Step(
         "tests",
         "the gpu-marked tests: bf16 by default, compile, MFU, ddp/fsdp/deepspeed training and loading back",
-        270,
+        # 270 s, cut at that budget just after its last test; since then DeepSpeed's load back
+        # (which then failed at once) and SD's step that never waits for the GPU (a tiny model).
+        285,
         ["-m", "pytest", "-m", "gpu", "-v", "-rA", "-p", "no:cacheprovider", "--continue-on-collection-errors", *gpu_test_files()],
         ["pytest", "torch", "lightning", "ray", "ray.train", "hydra", "omegaconf", "raydra.testing", "raydra.worker.loop", "deepspeed"],
     ),
     Step(
         "vit-seed002",
-        "seed 002's ViT: plain loop against raydra, eager and compiled, bf16-mixed",
-        240,
-        ["benchmarks/gpu.py", "--workloads", "seed002", "--precisions", "bf16-mixed", "--compile", "false,true"],
-        ["torch", "transformers", "raydra.worker.throughput", "ray.train", "hydra"],
+        "seed 002's ViT compiled, bf16-mixed: plain loop against raydra (the 0.95x goal)",
+        # 212 s for eager and compiled (four runs); compiled alone, compilation the larger part:
+        # estimated 120 s.
+        120,
+        ["benchmarks/gpu.py", "--workloads", "seed002", "--precisions", "bf16-mixed", "--compile", "true"],
+        VIT_IMPORTS,
     ),
     Step(
         "sd-cached",
-        "SD 2 base's UNet at 256 px, bf16-mixed, with cached latents and text (the last epoch, every image's latent and caption's embedding cached)",
-        # 117 s measured on an H200 (2026-11-27, latents only): room for 3 epochs and Ray's start.
-        160,
-        ["benchmarks/sd.py", "--gpu", "--latents", "cached"],
-        ["diffusers", "transformers", "raydra.models.stable_diffusion", "ray.train", "hydra"],
+        f"SD 2 base's UNet at 256 px, bf16-mixed, {SD_BATCH} images per GPU, latents and text cached (the last of 3 epochs): images/s and MFU",
+        # 117 s with latents cached at 8 images a step, 50 steps an epoch: ~25 s of steps, ~90 s of
+        # Ray's start, building the model and its final checkpoint. Here 3 epochs of 20 steps of 64:
+        # 3,840 images, 30 s at 128 images/s.
+        120,
+        ["benchmarks/sd.py", "--gpu", "--latents", "cached", "--batches", SD_BATCH, "--steps", "20"],
+        SD_IMPORTS,
     ),
     Step(
         "vit-b16",
-        "ViT-B/16 at 224 px: plain loop against raydra, eager and compiled, bf16-mixed",
-        240,
-        ["benchmarks/gpu.py", "--workloads", "vit_b16", "--precisions", "bf16-mixed", "--compile", "false,true"],
-        ["torch", "transformers", "raydra.worker.throughput", "ray.train", "hydra"],
+        "ViT-B/16 at 224 px compiled, bf16-mixed, raydra alone: its MFU (the 45% goal)",
+        # Not run on 2026-11-27; estimated from seed 002's: raydra's compiled run is most of the
+        # pair's 120 s, and ViT-B/16's 60 steps take a few seconds more.
+        80,
+        ["benchmarks/gpu.py", "--workloads", "vit_b16", "--precisions", "bf16-mixed", "--compile", "true", "--only", "raydra"],
+        VIT_IMPORTS,
+    ),
+    Step(
+        "zero",
+        "ViT-L/16 under DeepSpeed ZeRO-2 and ZeRO-3, one epoch: memory per worker, samples/s, checkpoint save time",
+        # Not run on 2026-11-27; estimated: two train.py runs of ~40 s (Ray's start and the
+        # workers' imports, as a ViT run's, DeepSpeed's set-up, 64 steps, one 3.6 GB checkpoint).
+        80,
+        ["benchmarks/strategies.py", "--gpu", "--epochs", "1", "--only", "zero2", "zero3"],
+        ["deepspeed", "ray.train", "hydra", "raydra.worker.strategies"],
+    ),
+    # Outside the plan: --only names them, in a loan of their own or what one has left.
+    Step(
+        "sd-sweep",
+        "SD's UNet at 256 px, latents and text cached: the batch per GPU swept over 16, 64, 128 and the largest that fits",
+        # Most of a call of its own: 520 s of its 570, the rest the install and the suite's start.
+        # Each batch is a train.py run of ~100 s or more; its row prints as it ends, so a sweep cut
+        # at its budget keeps what it measured.
+        520,
+        ["benchmarks/sd.py", "--gpu", "--latents", "cached", "--batches", "16,64,128,max", "--steps", "20"],
+        SD_IMPORTS,
+        planned=False,
     ),
     Step(
         "sd",
-        "SD 2 base's UNet at 256 px, bf16-mixed: images/s with the VAE encoding every batch",
-        180,
-        ["benchmarks/sd.py", "--gpu", "--latents", "encoded"],
-        ["diffusers", "transformers", "raydra.models.stable_diffusion", "ray.train", "hydra"],
+        f"SD 2 base's UNet at 256 px, bf16-mixed, {SD_BATCH} images per GPU: the VAE and text encoder on every batch (what caching saves)",
+        # 128 s at 8 images a step, 2 epochs of 50 steps.
+        130,
+        ["benchmarks/sd.py", "--gpu", "--latents", "encoded", "--batches", SD_BATCH, "--steps", "20"],
+        SD_IMPORTS,
+        planned=False,
+    ),
+    Step(
+        "vit-eager",
+        "seed 002's ViT and ViT-B/16 eager, bf16-mixed: plain loop against raydra",
+        240,
+        ["benchmarks/gpu.py", "--workloads", "seed002,vit_b16", "--precisions", "bf16-mixed", "--compile", "false"],
+        VIT_IMPORTS,
+        planned=False,
     ),
     Step(
         "strategies",
@@ -110,8 +170,70 @@ STEPS = [
         360,
         ["benchmarks/strategies.py", "--gpu", "--only", "ddp", "fsdp", "zero2", "zero3"],
         ["deepspeed", "ray.train", "hydra", "raydra.worker.strategies"],
+        planned=False,
     ),
 ]
+
+
+@dataclass
+class Command:
+    """One call of the device tool in the plan: what it carries, its set-up, the steps it runs."""
+
+    carry: list
+    setup: list  # (what, seconds)
+    steps: list
+
+    @property
+    def seconds(self) -> int:
+        return sum(s for _, s in self.setup) + sum(step.budget_s for step in self.steps)
+
+
+def plan(steps: list, call_budget_s: float, wheel_calls: int) -> list:
+    """The default plan's steps laid out in device calls as `all` runs them: the calls before the
+    last wheel call only stage (nothing installs until every wheel is there); from the last one on,
+    each call runs the pending steps in order that still fit its --call-budget-s, leaving the others
+    for the next. A step larger than a call's budget never runs: refused in one sentence."""
+    commands = [Command([f".gpu_wheels/call{n}"], [("stage", STAGE_S)], []) for n in range(1, wheel_calls)]
+    todo = [s for s in steps if s.planned]
+    setup = [("stage and install", INSTALL_S)] if wheel_calls > 1 else [("stage", STAGE_S), ("install", INSTALL_S)]
+    carry = [f".gpu_wheels/call{wheel_calls}"]
+    while todo:
+        left = call_budget_s - sum(s for _, s in setup)
+        runs = []
+        for step in list(todo):
+            if step.budget_s <= left:
+                runs.append(step)
+                todo.remove(step)
+                left -= step.budget_s
+        if not runs:
+            raise ValueError(
+                f"step {todo[0].name}'s budget of {todo[0].budget_s} s is more than a call's {call_budget_s:.0f} s: it would never run; shorten it"
+            )
+        commands.append(Command(carry, setup, runs))
+        carry, setup = [], []
+    return commands
+
+
+def wheel_calls() -> int:
+    """How many calls carry the wheels: the prepared manifest's count, or the most gpu_wheels.py plans."""
+    manifest_file = CARRIED / "manifest.json"
+    if manifest_file.is_file():
+        return len(json.loads(manifest_file.read_text())["calls"])
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import gpu_wheels
+
+    return gpu_wheels.MAX_CALLS
+
+
+def describe(commands: list) -> list:
+    """The plan's lines, as the dry run prints them."""
+    lines = []
+    for number, command in enumerate(commands, start=1):
+        parts = [f"{what} {s} s" for what, s in command.setup] + [f"{step.name} {step.budget_s} s" for step in command.steps]
+        lines.append(f"  command {number}: carry {json.dumps(command.carry)}: {', '.join(parts)} = {command.seconds} s")
+    total = sum(c.seconds for c in commands)
+    lines.append(f"  {len(commands)} commands, {total} s of the {LOAN_COMMANDS_S} s a loan leaves them (at most {PLAN_COMMANDS} commands)")
+    return lines
 
 
 def step_env(step: str) -> dict:
@@ -421,6 +543,8 @@ def write_index(header: str) -> Path:
     rows, bodies = [], []
     for step in STEPS:
         result_file = RESULTS / f"{step.name}.json"
+        if not step.planned and not result_file.is_file():
+            continue
         if result_file.is_file():
             r = json.loads(result_file.read_text())
             rows.append(f"| {step.name} | {r['status']} | {r['wall_s']} | {step.budget_s} |")
@@ -465,7 +589,7 @@ def run(only: list, call_budget: float, started: float, skip: tuple = ()) -> Non
     if only:
         todo = [s for s in STEPS if s.name in only]
     else:
-        todo = [s for s in STEPS if not (RESULTS / f"{s.name}.json").is_file() and s.name not in skip]
+        todo = [s for s in STEPS if s.planned and not (RESULTS / f"{s.name}.json").is_file() and s.name not in skip]
     if only:
         for s in todo:
             (RESULTS / f"{s.name}.json").unlink(missing_ok=True)
@@ -485,16 +609,20 @@ def run(only: list, call_budget: float, started: float, skip: tuple = ()) -> Non
         publish(ran)
     index = write_index(header)
     publish(ran)
-    pending = [s.name for s in STEPS if not (RESULTS / f"{s.name}.json").is_file() and s.name not in skip]
+    pending = [s.name for s in STEPS if s.planned and not (RESULTS / f"{s.name}.json").is_file() and s.name not in skip]
     print("\n" + index.read_text())
-    print(f"run: pending: {', '.join(pending)}; run the same command again in the next call" if pending else "run: every step has run")
+    print(
+        f"run: pending: {', '.join(pending)}; run the same command again in the next call"
+        if pending
+        else "run: every step of the plan has run (the others: --only " + ",".join(s.name for s in STEPS if not s.planned) + ")"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # dry run
 
 
-def dry_run() -> int:
+def dry_run(call_budget_s: float = 570) -> int:
     """Each step's command line, its flags present in its script's --help and its imports resolved
     here (or, for GPU-only packages, in the wheel set), the gpu-marked tests collected: no training."""
     sys.path.insert(0, str(REPO / "benchmarks"))
@@ -548,8 +676,19 @@ def dry_run() -> int:
             print(f"  import {module}: {where or 'MISSING'}")
             if not where:
                 problems.append(f"{step.name}: import {module} resolves neither here nor in the wheel set")
-    total = sum(s.budget_s for s in STEPS)
-    print(f"\n{len(STEPS)} steps, {total / 60:.1f} min of budgets")
+    try:
+        commands = plan(STEPS, call_budget_s, wheel_calls())
+    except ValueError as error:
+        problems.append(str(error))
+        commands = []
+    total = sum(c.seconds for c in commands)
+    print(f"\nthe default plan, in calls of --call-budget-s {call_budget_s:.0f}:")
+    print("\n".join(describe(commands)))
+    print("outside the plan (--only): " + ", ".join(f"{s.name} {s.budget_s} s" for s in STEPS if not s.planned))
+    if total > LOAN_COMMANDS_S or len(commands) > PLAN_COMMANDS:
+        problems.append(
+            f"the plan takes {len(commands)} commands and {total} s; a loan leaves {PLAN_COMMANDS} commands and {LOAN_COMMANDS_S} s: shorten a budget or move a step out of the plan"
+        )
     # Whether the wheels are ready for a loan (made by gpu_wheels.py; not needed for the dry run).
     manifest_file = CARRIED / "manifest.json"
     if manifest_file.is_file():
@@ -579,7 +718,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.dry_run:
-        sys.exit(dry_run())
+        sys.exit(dry_run(args.call_budget_s))
     only = [s for s in args.only.split(",") if s]
     skip = [s for s in args.skip.split(",") if s]
     unknown = [s for s in only + skip if s not in {st.name for st in STEPS}]

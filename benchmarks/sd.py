@@ -208,7 +208,7 @@ def table_row(row: dict, flops_per_image: int, peak: float) -> str:
     tflops, mfu = cell_flops(row, flops_per_image, peak)
     return (
         f"| {row['batch']} | {row['workers']} | {row['latents']} | {row['steps_per_s']:.2f} | {row['images_per_s']:.1f} "
-        f"| {row['images_per_s_per_worker']:.1f} | {tflops:.1f} | {f'{mfu:.1%}' if mfu is not None else '-'} | {row['peak_memory_gib']:.2f} |"
+        f"| {row['images_per_s_per_worker']:.1f} | {tflops:.3g} | {f'{mfu:.1%}' if mfu is not None else '-'} | {row['peak_memory_gib']:.2f} |"
     )
 
 

@@ -3,6 +3,7 @@
     python benchmarks/strategies.py                 # CPU: a ViT of ~10 M parameters on 2 CPU workers
     python benchmarks/strategies.py --gpu           # GPU: ViT-L/16 at 224 px, bf16-mixed, one worker per GPU (at most 2)
     python benchmarks/strategies.py --gpu --workers 1 --only ddp zero2 zero3
+    python benchmarks/strategies.py --gpu --epochs 1 --only zero2 zero3   # the GPU suite's step: one checkpoint each
 
 Rows (--only takes their ids): ddp, fsdp (full sharding, sharded checkpoint), fsdp_grad_op,
 fsdp_full_ckpt, zero2, zero3 (DeepSpeed). On one worker nothing is sharded across workers, so
@@ -38,7 +39,6 @@ MODELS = {
         "data.num_samples=1024",
         "data.val_samples=256",
         "data.batch_size=32",
-        "trainer.max_epochs=2",
     ],
     # ViT-L/16: 304 M parameters, 4.9 GB of fp32 weights + AdamW state.
     "gpu": [
@@ -51,7 +51,6 @@ MODELS = {
         "data.num_samples=4096",
         "data.val_samples=256",
         "data.batch_size=64",
-        "trainer.max_epochs=2",
         "scale=gpu",
     ],
 }
@@ -118,6 +117,7 @@ def main() -> None:
     parser.add_argument("--gpu", action="store_true", help="ViT-L/16 at 224 px with bf16-mixed on GPU workers")
     parser.add_argument("--only", nargs="*", choices=list(STRATEGIES), help="rows to run, by id: " + " ".join(STRATEGIES))
     parser.add_argument("--workers", type=int, default=None, help="workers (CPU: 2; GPU: the GPUs there are, at most 2)")
+    parser.add_argument("--epochs", type=int, default=2, help="epochs per run, a checkpoint at each one's end (default 2)")
     args = parser.parse_args()
     device = "gpu" if args.gpu else "cpu"
     workers = args.workers or (min(gpu_count(), 2) if args.gpu else 2)
@@ -138,7 +138,11 @@ def main() -> None:
             if key.startswith("zero") and not args.gpu:
                 r = {"strategy": name, "error": "not run: DeepSpeed needs CUDA GPU workers"}
             else:
-                r = run(name, overrides + MODELS[device] + [f"scale.num_workers={workers}"], Path(tmp) / key)
+                r = run(
+                    name,
+                    overrides + MODELS[device] + [f"scale.num_workers={workers}", f"trainer.max_epochs={args.epochs}"],
+                    Path(tmp) / key,
+                )
             print(json.dumps(r), file=sys.stderr, flush=True)
             if "error" in r:
                 print(f"| {r['strategy']} | {r['error']} | | | | | |", flush=True)
