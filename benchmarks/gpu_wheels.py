@@ -94,6 +94,7 @@ IMAGE = set(
 # The versions that image's pip list showed (same source): the ones a carried wheel's needs are checked against.
 IMAGE_VERSIONS = {
     "accelerate": "1.15.0",
+    "aiohttp": "3.14.3",  # from install.log on the H200 (2026-11-27)
     "huggingface-hub": "1.33.0",
     "numpy": "2.5.2",
     "pytorch-lightning": "2.6.6",
@@ -105,6 +106,11 @@ IMAGE_VERSIONS = {
     "transformers": "5.17.0",
     "triton": "3.6.0",
 }
+# Image packages carried anyway, at the dev venv's versions, because a carried wheel needs newer:
+# Ray 2.60's `default` extra needs aiohttp>=3.14.4 and the H200's image had 3.14.3 (install.log,
+# 2026-11-27: `unmet ray needs aiohttp>=3.14.4; extra == "default": found 3.14.3`); aiohttp 3.14.4
+# and later need yarl>=1.25.1, which that image's aiohttp did not ask of it. 2 MiB in all.
+OVER_IMAGE = ["aiohttp", "yarl"]
 # Trimmed from a wheel before it travels: (wheel name, path prefix inside it, why).
 STRIP = [("ray", "ray/jars/", "Java workers' jar; raydra starts Python workers only")]
 
@@ -197,6 +203,14 @@ def wheel_requirements(wheel: Path, extras: set) -> list:
 
 def wheel_name(wheel: Path) -> str:
     return canonical(wheel.name.split("-")[0])
+
+
+def roots_for(with_wandb: bool, also: list) -> list:
+    """What the wheel set is the closure of: ROOTS, W&B if asked, and the image packages carried
+    anyway (OVER_IMAGE and --also), which stop counting as the image's."""
+    over = [*OVER_IMAGE, *also]
+    IMAGE.difference_update(canonical(n) for n in over)
+    return ROOTS + (["wandb"] if with_wandb else []) + over
 
 
 def fetch(names: dict, into: Path) -> None:
@@ -398,7 +412,7 @@ def main() -> None:
         "--also", action="append", default=[], metavar="NAME", help="carry this package though the image has it (repeatable)"
     )
     args = parser.parse_args()
-    IMAGE.difference_update(canonical(n) for n in args.also)
+    roots = roots_for(args.with_wandb, args.also)
     tree_bytes = tree_size()
     DEST.mkdir(exist_ok=True)
     try:
@@ -409,7 +423,6 @@ def main() -> None:
                 DEST, carried, {n: set(a) for n, a in old["image_relied_on"].items()}, tree_bytes, old["stripped"], old["roots"]
             )
         else:
-            roots = ROOTS + (["wandb"] if args.with_wandb else []) + args.also
             wheels = DEST / "wheels"
             shutil.rmtree(wheels, ignore_errors=True)
             wheels.mkdir()

@@ -178,6 +178,26 @@ def test_the_wheel_set_leaves_out_what_the_gpu_image_has_and_pins_the_rest():
     assert gpu_wheels.SDIST_ONLY == {"antlr4-python3-runtime", "deepspeed"}
 
 
+def test_the_wheel_set_carries_the_aiohttp_rays_default_extra_needs_over_the_images_older_one(monkeypatch):
+    """install.log on the H200 said `unmet ray needs aiohttp>=3.14.4; extra == "default": found 3.14.3`."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    monkeypatch.setattr(gpu_wheels, "IMAGE", set(gpu_wheels.IMAGE))  # roots_for takes them out of it
+    roots = gpu_wheels.roots_for(with_wandb=False, also=[])
+    assert {"aiohttp", "yarl"} <= set(roots) and not {"aiohttp", "yarl"} & gpu_wheels.IMAGE
+    pins = gpu_wheels.dev_pins()
+
+    def needs(package: str, name: str, extra: str = "") -> Requirement:
+        wanted = [Requirement(r) for r in metadata.requires(package)]
+        return next(r for r in wanted if r.name == name and (r.marker is None or r.marker.evaluate({"extra": extra})))
+
+    aiohttp = needs("ray", "aiohttp", extra="default")
+    assert aiohttp.specifier.contains(pins["aiohttp"]) and not aiohttp.specifier.contains(gpu_wheels.IMAGE_VERSIONS["aiohttp"])
+    assert needs("aiohttp", "yarl").specifier.contains(pins["yarl"])
+
+
 def _wheel(folder: Path, name: str, body: str, requires: str = "") -> Path:
     """A minimal pure-Python wheel, written by hand (no download, no build)."""
     import zipfile
