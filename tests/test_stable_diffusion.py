@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from conftest import run_dirs, summary_of
+from conftest import bare_trainer, run_dirs, summary_of
 from PIL import Image
 
 from raydra.data.image_captions import ImageCaptionsDataModule
@@ -187,6 +187,39 @@ def test_cache_text_runs_the_text_encoder_once_per_caption_and_changes_no_loss(s
             assert sum(calls) == 2 * len(shapes.train_captions) + 1  # "" once, then kept
     assert len(model._text_cache) == len(shapes.train_captions)
     assert losses[True] == pytest.approx(losses[False], rel=1e-5)
+
+
+def test_under_bf16_mixed_the_frozen_parts_run_as_bf16_copies_while_checkpoints_and_the_export_keep_fp32(shapes, tmp_path):
+    """Under autocast, the frozen VAE's and text encoder's fp32 weights were cast again at every
+    step; bf16 copies of them run outside autocast instead, and nothing saved changes."""
+    from safetensors.torch import load_file
+
+    model = tiny_model(shapes, sample_prompts=[], cache_latents=True, cache_text=True)
+    frozen = ("vae.", "text_encoder.")
+    before = {k: v.clone() for k, v in model.state_dict().items() if k.startswith(frozen)}
+    seen = set()
+    model.vae.encoder.register_forward_pre_hook(
+        lambda m, args: seen.add(("vae", m.conv_in.weight.dtype, args[0].dtype, torch.is_autocast_enabled("cpu")))
+    )
+    model.text_encoder.embeddings.register_forward_pre_hook(
+        lambda m, args: seen.add(("text encoder", m.token_embedding.weight.dtype, torch.is_autocast_enabled("cpu")))
+    )
+    trainer = bare_trainer(precision="bf16-mixed", max_steps=3, limit_val_batches=0, default_root_dir=tmp_path)
+    trainer.fit(model, datamodule=shapes)
+    assert seen == {("vae", torch.bfloat16, torch.bfloat16, False), ("text encoder", torch.bfloat16, False)}
+    assert model._text_cache.values.dtype == torch.bfloat16  # half the memory a cached caption took
+
+    # The module's state, a checkpoint and the exported pipeline: the fp32 weights it was given.
+    state = model.state_dict()
+    assert {k for k in state if k.startswith(frozen)} == set(before) and len(state) == len(model.state_dict(keep_vars=True))
+    assert all(state[k].dtype == torch.float32 and torch.equal(state[k], v) for k, v in before.items())
+    trainer.save_checkpoint(tmp_path / "last.ckpt")
+    assert torch.load(tmp_path / "last.ckpt", weights_only=True)["state_dict"].keys() == state.keys()
+    for part, weights in (("vae", "diffusion_pytorch_model.safetensors"), ("text_encoder", "model.safetensors")):
+        exported = load_file(tmp_path / "pipeline" / part / weights)
+        same = [key for key in exported if f"{part}.{key}" in before]
+        assert len(same) == len(exported) > 0
+        assert all(exported[key].dtype == torch.float32 and torch.equal(exported[key], before[f"{part}.{key}"]) for key in same)
 
 
 @pytest.mark.gpu

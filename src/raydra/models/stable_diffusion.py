@@ -7,6 +7,7 @@ Rank 0 writes a grid of fixed prompts to <run dir>/samples/ at every validation 
 final weights (EMA weights when EMA is on) as a diffusers pipeline folder <run dir>/pipeline/.
 """
 
+import contextlib
 import copy
 import inspect
 import os
@@ -75,6 +76,9 @@ class StableDiffusion(pl.LightningModule):
         self._empty_text: Optional[torch.Tensor] = None  # the embedding of "", for dropped captions
         self.ema_unet: Optional[torch.nn.Module] = None
         self._ema_step = 0
+        # bf16 copies of the frozen parts a bf16-mixed step runs (_frozen): a plain dict, so no
+        # submodule, nothing of them in a checkpoint or the exported pipeline.
+        self._bf16_parts: Dict[str, torch.nn.Module] = {}
 
     # -- building -----------------------------------------------------------------------------
 
@@ -146,14 +150,45 @@ class StableDiffusion(pl.LightningModule):
     def _memory_format(self) -> torch.memory_format:
         return torch.channels_last if self.hparams.channels_last else torch.contiguous_format
 
+    def _frozen(self, name: str) -> torch.nn.Module:
+        """The frozen part (`vae`, `text_encoder`) a step runs. Under bf16-mixed, a bf16 copy of it,
+        which runs outside autocast: autocast would cast each of its fp32 weights again every step
+        and run its norms in fp32. The copy is no submodule, so checkpoints, the exported pipeline
+        and the samples keep the fp32 weights. Where the strategy holds the weights in a form of its
+        own (fsdp's sharded DTensors, DeepSpeed's partitions or bf16 weights), the part itself."""
+        part = getattr(self, name)
+        if self._trainer is None or self.trainer.precision != "bf16-mixed":
+            return part
+        weights = list(part.parameters())
+        copy_ = self._bf16_parts.get(name)
+        if copy_ is not None and next(copy_.parameters()).device == weights[0].device:
+            return copy_
+        if not all(type(w.data) is torch.Tensor and w.numel() and w.dtype == torch.float32 for w in weights):
+            return part
+        # deepcopy takes a tensor already in its memo as the copy of it: each floating-point weight
+        # and buffer goes straight to bf16, without a second fp32 copy of the part on the device.
+        memo = {
+            id(t): torch.nn.Parameter(t.detach().to(torch.bfloat16), requires_grad=False)
+            if isinstance(t, torch.nn.Parameter)
+            else t.detach().to(torch.bfloat16)
+            for t in [*weights, *part.buffers()]
+            if t.is_floating_point()
+        }
+        self._bf16_parts[name] = copy_ = copy.deepcopy(part, memo)
+        return copy_
+
+    def _outside_autocast(self, copy_: bool) -> Any:
+        return torch.autocast(self.device.type, enabled=False) if copy_ else contextlib.nullcontext()
+
     def _latents(self, batch: Dict[str, Any], sample: bool) -> torch.Tensor:
         """VAE latents of the batch's images; with cache_latents the VAE runs once per image."""
         cache = self._latent_cache if self.hparams.cache_latents and sample else None
         params = cache.get(batch) if cache is not None else None
         if params is None:
-            with torch.no_grad():
-                pixels = batch["pixel_values"].to(self.vae.dtype, memory_format=self._memory_format)
-                params = self.vae.encode(pixels).latent_dist.parameters
+            vae = self._frozen("vae")
+            with torch.no_grad(), self._outside_autocast(vae is not self.vae):
+                pixels = batch["pixel_values"].to(vae.dtype, memory_format=self._memory_format)
+                params = vae.encode(pixels).latent_dist.parameters
             if cache is not None:
                 cache.put(batch, params)
         dist = DiagonalGaussianDistribution(params)
@@ -184,8 +219,9 @@ class StableDiffusion(pl.LightningModule):
         ids = self.tokenizer(
             captions, padding="max_length", max_length=self.tokenizer.model_max_length, truncation=True, return_tensors="pt"
         ).input_ids
-        with torch.no_grad():
-            return self.text_encoder(self._to_device(ids))[0]
+        text_encoder = self._frozen("text_encoder")
+        with torch.no_grad(), self._outside_autocast(text_encoder is not self.text_encoder):
+            return text_encoder(self._to_device(ids))[0]
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         """A host tensor on this module's device. To a GPU from pinned memory, without blocking: a
@@ -261,6 +297,7 @@ class StableDiffusion(pl.LightningModule):
             checkpoint["caption_bpe"] = self.bpe  # plain dict/list/str: still loads with weights_only=True
 
     def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
+        self._bf16_parts.clear()  # made again from the weights the checkpoint brings
         bpe = checkpoint.get("caption_bpe")
         if not hasattr(self, "unet"):  # load_from_checkpoint: nothing built yet
             self._build(bpe)
