@@ -358,7 +358,11 @@ def private_disk_cluster(tmp_path_factory):
     outputs = tmp_path_factory.mktemp("private_outputs")
     head_temp, worker_temp = _short_temp_dir("rayp-"), _short_temp_dir("rayw-")
     head_log = logs / "head.log"
-    head = _start_node(["--head", *ray_node.head_port_flags(dashboard_port), "--num-cpus=0", f"--temp-dir={head_temp}"], head_log, env)
+    head = _start_node(
+        ["--head", *ray_node.head_port_flags(dashboard_port), *ray_node.port_flags(), "--num-cpus=0", f"--temp-dir={head_temp}"],
+        head_log,
+        env,
+    )
     worker = None
     try:
         address = _wait_node_started(head, head_log, "head", ray_node.wait_head_started)

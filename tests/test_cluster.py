@@ -105,3 +105,28 @@ def test_the_ports_handed_out_for_ray_nodes_never_repeat():
     assert len(set(ports)) == len(ports)
     flags = ray_node.head_port_flags(ray_node.free_port()) + ray_node.port_flags()
     assert len({flag.split("=")[1] for flag in flags}) == len(flags)
+
+
+def test_a_port_ray_takes_by_default_is_never_handed_out(monkeypatch):
+    """A head's dashboard was handed 52365, the port its own dashboard agent takes by default, and
+    the head refused to start (the suite's session cluster, once): Ray's default ports are skipped."""
+    from raydra import ray_node
+
+    kernel = iter([52365, 8265, 6379, 10001, 41234])
+
+    class Socket:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def bind(self, address):
+            self.port = next(kernel)
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(ray_node.socket, "socket", Socket)
+    monkeypatch.setattr(ray_node, "_handed_out", set())
+    assert ray_node.free_port() == 41234

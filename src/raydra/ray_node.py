@@ -31,6 +31,11 @@ _JOIN_ADDRESS = re.compile(r"ray start --address='([^']+)'")
 # share one (seen in the suite: the node manager's and the dashboard agent's, both 36207).
 _handed_out: Set[int] = set()
 _handing_out = threading.Lock()
+# Ports Ray takes by default where a node is not told otherwise (GCS, dashboard, client server, the
+# dashboard agent's HTTP port): never handed out, so a node of raydra's never collides with a
+# component left on its default (seen in the suite: a head's dashboard was handed 52365, the port
+# its own dashboard agent then took by default, and the head refused to start).
+RAY_DEFAULT_PORTS = frozenset({6379, 8265, 10001, 52365})
 
 
 def free_port() -> int:
@@ -41,7 +46,7 @@ def free_port() -> int:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
-            if port not in _handed_out:
+            if port not in _handed_out and port not in RAY_DEFAULT_PORTS:
                 _handed_out.add(port)
                 return port
 

@@ -40,7 +40,10 @@ def start_ray_head(
     # which names whichever cluster was started last on this machine (see raydra.cluster.connect).
     env = {**env, **state_api_address_env(dashboard_port)}
     proc = ray_node.start(
-        ["--head", *ray_node.head_port_flags(dashboard_port), f"--num-cpus={num_cpus}", "--num-gpus=0", *args], log_path, env
+        # Every port the head listens on is one handed out here: none is left to Ray's defaults.
+        ["--head", *ray_node.head_port_flags(dashboard_port), *ray_node.port_flags(), f"--num-cpus={num_cpus}", "--num-gpus=0", *args],
+        log_path,
+        env,
     )
     try:
         # The head listens on the node's address, which `ray start` prints for joining nodes.
