@@ -97,7 +97,10 @@ def _keep_rows_up_to(csv_logger: Any, position: Optional[Dict[str, Any]]) -> Non
         private_apis.set_csv_columns(writer, sorted(fields))
         try:
             with replacing(path) as tmp, open(tmp, "w", newline="") as file:
-                kept = csv.DictWriter(file, fieldnames=sorted(fields))
+                # A row with more values than the header names (seen once after a SIGTERM in local
+                # mode: "dict contains fields not in fieldnames: None") keeps its named columns; the
+                # unnamed values belong to no metric.
+                kept = csv.DictWriter(file, fieldnames=sorted(fields), extrasaction="ignore")
                 kept.writeheader()
                 kept.writerows(rows)
         except OSError as error:
@@ -173,7 +176,7 @@ def replace_csv_whole(writer: Any) -> None:
                         rows = list(csv.DictReader(file)) + pending
                     mode = "w"
                 with open(tmp, mode, newline="") as file:
-                    out = csv.DictWriter(file, fieldnames=columns)
+                    out = csv.DictWriter(file, fieldnames=columns, extrasaction="ignore")
                     if mode == "w":
                         out.writeheader()
                     out.writerows(rows)
