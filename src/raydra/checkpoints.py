@@ -18,7 +18,6 @@ import contextlib
 import importlib
 import importlib.util
 import io
-import json
 import pickle
 import posixpath
 import tempfile
@@ -236,12 +235,7 @@ def _locate_in_storage(location: str, which: str, missing: str = "") -> str:
         if storage.exists(summary_location):
             if which not in ("best", "last"):
                 raise RaydraError(f"which={which} must be best or last.")
-            try:
-                run = record.RunRecord.from_dict(json.loads(storage.read_text(summary_location)))
-            except (ValueError, record.RecordError) as error:
-                raise RaydraError(
-                    f"{summary_location} is not a readable run record ({error}); it was cut short or is not raydra's."
-                ) from None
+            run = record.parse(storage.read_text(summary_location), summary_location)
             # Below the URI the run was found at, wherever it was first written.
             found = run.checkpoint(which, location)
             if not found or not (is_uri(found) and storage.exists(found) or not is_uri(found) and Path(found).exists()):

@@ -292,13 +292,23 @@ def read(run_dir: Any, name: str = SUMMARY) -> RunRecord:
     sentence naming it (RecordError); a field of the wrong type reads as unset (record.problems)."""
     path = Path(run_dir) / name
     try:
-        return RunRecord.from_dict(json.loads(path.read_text()))
+        text = path.read_text()
     except FileNotFoundError:
         raise RecordError(f"{path} does not exist; pass a run directory a raydra run wrote.") from None
-    except (ValueError, UnicodeDecodeError) as error:
+    except UnicodeDecodeError as error:
         raise RecordError(f"{path} is not a readable run record ({error}); it was cut short or is not raydra's.") from None
+    return parse(text, str(path))
+
+
+def parse(text: str, where: str) -> RunRecord:
+    """A run record from summary.json's text, read from `where` (a path or a storage URI, for the
+    one sentence that refuses a truncated or non-object record)."""
+    try:
+        return RunRecord.from_dict(json.loads(text))
+    except ValueError as error:
+        raise RecordError(f"{where} is not a readable run record ({error}); it was cut short or is not raydra's.") from None
     except RecordError as error:
-        raise RecordError(f"{path} is not a readable run record ({error}); it is not raydra's.") from None
+        raise RecordError(f"{where} is not a readable run record ({error}); it is not raydra's.") from None
 
 
 def try_read(run_dir: Any, name: str = SUMMARY) -> Optional[RunRecord]:
