@@ -10,10 +10,12 @@ worker groups of an elastic run apart.
 
 import hashlib
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Optional
 
+from raydra.data.digits import DigitsDataModule
 from raydra.lightning import pl
 from raydra.models.vit import ViTClassifier
 
@@ -63,3 +65,45 @@ def seen_per_epoch(run_dir, world_size=None):
         if world_size in (None, size):
             out.setdefault(epoch, {}).setdefault(rank, []).extend(path.read_text().split())
     return out
+
+
+class Stall(pl.Callback):
+    """A researcher's bug, on rank `rank`: blocks forever at `where` (batch_end: after training step
+    `step`; save: inside a checkpoint save) the first time there, or every time without `once` (a
+    file written as it blocks, so a restarted group runs through). With `sleep_s`, rank `slow_rank`
+    sleeps that long after every step instead: a straggler."""
+
+    def __init__(
+        self, rank: int = 1, step: int = 20, where: str = "batch_end", once: Optional[str] = None, slow_rank: int = -1, sleep_s: float = 0.0
+    ):
+        self.rank, self.step, self.where, self.once, self.slow_rank, self.sleep_s = rank, step, where, once, slow_rank, sleep_s
+
+    def _stall(self, trainer):
+        if trainer.global_rank != self.rank or (self.once and os.path.exists(self.once)):
+            return
+        if self.once:
+            Path(self.once).write_text(str(os.getpid()))
+        threading.Event().wait()  # forever
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_rank == self.slow_rank:
+            time.sleep(self.sleep_s)
+        if self.where == "batch_end" and trainer.global_step == self.step:
+            self._stall(trainer)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        if self.where == "save" and trainer.global_step >= self.step:
+            self._stall(trainer)
+
+
+class StallInSetup(DigitsDataModule):
+    """The digits, whose setup blocks forever on rank `rank` (a data loader stuck on a network filesystem)."""
+
+    def __init__(self, *args, rank: int = 0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rank = rank
+
+    def setup(self, stage=None):
+        if self.trainer is not None and self.trainer.global_rank == self.rank:
+            threading.Event().wait()  # forever
+        super().setup(stage)

@@ -30,7 +30,7 @@ from raydra import record as record_module
 from raydra.checkpoints import last_checkpoint
 from raydra.cluster import check_fits, check_room_for_data, connect
 from raydra.console import worker_output
-from raydra.errors import RaydraError, one_line
+from raydra.errors import RaydraError
 from raydra.multirun_job import JobSettings
 from raydra.prepare import Invocation, prepare
 from raydra.record import RunRecord
@@ -161,7 +161,7 @@ def train_run(
             # Its workers stopped on the notice's SIGTERM, which Ray Train reports as their failure.
             _interrupted(record, place, started, run_dir, run_id)
             raise KeyboardInterrupt from error
-        _settle(record.failed(str(error) if isinstance(error, RaydraError) else one_line(error), started), place)
+        _settle(summary.failure(record, error, started), place)
         raise
     finally:
         restore_sigterm()

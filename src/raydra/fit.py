@@ -10,6 +10,7 @@ can call it as a library.
 
 import contextlib
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -19,6 +20,8 @@ from raydra.checkpoints import last_checkpoint
 from raydra.cluster import has_no_autoscaler, worker_resources
 from raydra.errors import storage_failure, user_error
 from raydra.private_apis import (
+    FLIGHT_RECORDER_ENTRIES,
+    FLIGHT_RECORDER_ENV,
     elastic_reacts_quickly,
     poll_workers_often,
     torch_trainer_class,
@@ -28,6 +31,7 @@ from raydra.private_apis import (
 from raydra.project import builds_only_known_classes, targets
 from raydra.record import RunRecord
 from raydra.spec import RunSpec, WorkerOutcome
+from raydra.watch import RunHung, Watching
 from raydra.worker import preload
 
 log = logging.getLogger("raydra")
@@ -71,16 +75,29 @@ def fit_and_record(
     """
     marks = dict(marks or {})
     spec, datasets = _before_workers(spec)
-    # With paths.storage, the workers' files reach this run directory while the run goes on (a
-    # trial's process needs no copy: the sweep's driver follows the trial's storage itself).
-    with contextlib.nullcontext() if tune_trial else run_record.Follower(spec.place):
-        result = _fit(spec, datasets, tune_trial, list(callbacks), marks, process_ends_with_run)
+    # The hang watchdog's meeting point, for this fit's workers (every attempt's).
+    watching = Watching(spec.failure, Path(spec.place.dir), spec.local) if spec.failure.watchdog else None
+    try:
+        # With paths.storage, the workers' files reach this run directory while the run goes on (a
+        # trial's process needs no copy: the sweep's driver follows the trial's storage itself).
+        with contextlib.nullcontext() if tune_trial else run_record.Follower(spec.place):
+            result = _fit(spec, datasets, tune_trial, list(callbacks), marks, process_ends_with_run, watching)
+    except (Exception, KeyboardInterrupt) as error:
+        findings = watching.close() if watching else None
+        if findings and findings.ended_by_hang:
+            # The workers' end was the watchdog's doing: the run hung (in local mode, the watchdog
+            # interrupted this process's training).
+            raise RunHung(findings) from error
+        raise
+    findings = watching.close() if watching else None
+    found = {"hangs": findings.hangs, "stragglers": findings.stragglers, "watchdog": findings.watchdog} if findings else {}
     worker = result.return_value or WorkerOutcome()
     completed = record.completed(
         started,
         # With the rows per split the driver counted (data.loader=ray_data).
         data=summary.data_record(spec),
         startup=startup.phases({**marks, **worker.startup_marks}),
+        **found,
         **summary.outcome(result, worker, spec),
     )
     summary.save(spec.place, completed)
@@ -108,7 +125,15 @@ def _before_workers(spec: RunSpec) -> Tuple[RunSpec, Optional[Dict[str, Any]]]:
     return spec, datasets
 
 
-def _fit(spec: RunSpec, datasets: Any, tune_trial: bool, callbacks: List[Any], marks: Dict[str, float], process_ends_with_run: bool) -> Any:
+def _fit(
+    spec: RunSpec,
+    datasets: Any,
+    tune_trial: bool,
+    callbacks: List[Any],
+    marks: Dict[str, float],
+    process_ends_with_run: bool,
+    watching: Optional[Watching],
+) -> Any:
     import ray.train
     from ray.train.torch import TorchConfig
 
@@ -127,7 +152,7 @@ def _fit(spec: RunSpec, datasets: Any, tune_trial: bool, callbacks: List[Any], m
     trainer = torch_trainer_class(placement_group_cleaner=not process_ends_with_run, autoscaling_requests=not has_no_autoscaler())(
         train_loop,
         # A dict, as Ray hands it to the training function; the spec inside pickles whole.
-        train_loop_config={"spec": spec},
+        train_loop_config={"spec": spec, "watch": watching.link if watching else None},
         datasets=datasets,
         # The process group's backend and timeout are Ray's to set, not Lightning's; every strategy's
         # schema carries both (schema.ProcessGroupConfig, where their defaults live).
@@ -190,6 +215,9 @@ def _worker_runtime_env(spec: RunSpec) -> Dict[str, Any]:
     # schedule): found as Hydra's instantiate will find them, so set-up imports nothing more.
     objects = ["raydra.worker.loop", *targets(spec.model), *targets(spec.data)]
     env = {preload.OBJECTS_ENV: ",".join(dict.fromkeys(objects)), **worker_setup_hook_env("raydra.worker.preload.start")}
+    if spec.failure.watchdog and FLIGHT_RECORDER_ENV not in os.environ:
+        # What each worker's collectives were doing, kept with its stacks when a hang is found.
+        env[FLIGHT_RECORDER_ENV] = str(FLIGHT_RECORDER_ENTRIES)
     if builds_only_known_classes(spec.model, spec.data, spec.callbacks, spec.logger):
         # Nothing of the user's runs there, so nothing asks for torchmetrics' optional integrations.
         env[preload.LEAN_ENV] = "1"

@@ -2,8 +2,8 @@
 
     RunRecord        the record, one attribute per field, its format version in `format`
     read / write     summary.json in a run directory, read into a RunRecord and written atomically
-    transitions      started -> running (with_start) -> completed | failed | interrupted | stopped,
-                     and resumed_from: each returns a new record; `_ended` alone sets how a run ended
+    transitions      started -> running (with_start) -> completed | failed | hung | interrupted |
+                     stopped, and resumed_from: each returns a new record; `_ended` alone sets how a run ended
 
 Every module that writes or reads summary.json goes through here; the rest read attributes. Only the
 standard library is imported (and raydra.storage's path joining), so `raydra compare` and `show` read
@@ -96,6 +96,61 @@ class Trial:
 
 
 @dataclass(frozen=True)
+class StoppedRank:
+    """A worker that stopped making progress: where it was, and how long it had been still."""
+
+    rank: Optional[int] = None
+    node: Optional[str] = None
+    pid: Optional[int] = None
+    phase: Optional[str] = None
+    # The last global step it completed.
+    step: Optional[int] = None
+    still_s: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class Hang:
+    """One hang the watchdog found (raydra.watch): the phase and step it happened at, how long it
+    waited, the rank(s) that stopped (the others waited on them), where their stacks are, and what
+    came of it: the worker group restarted from the last checkpoint, or the run ended."""
+
+    at: Optional[str] = None
+    phase: Optional[str] = None
+    step: Optional[int] = None
+    waited_s: Optional[float] = None
+    deadline_s: Optional[float] = None
+    stopped: List[StoppedRank] = field(default_factory=list)
+    # The directory with every worker's stacks (and torch's flight record), relative to the run directory.
+    diagnostics: Optional[str] = None
+    outcome: Optional[str] = None
+
+    def sentence(self) -> str:
+        """The hang in one line, for the record's error and the console."""
+        ranks = ", ".join(f"rank {r.rank} ({r.node})" for r in self.stopped) or "no rank named"
+        where = "start-up" if self.phase == "startup" else f"{self.phase or 'an unknown phase'} after step {self.step}"
+        return (
+            f"hung: {ranks} made no progress in {where} for {self.waited_s:.0f} s (deadline {self.deadline_s:.0f} s); "
+            f"every worker's stacks are in {self.diagnostics}"
+        )
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A rank the others waited for, step after step (raydra.watch): by how much, and from when."""
+
+    rank: Optional[int] = None
+    node: Optional[str] = None
+    # Median time by which its steps started after the first rank's, and the step time of the run.
+    lag_s: Optional[float] = None
+    step_time_s: Optional[float] = None
+    # Its lag as a share of a step, at its worst window.
+    share: Optional[float] = None
+    first_step: Optional[int] = None
+    last_step: Optional[int] = None
+    windows: Optional[int] = None
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """summary.json. Written when the run starts ("running") and rewritten whole when it ends."""
 
@@ -155,6 +210,11 @@ class RunRecord:
     startup: Dict[str, Any] = field(default_factory=dict)
     resumed: List[Resumption] = field(default_factory=list)
     trial: Optional[Trial] = None
+    # The watchdog's finds: each hang (and whether the group restarted), the stragglers named, and
+    # the deadlines it held the run to at the end (docs/reliability.md: what to tune them to).
+    hangs: List[Hang] = field(default_factory=list)
+    stragglers: List[Straggler] = field(default_factory=list)
+    watchdog: Dict[str, Any] = field(default_factory=dict)
     # A trial the sweep's scheduler ended early: which scheduler, after how many epochs.
     stopped_by: Optional[str] = None
     # raydra rerun: the run this one reproduces.
@@ -195,6 +255,11 @@ class RunRecord:
 
     def failed(self, reason: str, started: Optional[float] = None) -> "RunRecord":
         return self._ended(FAILED, reason, started)
+
+    def hung(self, hangs: List[Hang], started: Optional[float] = None, **outcome: Any) -> "RunRecord":
+        """The watchdog found the run hung and no restart was left: failed, saying where it stopped.
+        `hangs`: every hang of the run, the last one the one that ended it."""
+        return self._ended(FAILED, hangs[-1].sentence(), started, hangs=list(hangs), **outcome)
 
     def interrupted(self, reason: str, started: Optional[float] = None, last_checkpoint: Optional[str] = None) -> "RunRecord":
         """Ctrl-C, SIGTERM, a time limit: `reason` names the command that continues it, and the

@@ -249,6 +249,26 @@ class FailureConfig:
     # all-reduce about every 0.2 s of training to agree on it.
     # false: Ray's own handling (the worker exits at once).
     preemption_notice: bool = True
+    # The hang watchdog (docs/reliability.md, "Hangs and stragglers"): a worker that stops making
+    # progress for longer than its phase's deadline has every worker's stacks kept in
+    # <run>/diagnostics/, the run recorded as hung, and then max_failures applies (a restart from
+    # the last checkpoint, or the run ends). Without it a hang holds the run, and its GPUs, until
+    # a collective times out (strategy.timeout_s, 30 min) with nothing said about which rank stopped.
+    watchdog: bool = True
+    # Start-up (from a worker's start to the end of its first training step: data set-up, the
+    # first compile) may take this long.
+    startup_timeout_s: float = 900.0
+    # A training, validation or test batch may take this many times the run's own median batch of
+    # that kind, and never less than step_timeout_min_s (which covers an epoch's turn: a loader's
+    # workers starting, metrics gathered).
+    step_timeout_factor: float = 20.0
+    step_timeout_min_s: float = 90.0
+    # A checkpoint save may take this long, or 5 times the run's longest save so far if longer.
+    checkpoint_timeout_s: float = 600.0
+    # A rank whose steps start later than the first rank's by more than this share of a step,
+    # over a window of straggler_window steps, is named a straggler (the run goes on). 0: never.
+    straggler_threshold: float = 0.2
+    straggler_window: int = 50
 
 
 @dataclass
@@ -574,6 +594,10 @@ def problems_of(cfg: Any) -> Iterator[str]:
             yield f"{key}={_shown(node)} is not a dict; give it one, e.g. {key}={{name: value}} (or leave it out)."
     if cfg.failure.max_failures < -1:
         yield f"failure.max_failures={cfg.failure.max_failures} must be -1 (no limit) or a count from 0."
+    for key in ("startup_timeout_s", "step_timeout_factor", "step_timeout_min_s", "checkpoint_timeout_s", "straggler_window"):
+        yield from _positive(f"failure.{key}", cfg.failure[key])
+    if cfg.failure.straggler_threshold < 0:
+        yield f"failure.straggler_threshold={cfg.failure.straggler_threshold} must be a share of a step from 0 (0: never name stragglers), e.g. 0.2."
     yield from _validate_slurm(cfg.slurm)
     if cfg.get("tune") is not None:
         yield from _validate_tune(cfg.tune)

@@ -3,6 +3,7 @@
     new_summary    the composed config, before it is validated: the record a refusal is written in
     record_start   the resolved spec: what the run will train with, written before any worker starts
     outcome        Ray Train's result and rank 0's WorkerOutcome: the figures of a completed run
+    failure        the record of a run an error ended: failed with its one line, or hung
 
 The record's type, its transitions and its file are raydra.record's; this module only builds values.
 """
@@ -19,10 +20,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from raydra import record, run_record, storage
 from raydra.batch_system import job_record
+from raydra.errors import RaydraError, one_line
 from raydra.record import Checkpoints, Metrics, Monitor, RunRecord
 from raydra.run_record import CHECKPOINT_FILE
 from raydra.schema import is_worker_count, worker_range
 from raydra.spec import Place, RunSpec, WorkerOutcome
+from raydra.watch import RunHung
 
 PACKAGES = ("raydra", "ray", "torch", "lightning", "pytorch-lightning", "transformers", "hydra-core", "wandb", "diffusers")
 
@@ -95,6 +98,14 @@ def record_start(spec: RunSpec, opening: RunRecord) -> RunRecord:
     )
     save(spec.place, started)
     return started
+
+
+def failure(run: RunRecord, error: BaseException, started: float) -> RunRecord:
+    """The record of a run that `error` ended: hung, with what the watchdog found (raydra.watch),
+    or failed, with the error's sentence (a RaydraError's) or its last line."""
+    if isinstance(error, RunHung):
+        return error.ended(run, started)
+    return run.failed(str(error) if isinstance(error, RaydraError) else one_line(error), started)
 
 
 def save(place: Place, run: RunRecord) -> None:

@@ -11,7 +11,6 @@ from omegaconf import DictConfig, OmegaConf
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from raydra import fit, record, resolve, run_record, storage, summary, trust
-from raydra.errors import RaydraError, one_line
 from raydra.prepare import Invocation, prepare
 from raydra.private_apis import tune_stop_probe
 from raydra.record import Trial
@@ -65,8 +64,7 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
         if stopped_by_tune() or _settled(run_dir):
             # The scheduler ended this trial; the sweep driver records it from Tune's results.
             raise
-        reason = str(error) if isinstance(error, RaydraError) else one_line(error)
-        summary.save(place, run.failed(reason, started))
+        summary.save(place, summary.failure(run, error, started))
         raise
     # The last epoch reaches Tune only now, with the test metrics, once summary.json is complete
     # (see ReportToTune).

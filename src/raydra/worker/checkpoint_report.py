@@ -51,6 +51,7 @@ class TimedReport(pl.Callback):
         background_upload: bool = False,
         after_report: Optional[Callable[[], None]] = None,
         local: Optional["LocalCheckpoints"] = None,
+        saving: Optional[Callable[[int], Any]] = None,
     ) -> None:
         self.every_n_epochs = every_n_epochs or 1
         self.every_n_steps = every_n_steps
@@ -59,6 +60,8 @@ class TimedReport(pl.Callback):
         self.after_report = after_report or (lambda: None)
         # Local mode: Ray Train keeps nothing that is reported; this keeps it instead.
         self.local = local
+        # The hang watchdog's mark of a save (raydra.worker.watchdog.Progress.saving): its own deadline.
+        self.saving = saving or (lambda step: contextlib.nullcontext())
         self.seconds: List[float] = []
         self.upload_seconds: List[float] = []
         self._flush_next = False
@@ -125,6 +128,10 @@ class TimedReport(pl.Callback):
         which copies it to the run's storage (Ray Train's documented Lightning recipe).
         `wait_upload`: upload before returning even with background uploads (a preempted worker
         must not stop before its checkpoint is in storage)."""
+        with self.saving(trainer.global_step):
+            self._checkpoint(trainer, mid_epoch, wait_upload)
+
+    def _checkpoint(self, trainer: Any, mid_epoch: bool, wait_upload: bool) -> None:
         start = time.perf_counter()
         for logger in trainer.loggers:
             logger.save()

@@ -48,17 +48,23 @@ from raydra.worker.preemption import PreemptionNotice
 from raydra.worker.resumable import Resumable
 from raydra.worker.strategies import build_strategy, check_ray_environment
 from raydra.worker.throughput import Throughput, model_state_bytes, peak_flops, peak_memory_bytes
+from raydra.worker.watchdog import Heartbeat, Progress, Watchdog
 
 # The end of the imports above (raydra.startup's phases; their start is raydra.worker.IMPORTS_STARTED).
 IMPORTED = time.time()
 
 
 def train_loop(config: Dict[str, Any]) -> WorkerOutcome:
-    """`config`: {"spec": the run's RunSpec}, as Ray hands the TorchTrainer's train_loop_config."""
+    """`config`: {"spec": the run's RunSpec, "watch": the hang watchdog's WatchLink or None}, as
+    Ray hands the TorchTrainer's train_loop_config."""
     entered = time.time()
     spec: RunSpec = config["spec"]
     context = ray.train.get_context()
     rank = context.get_world_rank()
+    # Watched from here: start-up's deadline counts from this worker's start.
+    progress = Progress(spec.failure)
+    link = config.get("watch")
+    watchdog = Watchdog(progress, link, rank, context.get_world_size(), local=spec.local).start() if link else None
     # With paths.storage, this worker's part of the record (its log; rank 0's metrics.csv, samples,
     # W&B files) is written on its own node and pushed to storage at every report and at the end,
     # whatever happens: a failed run's worker logs are what explains it.
@@ -77,7 +83,7 @@ def train_loop(config: Dict[str, Any]) -> WorkerOutcome:
         with contextlib.ExitStack() as stack:
             # Local mode: Ray Train hands no checkpoint back; the driver names the run's last one.
             restored = spec.place.restore if spec.local else _restored_checkpoint_path(stack, spec.place.id, rank)
-            outcome = _train(spec, mirror, restored)
+            outcome = _train(spec, mirror, restored, Heartbeat(progress, link, context.get_world_size()) if link else None)
             outcome.startup_marks["train_entered"] = entered
             return outcome
     except Exception as error:
@@ -89,6 +95,8 @@ def train_loop(config: Dict[str, Any]) -> WorkerOutcome:
             setattr(error, WORKER_RANK, rank)
         raise
     finally:
+        if watchdog:
+            watchdog.stop()
         mirror.close()
         unroute()
 
@@ -106,7 +114,7 @@ def _moved(node: Any, old: str, new: str) -> Any:
     return node
 
 
-def _train(spec: RunSpec, mirror: WorkerMirror, restored: Optional[str]) -> WorkerOutcome:
+def _train(spec: RunSpec, mirror: WorkerMirror, restored: Optional[str], heartbeat: Optional[Heartbeat]) -> WorkerOutcome:
     context = ray.train.get_context()
     rank, world_size = context.get_world_rank(), context.get_world_size()
     run_dir = Path(spec.place.dir)
@@ -162,11 +170,16 @@ def _train(spec: RunSpec, mirror: WorkerMirror, restored: Optional[str]) -> Work
         background_upload=ckpt.upload == "background",
         after_report=mirror.push,
         local=kept,
+        saving=heartbeat.progress.saving if heartbeat else None,
     )
     # The world size is Ray's, at run time: an elastic group ([min, max]) restarts on another size.
     resumable = Resumable(world_size=world_size, elastic=scale.elastic)
     # The contract first: its sentence must come before a callback that trips over the same thing.
     callbacks = [Contract(monitor=ckpt.monitor), throughput, resumable, report, PlainHyperparameters(model_config, spec.data)]
+    if heartbeat:
+        # First: its marks come before any other callback's hook can block (and its per-rank step
+        # times are logged before the epoch's report).
+        callbacks.insert(0, heartbeat)
     if rank == 0:
         callbacks.append(
             ConsoleProgress(
@@ -182,6 +195,8 @@ def _train(spec: RunSpec, mirror: WorkerMirror, restored: Optional[str]) -> Work
     # The user's, after raydra's own (whose checks and records come first).
     user_callbacks = build_callbacks(spec.callbacks, rank)
     callbacks += [callback for _, callback in user_callbacks]
+    if heartbeat:
+        callbacks.append(heartbeat.tail())
     trainer = pl.Trainer(
         accelerator="gpu" if scale.use_gpu else "cpu",
         # Local mode: one device in this process, Lightning's own single-device strategy.
