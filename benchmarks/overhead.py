@@ -1,6 +1,10 @@
 """What raydra costs: the same model on the same data trained four ways, in one table.
 
     python benchmarks/overhead.py [--epochs 10] [--repeats 3]
+    python benchmarks/overhead.py --watchdog-cost [--epochs 10] [--repeats 3]
+
+--watchdog-cost: raydra with its hang watchdog (the default) against failure.watchdog=false, 1 and 2
+workers, in rounds as above: what the watchdog costs a steady run (its goal: at most 1%).
 
 Ways: a plain PyTorch loop, plain Lightning in one process, raydra in local mode (the same
 worker function in the driver's process, no Ray), with 1 worker and with 2 workers. Every way trains the digits ViT with 32 samples per worker per step on 1 CPU thread per
@@ -87,7 +91,7 @@ def plain_lightning(epochs: int, launched: float) -> dict:
     return {"startup_s": summary["first_step_at"] - launched, "samples_per_s": summary["samples_per_s"], "workers": 1}
 
 
-def raydra(epochs: int, workers: int) -> dict:
+def raydra(epochs: int, workers: int, *extra: str) -> dict:
     with tempfile.TemporaryDirectory() as outputs:
         launched = time.time()
         subprocess.run(
@@ -100,6 +104,7 @@ def raydra(epochs: int, workers: int) -> dict:
                 f"trainer.max_epochs={epochs}",
                 "trainer.test=false",
                 "logger=none",
+                *extra,
             ],
             cwd=REPO,
             check=True,
@@ -133,15 +138,43 @@ def in_subprocess(way: str, epochs: int) -> dict:
     return result
 
 
+def watchdog_cost(epochs: int, repeats: int) -> None:
+    """Steady samples/s with the hang watchdog against without it, paired within each round."""
+    ways = {
+        (workers, on): (lambda w=workers, o=on: raydra(epochs, w, f"failure.watchdog={str(o).lower()}"))
+        for workers in (1, 2)
+        for on in (True, False)
+    }
+    rounds = []
+    for i in range(repeats):
+        rounds.append({key: run() for key, run in ways.items()})
+        print(f"round {i + 1}/{repeats}: " + ", ".join(f"{k} {r['samples_per_s']:.0f}" for k, r in rounds[-1].items()), file=sys.stderr)
+    print(f"digits ViT, {epochs} epochs, {BATCH} samples/worker/step, 1 CPU thread per worker, median of {repeats} rounds\n")
+    print("| workers | samples/s, watchdog on | samples/s, off | on vs off (range over rounds) |")
+    print("|---:|---:|---:|---:|")
+    for workers in (1, 2):
+        on = [r[(workers, True)]["samples_per_s"] for r in rounds]
+        off = [r[(workers, False)]["samples_per_s"] for r in rounds]
+        ratios = [a / b for a, b in zip(on, off, strict=True)]
+        print(
+            f"| {workers} | {statistics.median(on):.0f} | {statistics.median(off):.0f} | "
+            f"{statistics.median(ratios):.3f}x ({min(ratios):.3f}-{max(ratios):.3f}) |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--way")
     parser.add_argument("--launched", type=float)
+    parser.add_argument("--watchdog-cost", action="store_true")
     args = parser.parse_args()
     if args.way:
         print(json.dumps({"plain_torch": plain_torch, "plain_lightning": plain_lightning}[args.way](args.epochs, args.launched)))
+        return
+    if args.watchdog_cost:
+        watchdog_cost(args.epochs, args.repeats)
         return
     ways = {
         "plain PyTorch loop": lambda: in_subprocess("plain_torch", args.epochs),

@@ -9,6 +9,7 @@ blocks), and two workers on the session's Ray (a user's callback that blocks one
 straggler beside it: restarted and completed; a data module's set-up that blocks: the run ends)."""
 
 import json
+import re
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,9 +17,10 @@ from types import SimpleNamespace
 import psutil
 import pytest
 from conftest import run_dirs, run_train, summary_of
-from helpers import RUN
+from helpers import RUN, compare
 
 from raydra import watch
+from raydra.cli import main
 from raydra.worker import watchdog
 from raydra.worker.watchdog import BEFORE_BACKWARD, END, ENDED, VALIDATION, Progress
 
@@ -168,7 +170,7 @@ def test_the_stacks_of_this_process_show_every_thread_where_it_waits():
 # -- real runs --------------------------------------------------------------------------------------
 
 
-def test_a_checkpoint_save_that_blocks_in_local_mode_is_recorded_hung_with_its_stack(train_here, tmp_path):
+def test_a_checkpoint_save_that_blocks_in_local_mode_is_recorded_hung_with_its_stack(train_here, tmp_path, capfd):
     done = train_here(
         *RUN,
         "scale.num_workers=0",
@@ -189,10 +191,18 @@ def test_a_checkpoint_save_that_blocks_in_local_mode_is_recorded_hung_with_its_s
     stacks = (run_dir / hang["diagnostics"] / "rank0.stacks.txt").read_text()
     assert "Stall.on_save_checkpoint" in stacks and "TimedReport" in stacks
     assert "made no progress in checkpoint" in done.stdout + done.stderr
+    # raydra show tells where, how long, and where the stacks are.
+    assert main(["show", str(run_dir)]) == 0
+    shown = capfd.readouterr().out
+    assert re.search(r"^status\s+failed: hung: rank 0", shown, re.M)
+    assert re.search(r"hang 1 .*: checkpoint after step \d+, waited [\d.]+ s of a 3 s deadline", shown)
+    assert "stacks in diagnostics/hang-1" in shown and str(run_dir / "diagnostics") in shown
 
 
 @pytest.mark.e2e
-def test_a_rank_that_blocks_once_is_named_its_stacks_kept_and_the_run_restarts_and_completes_beside_a_straggler(ray_cluster, tmp_path):
+def test_a_rank_that_blocks_once_is_named_its_stacks_kept_and_the_run_restarts_and_completes_beside_a_straggler(
+    ray_cluster, tmp_path, capsys
+):
     once = tmp_path / "stalled-once"
     done = run_train(
         *RUN,
@@ -229,6 +239,8 @@ def test_a_rank_that_blocks_once_is_named_its_stacks_kept_and_the_run_restarts_a
     assert "straggler: rank 1" in done.stdout + done.stderr and "hung: rank 1" in done.stdout + done.stderr
     header = Path(run_dir, "metrics.csv").read_text().splitlines()[0]
     assert "train/step_time_s_rank1" in header and "train/lag_s_rank1" in header
+    code, out, _ = compare(capsys, run_dir)
+    assert code == 0 and "completed (hung 1x, restarted; straggler: rank 1)" in out
 
 
 @pytest.mark.e2e

@@ -76,6 +76,8 @@ DRIVER_LOCK = ".driver.lock"
 # This machine's mark over the run's recorded config (raydra.trust): rerun and resume= build what
 # a run without it names only when told the run is trusted.
 MACHINE_MARK = ".machine_mark"
+# The hang watchdog's findings (raydra.watch): every worker's stacks and flight record, per hang.
+DIAGNOSTICS = "diagnostics"
 
 
 def ray_safe(name: str) -> str:
@@ -93,6 +95,11 @@ def slurm_node_log(node: str) -> str:
     return f"{LOGS}/slurm-ray-{node}.log"
 
 
+def hang_diagnostics(number: int) -> str:
+    """Where the watchdog keeps hang `number`'s stacks, relative to the run directory."""
+    return f"{DIAGNOSTICS}/hang-{number}"
+
+
 def worker_log(rank: int) -> str:
     """A worker's log, relative to the run directory."""
     return f"{LOGS}/worker_{rank}.log"
@@ -101,7 +108,7 @@ def worker_log(rank: int) -> str:
 log = logging.getLogger("raydra")
 
 # What the process driving a run (the driver, or a Tune trial's process) writes itself.
-DRIVER_FILES = (SUMMARY, HYDRA_DIR, DRIVER_LOG, RAY_LOG, MACHINE_MARK)
+DRIVER_FILES = (SUMMARY, HYDRA_DIR, DRIVER_LOG, RAY_LOG, MACHINE_MARK, DIAGNOSTICS)
 # Ray's checkpoints (CHECKPOINTS) are in storage already, and read from there (raydra.load, resume).
 
 

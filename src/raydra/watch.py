@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from raydra import record
 from raydra.errors import RaydraError
 from raydra.record import Hang, StoppedRank, Straggler
+from raydra.run_record import hang_diagnostics
 
 log = logging.getLogger("raydra")
 
@@ -42,7 +43,6 @@ SILENT_MARGIN_S = 30.0
 STACKS_WAIT_S = 20.0
 # How often the driver takes the Watch's news.
 NEWS_EVERY_S = 2.0
-DIAGNOSTICS = "diagnostics"
 
 
 class Watch:
@@ -325,7 +325,7 @@ class Watching:
         return "the worker group ends; failure.max_failures decides whether it restarts from the last checkpoint"
 
     def _write_stacks(self, item: Dict[str, Any]) -> None:
-        folder = self.run_dir / _diagnostics(item["number"])
+        folder = self.run_dir / hang_diagnostics(item["number"])
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"rank{item['rank']}.stacks.txt").write_text(item["text"])
         if item["flight"]:
@@ -357,10 +357,6 @@ WATCHDOG_KEYS = (
 )
 
 
-def _diagnostics(number: int) -> str:
-    return f"{DIAGNOSTICS}/hang-{number}"
-
-
 def _hang(found: Dict[str, Any], outcome: Optional[str]) -> Hang:
     stopped = [StoppedRank(**{k: v for k, v in s.items() if k != "silent"}) for s in found["stopped"]]
     return Hang(
@@ -370,6 +366,6 @@ def _hang(found: Dict[str, Any], outcome: Optional[str]) -> Hang:
         waited_s=found["waited_s"],
         deadline_s=found["deadline_s"],
         stopped=stopped,
-        diagnostics=_diagnostics(found["number"]),
+        diagnostics=hang_diagnostics(found["number"]),
         outcome=outcome,
     )

@@ -563,11 +563,47 @@ def to_float(text: str) -> Optional[float]:
 
 
 def status_text(run: RecordedRun) -> str:
-    """The status with its reason: "failed: CUDA out of memory", "interrupted by the user"."""
+    """The status with its reason: "failed: CUDA out of memory", "interrupted by the user"; and
+    what the watchdog found on the way: "completed (hung 1x, restarted; straggler: rank 3)"."""
     if not run.error or run.status == "completed":
-        return run.status
+        return run.status + watchdog_note(run.recorded)
     error = " ".join(str(run.error).split())
     return error if error.lower().startswith(run.status.lower()) else f"{run.status}: {error}"
+
+
+def watchdog_note(recorded: RunRecord) -> str:
+    """The hangs a run restarted from and the stragglers named in it, in a few words (or nothing)."""
+    said = []
+    restarted = [h for h in recorded.hangs if h.outcome == "restarted"]
+    if restarted:
+        said.append(f"hung {len(restarted)}x, restarted")
+    if recorded.stragglers:
+        said.append("straggler: " + ", ".join(f"rank {s.rank}" for s in recorded.stragglers))
+    return f" ({'; '.join(said)})" if said else ""
+
+
+def watchdog_lines(recorded: RunRecord) -> List[str]:
+    """`raydra show`'s account of each hang (where, which rank, how long, what came of it) and straggler."""
+    lines = []
+    for number, hang in enumerate(recorded.hangs, 1):
+        ranks = ", ".join(f"rank {r.rank} on {r.node} (pid {r.pid}, still {number_text(r.still_s)} s)" for r in hang.stopped)
+        where = "start-up" if hang.phase == "startup" else f"{hang.phase} after step {hang.step}"
+        lines.append(
+            f"  hang {number}  {hang.at}: {where}, waited {number_text(hang.waited_s)} s of a {number_text(hang.deadline_s)} s deadline"
+        )
+        lines.append(f"          stopped: {ranks or 'no rank named'}; {hang.outcome or '?'}; stacks in {hang.diagnostics}")
+    for s in recorded.stragglers:
+        lines.append(
+            f"  straggler rank {s.rank} on {s.node}: {number_text(s.lag_s)} s late to each step of {number_text(s.step_time_s)} s "
+            f"(at worst {number_text((s.share or 0) * 100)}%), steps {s.first_step}-{s.last_step}"
+        )
+    return lines
+
+
+def number_text(value: Any) -> str:
+    """A recorded number as a person reads it ("?" for one that is missing or not a number)."""
+    found = number(value)
+    return "?" if found is None else f"{found:.3g}"
 
 
 def run_files(run: RecordedRun) -> List[Tuple[str, str, Optional[bool]]]:
@@ -590,6 +626,7 @@ def run_files(run: RecordedRun) -> List[Tuple[str, str, Optional[bool]]]:
         ("wandb", run_record.WANDB),
         ("driver log", run_record.DRIVER_LOG),
         ("logs", run_record.LOGS),
+        ("diagnostics", run_record.DIAGNOSTICS),
         ("config", run_record.CONFIG),
         ("summary", run_record.SUMMARY),
     ]

@@ -2,7 +2,7 @@
 
 from typing import List
 
-from raydra.compare.runs import RecordedRun, config_source, number, run_files, status_text
+from raydra.compare.runs import RecordedRun, config_source, number, run_files, status_text, watchdog_lines
 from raydra.compare.table import cell_text
 from raydra.run_record import WANDB
 
@@ -41,6 +41,9 @@ def show_text(run: RecordedRun, notes: List[str]) -> str:
             lines.append(f"  (final at {', '.join(where)})")
     elif run.record:
         lines += ["", "metrics   none recorded in summary.json"]
+
+    if s.hangs or s.stragglers:
+        lines += ["", "watchdog"] + watchdog_lines(s)
 
     lines += ["", "overrides"] + [f"  {o}" for o in run.overrides or ["(none)"]]
     lines += ["", "files"]
