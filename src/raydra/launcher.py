@@ -37,8 +37,9 @@ from typing import Any, Dict, Iterator, List, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
-from raydra import batch_system, job_process, record, run_record
+from raydra import batch_system, job_process, jobs_record, record, run_record
 from raydra.errors import RaydraError
+from raydra.jobs_record import JobsRecord
 from raydra.multirun_job import JobFailed, JobSettings
 from raydra.record import RunRecord
 from raydra.redact import SecretsFilter
@@ -70,9 +71,11 @@ class Multirun:
     first_batch: bool = True
     # The multirun's overrides as typed (its hydra.overrides.task and .hydra): the command to continue it.
     typed: List[str] = field(default_factory=list)
-    # Whether the sweep directory's jobs.json is kept and added to (this multirun's earlier batches,
-    # or the multirun it resumes), rather than replaced by this multirun's.
-    record_from_before: bool = True
+    # jobs.json as this batch writes it: this multirun's earlier batches' record, the record of the
+    # multirun it resumes, or a new one (_take_over_record).
+    record: Optional[JobsRecord] = None
+    # Whether this batch wrote jobs.json yet: until then a refusal leaves the file as it was.
+    written: bool = False
 
 
 @dataclass
@@ -175,6 +178,12 @@ def _take_over_record(multirun: Multirun, jobs: List[Job]) -> None:
     recorded = _read_record(multirun.sweep_dir)
     # SLURM runs a requeued job's batch script again: the multirun it started continues.
     resume = multirun.settings.resume or bool(recorded and batch_system.requeued())
+    if not multirun.first_batch:
+        multirun.record = (recorded or JobsRecord.started()).next_batch()
+    elif resume and recorded:
+        multirun.record = recorded.resumed_from_here(log=str(multirun.sweep_dir / MULTIRUN_LOG))
+    else:
+        multirun.record = JobsRecord.started()
     if multirun.first_batch and not resume:
         held = [job for job in jobs if (job.dir / run_record.SUMMARY).is_file()] if multirun.raydra_runs else []
         if held:
@@ -182,7 +191,6 @@ def _take_over_record(multirun: Multirun, jobs: List[Job]) -> None:
                 f"hydra.sweep.dir={multirun.sweep_dir} already holds this multirun's runs (job #{held[0].num}'s directory "
                 f"{held[0].dir} holds one); continue it with hydra.launcher.resume=true, or give this one another hydra.sweep.dir."
             )
-        multirun.record_from_before = False
         return
     if multirun.first_batch and not recorded:
         raise RaydraError(
@@ -190,18 +198,18 @@ def _take_over_record(multirun: Multirun, jobs: List[Job]) -> None:
             "pass hydra.sweep.dir=<the directory of the multirun to continue>."
         )
     for job in jobs:
-        before = recorded.get(str(job.num))
+        before = recorded.job(job.num) if recorded else None
         if before is None:
             continue
-        if before["overrides"] != redact(job.overrides) or Path(before["dir"]) != job.dir:
+        if before.overrides != redact(job.overrides) or before.dir is None or Path(before.dir) != job.dir:
             raise RaydraError(
-                f"hydra.launcher.resume=true: job #{job.num} of {multirun.sweep_dir} ran with {' '.join(before['overrides']) or 'no overrides'} "
-                f"in {before['dir']}, not {' '.join(job.overrides) or 'no overrides'} in {job.dir}; resume with the command that started it."
+                f"hydra.launcher.resume=true: job #{job.num} of {multirun.sweep_dir} ran with {' '.join(before.overrides) or 'no overrides'} "
+                f"in {before.dir}, not {' '.join(job.overrides) or 'no overrides'} in {job.dir}; resume with the command that started it."
             )
         run = _summary(job) if multirun.raydra_runs else None
-        status = run.status if run else before.get("status")
+        status = run.status if run else before.status
         if status == "completed":
-            job.status, job.value = "kept", before.get("return_value")
+            job.status, job.value = "kept", before.return_value
             job.started, job.ended = time.time(), time.time()
             if run:
                 job.monitor = run.monitor.metric
@@ -674,28 +682,31 @@ def job_return(job: Job) -> Any:
     return ret
 
 
-def _read_record(sweep_dir: Path) -> Dict[str, Any]:
+def _read_record(sweep_dir: Path) -> Optional[JobsRecord]:
+    """The multirun's jobs.json, or None where there is none to read (missing, cut short, not an object)."""
     try:
-        return record.read_json(sweep_dir / JOBS_RECORD)["jobs"]
-    except (OSError, ValueError, KeyError):
-        return {}
+        return jobs_record.read(sweep_dir)
+    except (record.RecordError, OSError):
+        return None
 
 
 def _record(multirun: Multirun, jobs: List[Job]) -> None:
     """jobs.json: what a resumed multirun reads. Jobs of earlier batches stay in it."""
-    jobs_record = _read_record(multirun.sweep_dir) if multirun.record_from_before else {}
-    multirun.record_from_before = True
+    entries = {}
     for job in jobs:
-        entry = {"overrides": job.overrides, "dir": str(job.dir), "status": "completed" if job.status == "kept" else job.status}
         if job.status == "kept":
-            entry["return_value"] = job.value
+            value = job.value
         elif job.status == "completed":
-            entry["return_value"] = _json_value(job.metric if multirun.raydra_runs else job.returned.return_value)
-        if job.error:
-            entry["error"] = job.error
-        jobs_record[str(job.num)] = entry
-    ordered = dict(sorted(jobs_record.items(), key=lambda item: int(item[0])))
-    record.write_json(multirun.sweep_dir / JOBS_RECORD, {"jobs": ordered})
+            value = _json_value(job.metric if multirun.raydra_runs else job.returned.return_value)
+        else:
+            value = None
+        status = "completed" if job.status == "kept" else job.status
+        entries[job.num] = jobs_record.Job(
+            overrides=list(job.overrides), dir=str(job.dir), status=status, return_value=value, error=job.error
+        )
+    multirun.record = (multirun.record or JobsRecord.started()).with_jobs(entries)
+    jobs_record.write(multirun.sweep_dir, multirun.record)
+    multirun.written = True
 
 
 def _json_value(value: Any) -> Any:
