@@ -32,7 +32,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -40,12 +40,12 @@ from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
 from raydra import batch_system, job_process, jobs_record, record, run_record
 from raydra.errors import RaydraError
 from raydra.jobs_record import JobsRecord
+from raydra.lifecycle import COMPLETED, FAILED, INTERRUPTED, Ending, Lifecycle
 from raydra.multirun_job import JobFailed, JobSettings
 from raydra.record import RunRecord
 from raydra.redact import SecretsFilter
 from raydra.run_record import CONSOLE, JOBS_RECORD, MULTIRUN_LOG
 from raydra.schema import data_loader
-from raydra.signals import sigterm_interrupts
 
 log = logging.getLogger("raydra")
 
@@ -116,27 +116,46 @@ def run_jobs(multirun: Multirun, jobs: List[Job]) -> List[Job]:
     common = set.intersection(*(set(j.overrides) for j in jobs)) if len(jobs) > 1 else set()
     for job in jobs:
         job.shown = [o for o in job.overrides if o not in common]
+    started = time.time()
+    life: Lifecycle
+
+    def settle(ending: Ending) -> None:
+        """jobs.json as the multirun ended: every job's outcome, and the multirun's. A multirun
+        stopped or refused before it wrote its record leaves the directory's record as it was."""
+        if ending.status == FAILED:
+            log.error(f"error: {ending.reason}")
+        if not multirun.written:
+            return
+        for job in jobs:
+            if job.status == "queued":
+                job.status, job.error = "not started", "the multirun stopped before it started"
+        base = multirun.record or JobsRecord.started()
+        if ending.status == INTERRUPTED or (ending.status == COMPLETED and life.notice.noticed()):
+            # The notice stops the multirun without an exception: its jobs end interrupted, the
+            # queued ones never start.
+            multirun.record = base.interrupted(life.reason() if ending.reason is None else ending.reason, started)
+        elif ending.status == FAILED:
+            multirun.record = base.failed(ending.reason, started)
+        else:
+            multirun.record = base.completed(started)
+        _record(multirun, jobs)
+
     with _console(multirun.sweep_dir):
         try:
-            _prepare(multirun, jobs)
-        except RaydraError as error:
-            log.error(f"error: {error}")
-            raise
-        # Installed after connecting (in _prepare): ray.init's own SIGTERM handler would end this
-        # process at once, leaving the jobs running.
-        restore_sigterm = sigterm_interrupts()
-        try:
-            _schedule(multirun, jobs)
-            _join_processes(jobs)
+            with Lifecycle(settle, continue_with=lambda: continue_command(multirun)) as life:
+                _prepare(multirun, jobs, life)
+                # A raydra multirun's connect took them already; another app's jobs' Ray was joined
+                # without it (or none is, when every job was kept).
+                life.take_stop_signals()
+                _schedule(multirun, jobs, life)
+                _join_processes(jobs)
         finally:
-            restore_sigterm()
-            _record(multirun, jobs)
             if not multirun.raydra_runs:
                 _leave_joined_cluster()
     return jobs
 
 
-def _prepare(multirun: Multirun, jobs: List[Job]) -> None:
+def _prepare(multirun: Multirun, jobs: List[Job], life: Lifecycle) -> None:
     """Check every job can run, keep what a resumed multirun completed, join the cluster."""
     settings = multirun.settings
     max_concurrent = settings.max_concurrent
@@ -148,7 +167,7 @@ def _prepare(multirun: Multirun, jobs: List[Job]) -> None:
     _take_over_record(multirun, jobs)
     to_run = [job for job in jobs if job.status != "kept"]
     if multirun.raydra_runs:
-        _prepare_runs(multirun, to_run)
+        _prepare_runs(multirun, to_run, life)
     else:
         _prepare_app_jobs(multirun, to_run)
     _record(multirun, jobs)
@@ -219,10 +238,9 @@ def _take_over_record(multirun: Multirun, jobs: List[Job]) -> None:
             job.settings = JobSettings(resume=str(job.dir))
 
 
-def _prepare_runs(multirun: Multirun, jobs: List[Job]) -> None:
+def _prepare_runs(multirun: Multirun, jobs: List[Job], life: Lifecycle) -> None:
     """raydra runs: each checked as a single run is, the cluster joined once, shares sized."""
-    from raydra import project
-    from raydra.cluster import check_fits, connect, is_local_ray
+    from raydra.cluster import check_fits, is_local_ray
 
     if not jobs:
         return
@@ -253,15 +271,9 @@ def _prepare_runs(multirun: Multirun, jobs: List[Job]) -> None:
     # No dashboard for a local Ray of the multirun's: its State API serves Ray Train's placement-group
     # cleaner, which runs whose process ends with them do not start (a tune= job's trials do).
     dashboard = any(job.cfg.get("tune") is not None for job in jobs)
-    connect(
-        first.ray.address,
-        first.ray.num_cpus,
-        first.verbose,
-        project.runtime_env(first),
-        dashboard=dashboard,
-        slurm=OmegaConf.to_object(first.slurm),
-        record_dir=multirun.sweep_dir,
-    )
+    # Then the stop signals: ray.init's own SIGTERM handler would end this process at once,
+    # leaving the jobs running.
+    life.connect(first, multirun.sweep_dir, dashboard=dashboard)
     if not alongside:
         job_process.start_server()
     import ray
@@ -376,12 +388,12 @@ def _runs_that_fit(cfg: DictConfig) -> int:
     return max(1, fits)
 
 
-def _schedule(multirun: Multirun, jobs: List[Job]) -> None:
+def _schedule(multirun: Multirun, jobs: List[Job], life: Lifecycle) -> None:
     queued = [job for job in jobs if job.status != "kept"]
     running: List[Job] = []
     max_concurrent = multirun.settings.max_concurrent
 
-    notice = batch_system.notice()
+    notice = life.notice
 
     def pass_notice_on() -> bool:
         """SLURM's time-limit notice: each running job's driver gets it (its workers checkpoint and
@@ -392,8 +404,8 @@ def _schedule(multirun: Multirun, jobs: List[Job]) -> None:
         return bool(running)
 
     try:
-        with notice.on_notice(pass_notice_on):
-            _run_queue(multirun, jobs, queued, running, max_concurrent)
+        with life.stops_on_notice(pass_notice_on):
+            _run_queue(multirun, jobs, queued, running, max_concurrent, notice.noticed)
     except BaseException:
         # Ctrl-C, SIGTERM, or a fault here: no job may go on running unwatched.
         _stop(multirun, running)
@@ -404,10 +416,11 @@ def _schedule(multirun: Multirun, jobs: List[Job]) -> None:
         job.status, job.error = "not started", notice.reason().split(";")[0] + "; the requeued job runs it"
 
 
-def _run_queue(multirun: Multirun, jobs: List[Job], queued: List[Job], running: List[Job], max_concurrent: Optional[int]) -> None:
+def _run_queue(
+    multirun: Multirun, jobs: List[Job], queued: List[Job], running: List[Job], max_concurrent: Optional[int], noticed: Callable[[], bool]
+) -> None:
     """Start the queued jobs in order as room frees, until every one has ended (or SLURM's
-    time-limit notice came: then until the running ones have)."""
-    noticed = batch_system.notice().noticed
+    time-limit notice came, `noticed`: then until the running ones have)."""
     while (queued and not noticed()) or running:
         # In order: a job that does not fit yet waits for room rather than being overtaken.
         while queued and not noticed() and _room_for(queued[0], running, max_concurrent):

@@ -233,9 +233,10 @@ def write_best(cfg: DictConfig, sweep_dir: Path, best: Dict[str, Any], metric: s
     )
 
 
-def end(sweep_dir: Path, ended: SweepRecord) -> None:
-    """Write the record of a sweep that ended, and say why when it did not complete."""
-    if sweep_dir.exists():
+def end(sweep_dir: Path, ended: SweepRecord, write: bool = True) -> None:
+    """Write the record of a sweep that ended (not with `write=False`: the directory holds another
+    sweep's), and say why when it did not complete."""
+    if write and sweep_dir.exists():
         sweep_record.write(sweep_dir, ended)
     if ended.error:
         log.error(f"error: {ended.error}" if ended.status == sweep_record.FAILED else ended.error)

@@ -14,15 +14,15 @@ import ray.tune
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from raydra import batch_system, private_apis, project, run_record, storage, sweep_record
-from raydra.cluster import TRIAL_CPU, check_fits, connect, trials_that_fit
+from raydra import private_apis, run_record, storage, sweep_record
+from raydra.cluster import TRIAL_CPU, check_fits, trials_that_fit
 from raydra.console import worker_output
-from raydra.errors import RaydraError, one_line
+from raydra.errors import RaydraError
+from raydra.lifecycle import COMPLETED, INTERRUPTED, Ending, Lifecycle
 from raydra.prepare import Invocation, prepare, writable
 from raydra.redact import redact_hydra_records
 from raydra.resolve import wandb_mode
 from raydra.resume import changed_keys
-from raydra.signals import sigterm_interrupts
 from raydra.spec import Place
 from raydra.sweep import report
 from raydra.sweep.report import Progress
@@ -67,10 +67,23 @@ def run_sweep(
         mode=mode,
         num_samples=tune_cfg.num_samples,
     )
-    restore_sigterm = lambda: None  # noqa: E731
     progress = Progress(metric, cfg.trainer.max_epochs)
-    try:
-        if (fresh_dir / run_record.SWEEP).exists():
+    # Another sweep's record in this directory is refused and left as it was.
+    claimed = not (fresh_dir / run_record.SWEEP).exists()
+
+    def settle(ending: Ending) -> None:
+        if ending.status == COMPLETED:
+            report.end(sweep_dir, record, write=claimed)
+        elif ending.status == INTERRUPTED:
+            report.settle_trials(sweep_dir, None, progress, metric, mode, tune_cfg.scheduler, interrupted=True)
+            report.end(sweep_dir, record.interrupted(ending.reason, started), write=claimed)
+        else:
+            report.end(sweep_dir, record.failed(ending.reason, started), write=claimed)
+
+    # Tune ends its trials and saves its state on SIGINT, so tune.resume= can continue the sweep:
+    # SIGTERM is handed to it as SIGINT.
+    with Lifecycle(settle, continue_with=lambda: f"tune.resume={sweep_dir}", sigterm_as_sigint=True) as life:
+        if not claimed:
             raise RaydraError(f"{fresh_dir} already holds a sweep; give this one its own hydra.run.dir.")
         # A ModelCheckpoint among the callbacks sets checkpoint.*, and with it what the sweep optimises.
         prepared = prepare(cfg, Invocation(overrides=tuple(overrides), job_ray_address=job_ray_address))
@@ -95,16 +108,7 @@ def run_sweep(
             run_record.check_writable(cfg.paths.storage)
             record = record.with_settings(storage=sweep_place.storage)
 
-        connect(
-            cfg.ray.address,
-            cfg.ray.num_cpus,
-            cfg.verbose,
-            project.runtime_env(cfg),
-            slurm=OmegaConf.to_object(cfg.slurm),
-            record_dir=sweep_dir,
-        )
-        # Tune ends its trials and saves its state on SIGINT, so tune.resume= can continue the sweep.
-        restore_sigterm = sigterm_interrupts(as_sigint=True)
+        life.connect(cfg, sweep_dir)
         check_fits(OmegaConf.to_object(cfg.scale))
         if not sweep_place.storage:
             run_record.check_shared(sweep_dir)
@@ -122,10 +126,8 @@ def run_sweep(
         # Concurrent trials' epoch lines would interleave; _Progress prints one line per trial event.
         echo, worker_output.echo_progress = worker_output.echo_progress, False
         try:
-            with (
-                run_record.Follower(sweep_place, skip=(run_record.TUNE, run_record.CHECKPOINTS)),
-                batch_system.notice().on_notice(_stop_as_ctrl_c),
-            ):
+            # SLURM's time-limit notice stops the sweep as Ctrl-C does (_stop_as_ctrl_c).
+            with run_record.Follower(sweep_place, skip=(run_record.TUNE, run_record.CHECKPOINTS)), life.stops_on_notice(_stop_as_ctrl_c):
                 grid = tuner.fit()
         except Exception as error:
             friendly = _tune_error(error, metric)
@@ -146,20 +148,7 @@ def run_sweep(
             raise RaydraError(f"no trial of the sweep completed; the first error: {first_error}")
         chosen = report.write_best(cfg, sweep_dir, best, metric, config_dir)
         counts = TrialCounts(**{status: sum(row["status"] == status for row in rows) for status in ("completed", "stopped", "failed")})
-    except RaydraError as error:
-        report.end(sweep_dir, record.failed(str(error), started))
-        raise
-    except KeyboardInterrupt:
-        report.settle_trials(sweep_dir, None, progress, metric, mode, tune_cfg.scheduler, interrupted=True)
-        report.end(sweep_dir, record.interrupted(f"interrupted; continue it with tune.resume={sweep_dir}", started))
-        raise
-    except Exception as error:
-        report.end(sweep_dir, record.failed(one_line(error), started))
-        raise
-    finally:
-        restore_sigterm()
-    record = record.completed(started, chosen, counts)
-    report.end(sweep_dir, record)
+        record = record.completed(started, chosen, counts)
     best, trials = record.best, record.trials
     log.info(
         f"sweep done in {record.wall_time_s:.1f} s: {trials.completed} completed, "
