@@ -17,7 +17,9 @@ run directory or storage location.
 
 A record is data from wherever the run came from: a field of the wrong type reads as unset and is
 named in `problems`, a key this version does not know is kept in `extra` (and written back), so a
-newer raydra's or a damaged record still reads.
+newer raydra's or a damaged record still reads. sweep.json's and jobs.json's typed records
+(raydra.sweep_record, raydra.jobs_record) are read and written by the same rules, from here
+(from_json_object, to_json_object, read_record, write_json).
 """
 
 import dataclasses
