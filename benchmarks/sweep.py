@@ -10,7 +10,6 @@ end, one `python train.py` after another. Prints a markdown table.
 
 import argparse
 import csv
-import json
 import os
 import secrets
 import subprocess
@@ -19,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from raydra import sweep_record
 from raydra.testing import start_ray_head, stop_process_tree
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,9 +57,9 @@ def main() -> None:
         common.append(f"ray.address={address}")
         sweep_s = train("tune=asha", f"tune.num_samples={args.samples}", *common)
         (sweep_dir,) = [p.parent for p in out.glob("sweeps/*/*/sweep.json")]
-        record = json.loads((sweep_dir / "sweep.json").read_text())
+        record = sweep_record.read(sweep_dir)
         trials = list(csv.DictReader((sweep_dir / "trials.csv").open()))
-        keys = list(record["space"])
+        keys = list(record.space)
         one_by_one = []
         for trial in trials:
             one_by_one.append(train(*common, *[f"{key}={trial[key]}" for key in keys]))
@@ -70,7 +70,7 @@ def main() -> None:
     stopped = sum(t["status"] == "stopped" for t in trials)
     print(
         f"{args.samples} trials of the digits ViT, {args.epochs} epochs, 1 worker each, on a {args.cpus}-CPU Ray cluster "
-        f"(search space: {', '.join(keys)}); sweep: {record['max_concurrent']} trials at a time, {stopped} stopped early by ASHA\n"
+        f"(search space: {', '.join(keys)}); sweep: {record.max_concurrent} trials at a time, {stopped} stopped early by ASHA\n"
     )
     print("| way | wall s | vs one after another |")
     print("|---|---:|---:|")

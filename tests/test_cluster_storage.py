@@ -23,7 +23,7 @@ from conftest import REPO, S3_ENV, _short_temp_dir, base_env, run_dirs, run_trai
 from helpers import EPOCHS as REFERENCE_EPOCHS
 from helpers import OWN_PROJECT, OWN_PROJECT_QUICK, raydra_train, resumed_at
 
-from raydra import record, storage
+from raydra import record, storage, sweep_record
 from raydra.errors import RaydraError
 from raydra.run_record import check_writable
 from raydra.testing import stop_ray_node
@@ -256,15 +256,15 @@ def test_an_asha_sweep_on_s3_records_every_trial_on_the_drivers_disk(private_dis
     done, outputs = _train_on(private_disk_cluster, *sweep, _storage(s3_bucket))
     assert done.returncode == 0, done.stdout + done.stderr
     (sweep_dir,) = [p.parent for p in outputs.glob("sweeps/*/*/sweep.json")]
-    record = json.loads((sweep_dir / "sweep.json").read_text())
-    assert record["status"] == "completed" and record["storage"].startswith("s3://")
+    record = sweep_record.read(sweep_dir)
+    assert record.status == "completed" and record.storage.startswith("s3://")
     trials = sorted(sweep_dir.glob("trials/*/summary.json"))
     assert len(trials) == 2
     for path in trials:
         trial = json.loads(path.read_text())
         assert trial["status"] in ("completed", "stopped") and (path.parent / "metrics.csv").is_file()
         assert (path.parent / ".hydra" / "config.yaml").is_file()
-    assert record["best"]["checkpoint"].startswith("s3://")
+    assert record.best.checkpoint.startswith("s3://")
     rows = list(csv.DictReader((sweep_dir / "trials.csv").open()))
     assert len(rows) == 2
 

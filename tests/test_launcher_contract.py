@@ -1,13 +1,14 @@
 """Hydra's launcher contract for `hydra/launcher=raydra`: Hydra's own three conformance suites
 (tests/hydra_launcher_suites.py), run in a pytest process of their own on the session's cluster."""
 
-import json
 import re
 import subprocess
 import sys
 
 import pytest
 from conftest import REPO, base_env
+
+from raydra import jobs_record
 
 
 @pytest.mark.e2e
@@ -86,21 +87,17 @@ def test_an_apps_multirun_keeps_its_completed_jobs_and_reruns_the_failed_one_whe
     # Hydra reports the failed job's own exception, with its traceback from the job's process.
     assert "RuntimeError: x=2 fails this time" in out and "in app\n    raise RuntimeError" in out, out
     assert "1 of 3 jobs did not complete: #1 (x=2) failed" in first.stdout
-    record = json.loads((sweep_dir / "jobs.json").read_text())["jobs"]
-    assert [record[n]["status"] for n in ("0", "1", "2")] == ["completed", "failed", "completed"]
-    assert [record[n].get("return_value") for n in ("0", "2")] == [2, 4]  # the script's resolver, in each job
+    record = jobs_record.read(sweep_dir)
+    assert [record.job(n).status for n in (0, 1, 2)] == ["completed", "failed", "completed"]
+    assert [record.job(n).return_value for n in (0, 2)] == [2, 4]  # the script's resolver, in each job
 
     # Resumed: only the failed job runs again; the others are kept with their return values.
     again = subprocess.run([*args, "hydra.launcher.resume=true"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert again.returncode == 0, again.stdout + again.stderr
     assert {p.name: p.read_text().count("ran") for p in runs.iterdir()} == {"x1.txt": 1, "x2.txt": 2, "x3.txt": 1}
     assert "2 completed before, kept" in again.stdout
-    record = json.loads((sweep_dir / "jobs.json").read_text())["jobs"]
-    assert [(record[n]["status"], record[n]["return_value"]) for n in ("0", "1", "2")] == [
-        ("completed", 2),
-        ("completed", 3),
-        ("completed", 4),
-    ]
+    record = jobs_record.read(sweep_dir)
+    assert [(record.job(n).status, record.job(n).return_value) for n in (0, 1, 2)] == [("completed", 2), ("completed", 3), ("completed", 4)]
 
     # A job too large for any node is refused before any job starts.
     big = subprocess.run(

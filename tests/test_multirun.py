@@ -14,6 +14,8 @@ import pytest
 import yaml
 from conftest import REPO, SMALL_JOB, base_env, own_local_ray_env, ran_side_by_side, run_dirs, run_train, summary_of
 
+from raydra import jobs_record
+
 
 def _when(summary: dict, key: str) -> datetime:
     return datetime.fromisoformat(summary[key])
@@ -171,8 +173,8 @@ def test_sigterm_stops_every_job_each_recorded_interrupted_with_its_resume_comma
     (command,) = [line.strip() for line in out.splitlines() if line.strip().startswith("python ") and "hydra.launcher.resume=true" in line]
     assert command.startswith("python train.py -m ") and "model.optimizer.lr=1e-3,2e-3,3e-3" in command, command
     assert f"hydra.sweep.dir={sweep_dir}" in command, command
-    record = json.loads((sweep_dir / "jobs.json").read_text())["jobs"]
-    assert [record[n]["status"] for n in ("0", "1", "2")] == ["interrupted", "interrupted", "not started"]
+    record = jobs_record.read(sweep_dir)
+    assert [record.job(n).status for n in (0, 1, 2)] == ["interrupted", "interrupted", "not started"]
 
 
 def _epochs_logged(job: Path) -> list:
@@ -236,8 +238,8 @@ def test_a_multirun_whose_launcher_is_lost_resumes_keeping_completed_jobs_and_co
     # From its last checkpoint: every epoch trained once.
     assert _epochs_logged(sweep_dir / "1") == list(range(10))
     assert summary_of(sweep_dir / "2")["status"] == "completed"
-    record = json.loads((sweep_dir / "jobs.json").read_text())["jobs"]
-    assert {n: record[n]["status"] for n in record} == {"0": "completed", "1": "completed", "2": "completed"}
+    record = jobs_record.read(sweep_dir)
+    assert {n: job.status for n, job in record.jobs.items()} == {"0": "completed", "1": "completed", "2": "completed"}
 
     # Without resume, the directory's runs are never overwritten.
     again = run_train("-m", *SMALL_JOB, *sweep, f"hydra.sweep.dir={sweep_dir}", outputs=tmp_path, address=ray_cluster, timeout=120)

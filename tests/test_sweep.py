@@ -16,6 +16,7 @@ from conftest import REPO, base_env, run_train, summary_of
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 
+from raydra import sweep_record
 from raydra.entry import CONF_DIR
 from raydra.errors import RaydraError
 from raydra.schema import register_schemas, validate
@@ -101,8 +102,8 @@ def test_a_bad_space_key_fails_before_ray_starts_and_leaves_a_failed_sweep(tmp_p
     assert "tune.space: model.hidden_sise is not a key of the composed config" in done.stdout
     assert time.time() - started < 30
     (sweep_dir,) = [p.parent for p in tmp_path.glob("sweeps/*/*/sweep.json")]
-    record = json.loads((sweep_dir / "sweep.json").read_text())
-    assert record["status"] == "failed" and "hidden_sise" in record["error"]
+    record = sweep_record.read(sweep_dir)
+    assert record.status == "failed" and "hidden_sise" in record.error
     assert not (sweep_dir / "trials").exists() and not (sweep_dir / "tune").exists()
 
 
@@ -166,13 +167,13 @@ def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_b
     kept = {t: (before[t]["status"], before[t]["finished_at"]) for t in ended if before[t]["status"] != "running"}
     unsettled = {t for t in ended if before[t]["status"] == "running"}
     assert "completed" in {status for status, _ in kept.values()}, (kept, before)
-    assert json.loads((sweep_dir / "sweep.json").read_text())["status"] == "running"
+    assert sweep_record.read(sweep_dir).status == "running"
     assert not (sweep_dir / "best_config.yaml").exists()
 
     done = run_train(*SMALL_SWEEP, "logger=[csv,wandb]", f"tune.resume={sweep_dir}", outputs=tmp_path, address=ray_cluster)
     assert done.returncode == 0, done.stdout + done.stderr
-    record = json.loads((sweep_dir / "sweep.json").read_text())
-    assert record["status"] == "completed" and len(record["resumed"]) == 1
+    record = sweep_record.read(sweep_dir)
+    assert record.status == "completed" and len(record.resumed) == 1
 
     trials = _trials(sweep_dir)
     assert len(trials) == 4
@@ -190,7 +191,7 @@ def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_b
     assert any(b[0] < a[1] for a, b in zip(spans, spans[1:]))
     # One W&B group, named after the sweep, for all trials; each trial its own run.
     groups = {yaml.safe_load((sweep_dir / "trials" / t / ".hydra" / "config.yaml").read_text())["logger"]["wandb"]["group"] for t in trials}
-    assert groups == {record["id"]}
+    assert groups == {record.id}
     # A trial cut off by the kill runs again under its W&B run id, in a second offline-run folder
     # (W&B makes one per process; `wandb sync` joins them by id): count runs by id, per trial.
     wandb_ids = {
@@ -202,10 +203,10 @@ def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_b
 
     rows = list(csv.DictReader((sweep_dir / "trials.csv").open()))
     assert len(rows) == 4 and {"model.optimizer.lr", "data.batch_size", "val/acc", "status", "wall_s"} <= set(rows[0])
-    best = record["best"]
-    assert trials[best["trial"]]["status"] == "completed"
-    assert best["metric"] == max(s["metrics"]["final"]["val/acc"] for s in trials.values() if s["status"] == "completed")
-    assert (sweep_dir / "best_checkpoint.ckpt").resolve() == Path(best["checkpoint"]).resolve()
+    best = record.best
+    assert trials[best.trial]["status"] == "completed"
+    assert best.metric == max(s["metrics"]["final"]["val/acc"] for s in trials.values() if s["status"] == "completed")
+    assert (sweep_dir / "best_checkpoint.ckpt").resolve() == Path(best.checkpoint).resolve()
 
     # raydra compare reads the sweep as its trials, the sampled keys as what differs.
     table = subprocess.run(
@@ -233,7 +234,7 @@ def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_b
     (rerun_dir,) = [p.parent for p in (tmp_path / "rerun").glob("runs/*/*/summary.json")]
     again = summary_of(rerun_dir)
     assert again["status"] == "completed"
-    assert again["metrics"]["final"]["val/acc"] == pytest.approx(best["metric"], abs=0.02)
+    assert again["metrics"]["final"]["val/acc"] == pytest.approx(best.metric, abs=0.02)
 
 
 @pytest.mark.e2e
@@ -244,5 +245,5 @@ def test_a_metric_no_trial_reports_fails_after_the_first_report(ray_cluster, tmp
     assert done.returncode == 1
     assert "tune.metric=val/accuracy is not among the metrics the trials report" in done.stdout
     (sweep_dir,) = [p.parent for p in tmp_path.glob("sweeps/*/*/sweep.json")]
-    assert json.loads((sweep_dir / "sweep.json").read_text())["status"] == "failed"
+    assert sweep_record.read(sweep_dir).status == "failed"
     assert not (sweep_dir / "best_config.yaml").exists()

@@ -6,8 +6,10 @@
 
 Local mode (scale.num_workers=0) starts no Ray: the fit runs the worker function in this process.
 
-Ctrl-C and SIGTERM end the run as "interrupted" with the command that continues it; any other
-failure is recorded as "failed" with one line saying why, then raised. The entry (raydra.entry)
+raydra.lifecycle connects, takes the stop signals and the stop notice, and says how the run ended:
+Ctrl-C and SIGTERM end the run as "interrupted" with the command that continues it (SIGTERM's
+record written at once as well); any other failure is recorded as "failed" with one line saying
+why, then raised. The entry (raydra.entry)
 turns a RaydraError into exit code 1; nothing here exits the process or reads Hydra's state, so a
 Hydra multirun job, a script or a test can call `train_run` directly.
 """
@@ -23,19 +25,19 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 import ray
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from raydra import batch_system, fit, project, resolve, resume, run_record, startup, summary, trust
+from raydra import batch_system, fit, resolve, resume, run_record, startup, summary, trust
 from raydra import record as record_module
 from raydra.checkpoints import last_checkpoint
-from raydra.cluster import check_fits, check_room_for_data, connect
+from raydra.cluster import check_fits, check_room_for_data
 from raydra.console import worker_output
 from raydra.errors import RaydraError
+from raydra.lifecycle import FAILED, INTERRUPTED, Ending, Lifecycle
 from raydra.multirun_job import JobSettings
 from raydra.prepare import Invocation, prepare
 from raydra.record import RunRecord
 from raydra.redact import redact, redact_hydra_records
-from raydra.signals import sigterm_interrupts
 from raydra.spec import Place, RunSpec
 
 log = logging.getLogger("raydra")
@@ -62,17 +64,24 @@ def train_run(
     record = summary.new_summary(cfg, run_dir, run_id, list(overrides))
     # Where a refusal before the spec exists is recorded: this invocation's directory, no storage.
     place = Place(dir=str(run_dir), id=run_id, storage=None, logged_config={})
-    restore_sigterm = release_run = lambda: None  # noqa: E731
-    # The at-once record, from SIGTERM's thread or from here, never after the final one: once this
-    # thread has written its own (`last`), SIGTERM's thread writes nothing more.
-    at_once_lock, final_under_way = threading.Lock(), threading.Event()
+    release_run = lambda: None  # noqa: E731
 
-    def interrupted_at_once(at: Place, last: bool = False) -> None:
-        with at_once_lock:
-            if not final_under_way.is_set():
-                _interrupted(record, at, started, run_dir, run_id, final=False)
-            if last:
-                final_under_way.set()
+    def settle(ending: Ending) -> None:
+        """The run's record as the lifecycle found it ended; a completed run's fit recorded it."""
+        if ending.status == INTERRUPTED and not ending.final:
+            _interrupted(record, place, started, run_dir, run_id, ending.reason, final=False)
+        elif ending.status == INTERRUPTED:
+            # Ray Train's controller and workers train on until this process leaves Ray, and a
+            # checkpoint they register after the one named here deletes it under
+            # checkpoint.num_to_keep (seen in the suite: summary.json named a checkpoint gone a
+            # moment later). Leave first, then give a checkpoint that was being registered as Ray
+            # stopped them a moment.
+            if ray.is_initialized():
+                ray.shutdown()
+            _interrupted(record, place, started, run_dir, run_id, ending.reason)
+        elif ending.status == FAILED:
+            # Hung (raydra.watch), or failed with the error's sentence.
+            _settle(summary.failure(record, ending.error, started) if ending.error else record.failed(ending.reason, started), place)
 
     redact_hydra_records(run_dir)
     # A resumed multirun continues the job's run in its own directory, where this job runs again.
@@ -82,89 +91,53 @@ def train_run(
         # A run continued in place keeps the mark it has, or its lack, which resume= then checks.
         trust.mark_run(run_dir)
     try:
-        requeued = batch_system.requeued()
-        if requeued and not cfg.resume and not job:
-            # SLURM runs a requeued job's batch script again: the run it started continues.
-            continues = _run_of_requeued_job(cfg, requeued)
-        if (run_dir / run_record.SUMMARY).exists() and not _continues_here(cfg.resume or continues, run_dir):
-            raise RaydraError(f"{run_dir} already holds a run; give this one its own hydra.run.dir.")
-        # From here on the run reads its prepared config only (read-only: raydra.prepare).
-        prepared = prepare(
-            cfg, Invocation(overrides=tuple(overrides), job_ray_address=job.ray_address if job else None, continues=continues)
-        )
-        cfg = prepared.config
-        if cfg.resume:
-            record, release_run = _continue(prepared.composed, record, run_dir)
-            run_dir, run_id = Path(record.run_dir), record.run_id
-        else:
-            release_run = run_record.hold(run_dir, "this run")
-        if cfg.paths.storage:
-            # Before Ray starts: a bad URI, endpoint or credentials fail in a second, not after it.
-            run_record.check_writable(cfg.paths.storage)
-        if batch_system.notice().noticed():
-            raise KeyboardInterrupt  # SLURM's time limit is near already: nothing would train
-        if cfg.scale.num_workers == 0:
-            log.info("local mode (scale.num_workers=0): training in this process, without Ray")
-        else:
-            # Ray starts (~3 s here) while another thread imports what resolving the config and starting
-            # the fit need next: torch with Ray Train (~3 s more), and a data module that describes its data.
-            _import_in_background(resolve.data_to_describe(cfg))
-            connect(
-                cfg.ray.address,
-                cfg.ray.num_cpus,
-                cfg.verbose,
-                project.runtime_env(cfg),
-                dashboard=not process_ends_with_run,
-                launchers_local=bool(job and job.local_ray),
-                slurm=OmegaConf.to_object(cfg.slurm),
-                record_dir=run_dir,
+        with Lifecycle(settle, continue_with=lambda: f"resume={run_dir}", settle_at_once=True) as life:
+            requeued = batch_system.requeued()
+            if requeued and not cfg.resume and not job:
+                # SLURM runs a requeued job's batch script again: the run it started continues.
+                continues = _run_of_requeued_job(cfg, requeued)
+            if (run_dir / run_record.SUMMARY).exists() and not _continues_here(cfg.resume or continues, run_dir):
+                raise RaydraError(f"{run_dir} already holds a run; give this one its own hydra.run.dir.")
+            # From here on the run reads its prepared config only (read-only: raydra.prepare).
+            prepared = prepare(
+                cfg, Invocation(overrides=tuple(overrides), job_ray_address=job.ray_address if job else None, continues=continues)
             )
-        # After connecting: ray.init installs its own SIGTERM handler, which would end the process
-        # without a summary. The record is written the moment SIGTERM comes, from a thread: a
-        # driver that Ray ends (its node's raylet gone too) never gets back to Python.
-        restore_sigterm = sigterm_interrupts(at_once=lambda: interrupted_at_once(place))
-        marks["ray_ready"] = time.time()
-        spec = resolve.resolve(cfg, run_dir, run_id, wandb_group=job.wandb_group if job else None)
-        place = spec.place
-        record = summary.record_start(spec, record)
-        log.info(f"run {run_id}\n  dir  {run_dir}" + (f"\n  storage  {place.storage}" if place.storage else ""))
-        if not spec.local:
-            check_fits(spec.scale)
-            if not place.storage:
-                run_record.check_shared(run_dir)
-            if spec.loader == "ray_data":
-                check_room_for_data(spec.scale)
-            worker_output.start_run(run_dir)
-        marks["resolved"] = time.time()
-        try:
-            # SLURM's time-limit notice (when this process watches for it): the workers checkpoint
-            # at the step in flight and the fit ends interrupted.
-            with contextlib.nullcontext() if spec.local else batch_system.notice().run_stops_on_notice():
-                record = fit.fit_and_record(spec, record, started, marks=marks, process_ends_with_run=process_ends_with_run)
-        finally:
-            worker_output.end_run()
-    except KeyboardInterrupt:
-        # Recorded at once, as things stand: a driver that never gets past leaving Ray (scancel's
-        # SIGTERM reaches the Ray head's processes too, and leaving a cluster whose head is gone
-        # outlasted SLURM's 30 s before its SIGKILL, measured) still leaves the run interrupted.
-        interrupted_at_once(place, last=True)
-        # Ray Train's controller and workers train on until this process leaves Ray, and a checkpoint
-        # they register after the one named here deletes it under checkpoint.num_to_keep (seen in
-        # the suite: summary.json named a checkpoint gone a moment later). Leave first, then give a
-        # checkpoint that was being registered as Ray stopped them a moment.
-        if ray.is_initialized():
-            ray.shutdown()
-        _interrupted(record, place, started, run_dir, run_id)
-        raise
-    except Exception as error:
-        if batch_system.notice().noticed():
-            # Its workers stopped on the notice's SIGTERM, which Ray Train reports as their failure.
-            _interrupted(record, place, started, run_dir, run_id)
-            raise KeyboardInterrupt from error
-        _settle(summary.failure(record, error, started), place)
-        raise
+            cfg = prepared.config
+            if cfg.resume:
+                record, release_run = _continue(prepared.composed, record, run_dir)
+                run_dir, run_id = Path(record.run_dir), record.run_id
+            else:
+                release_run = run_record.hold(run_dir, "this run")
+            if cfg.paths.storage:
+                # Before Ray starts: a bad URI, endpoint or credentials fail in a second, not after it.
+                run_record.check_writable(cfg.paths.storage)
+            local = cfg.scale.num_workers == 0
+            if not local:
+                # Ray starts (~3 s here) while another thread imports what resolving the config and starting
+                # the fit need next: torch with Ray Train (~3 s more), and a data module that describes its data.
+                _import_in_background(resolve.data_to_describe(cfg))
+            life.connect(cfg, run_dir, local=local, dashboard=not process_ends_with_run, launchers_local=bool(job and job.local_ray))
+            marks["ray_ready"] = time.time()
+            spec = resolve.resolve(cfg, run_dir, run_id, wandb_group=job.wandb_group if job else None)
+            place = spec.place
+            record = summary.record_start(spec, record)
+            log.info(f"run {run_id}\n  dir  {run_dir}" + (f"\n  storage  {place.storage}" if place.storage else ""))
+            if not spec.local:
+                check_fits(spec.scale)
+                if not place.storage:
+                    run_record.check_shared(run_dir)
+                if spec.loader == "ray_data":
+                    check_room_for_data(spec.scale)
+                worker_output.start_run(run_dir)
+            marks["resolved"] = time.time()
+            try:
+                # SLURM's time-limit notice (when this process watches for it): the workers checkpoint
+                # at the step in flight and the fit ends interrupted.
+                with contextlib.nullcontext() if spec.local else life.stops_on_notice():
+                    record = fit.fit_and_record(spec, record, started, marks=marks, process_ends_with_run=process_ends_with_run)
+            finally:
+                worker_output.end_run()
     finally:
-        restore_sigterm()
         release_run()
         startup.run_ended()
     _report(record, spec)
@@ -172,13 +145,11 @@ def train_run(
     return record
 
 
-def _interrupted(record: RunRecord, place: Place, started: float, run_dir: Path, run_id: str, final: bool = True) -> None:
+def _interrupted(record: RunRecord, place: Place, started: float, run_dir: Path, run_id: str, reason: str, final: bool = True) -> None:
     """Record the run interrupted (Ctrl-C, SIGTERM, SLURM's time-limit notice), with its last
-    checkpoint and the command that continues it. `final=False`: summary.json alone, at once, as
-    the run directory stands (the final record follows once the workers are gone)."""
-    notice = batch_system.notice()
-    why = notice.reason() if notice.noticed() else "interrupted (Ctrl-C or SIGTERM)"
-    reason = f"{why}; continue it with resume={run_dir}"
+    checkpoint; `reason` says what stopped it and the command that continues it (raydra.lifecycle).
+    `final=False`: summary.json alone, at once, as the run directory stands (the final record
+    follows once the workers are gone)."""
     home = place.storage or str(run_dir)
     if not final:
         if Path(place.dir).exists():

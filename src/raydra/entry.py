@@ -156,7 +156,7 @@ def main(cfg: DictConfig) -> Optional[float]:
             # The primary config's directory, so best_config.yaml can find the groups it composes from.
             config_dir = next((s["path"] for s in hydra.runtime.config_sources if s["provider"] == "main" and s["schema"] == "file"), None)
             # A multirun job's sweep runs on the multirun's cluster (raydra.prepare.Invocation).
-            return run_sweep(cfg, output_dir, overrides, config_dir, job_ray_address=job.ray_address if job else None)["best"]["metric"]
+            return run_sweep(cfg, output_dir, overrides, config_dir, job_ray_address=job.ray_address if job else None).best.metric
         from raydra.driver import train_run
 
         # A single run, or one job of raydra's launcher, has the process to itself; the jobs of Hydra's

@@ -32,19 +32,20 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
-from raydra import batch_system, job_process, record, run_record
+from raydra import batch_system, job_process, jobs_record, record, run_record
 from raydra.errors import RaydraError
+from raydra.jobs_record import JobsRecord
+from raydra.lifecycle import COMPLETED, FAILED, INTERRUPTED, Ending, Lifecycle
 from raydra.multirun_job import JobFailed, JobSettings
 from raydra.record import RunRecord
 from raydra.redact import SecretsFilter
 from raydra.run_record import CONSOLE, JOBS_RECORD, MULTIRUN_LOG
 from raydra.schema import data_loader
-from raydra.signals import sigterm_interrupts
 
 log = logging.getLogger("raydra")
 
@@ -70,9 +71,11 @@ class Multirun:
     first_batch: bool = True
     # The multirun's overrides as typed (its hydra.overrides.task and .hydra): the command to continue it.
     typed: List[str] = field(default_factory=list)
-    # Whether the sweep directory's jobs.json is kept and added to (this multirun's earlier batches,
-    # or the multirun it resumes), rather than replaced by this multirun's.
-    record_from_before: bool = True
+    # jobs.json as this batch writes it: this multirun's earlier batches' record, the record of the
+    # multirun it resumes, or a new one (_take_over_record).
+    record: Optional[JobsRecord] = None
+    # Whether this batch wrote jobs.json yet: until then a refusal leaves the file as it was.
+    written: bool = False
 
 
 @dataclass
@@ -113,27 +116,46 @@ def run_jobs(multirun: Multirun, jobs: List[Job]) -> List[Job]:
     common = set.intersection(*(set(j.overrides) for j in jobs)) if len(jobs) > 1 else set()
     for job in jobs:
         job.shown = [o for o in job.overrides if o not in common]
+    started = time.time()
+    life: Lifecycle
+
+    def settle(ending: Ending) -> None:
+        """jobs.json as the multirun ended: every job's outcome, and the multirun's. A multirun
+        stopped or refused before it wrote its record leaves the directory's record as it was."""
+        if ending.status == FAILED:
+            log.error(f"error: {ending.reason}")
+        if not multirun.written:
+            return
+        for job in jobs:
+            if job.status == "queued":
+                job.status, job.error = "not started", "the multirun stopped before it started"
+        base = multirun.record or JobsRecord.started()
+        if ending.status == INTERRUPTED or (ending.status == COMPLETED and life.notice.noticed()):
+            # The notice stops the multirun without an exception: its jobs end interrupted, the
+            # queued ones never start.
+            multirun.record = base.interrupted(life.reason() if ending.reason is None else ending.reason, started)
+        elif ending.status == FAILED:
+            multirun.record = base.failed(ending.reason, started)
+        else:
+            multirun.record = base.completed(started)
+        _record(multirun, jobs)
+
     with _console(multirun.sweep_dir):
         try:
-            _prepare(multirun, jobs)
-        except RaydraError as error:
-            log.error(f"error: {error}")
-            raise
-        # Installed after connecting (in _prepare): ray.init's own SIGTERM handler would end this
-        # process at once, leaving the jobs running.
-        restore_sigterm = sigterm_interrupts()
-        try:
-            _schedule(multirun, jobs)
-            _join_processes(jobs)
+            with Lifecycle(settle, continue_with=lambda: continue_command(multirun)) as life:
+                _prepare(multirun, jobs, life)
+                # A raydra multirun's connect took them already; another app's jobs' Ray was joined
+                # without it (or none is, when every job was kept).
+                life.take_stop_signals()
+                _schedule(multirun, jobs, life)
+                _join_processes(jobs)
         finally:
-            restore_sigterm()
-            _record(multirun, jobs)
             if not multirun.raydra_runs:
                 _leave_joined_cluster()
     return jobs
 
 
-def _prepare(multirun: Multirun, jobs: List[Job]) -> None:
+def _prepare(multirun: Multirun, jobs: List[Job], life: Lifecycle) -> None:
     """Check every job can run, keep what a resumed multirun completed, join the cluster."""
     settings = multirun.settings
     max_concurrent = settings.max_concurrent
@@ -145,7 +167,7 @@ def _prepare(multirun: Multirun, jobs: List[Job]) -> None:
     _take_over_record(multirun, jobs)
     to_run = [job for job in jobs if job.status != "kept"]
     if multirun.raydra_runs:
-        _prepare_runs(multirun, to_run)
+        _prepare_runs(multirun, to_run, life)
     else:
         _prepare_app_jobs(multirun, to_run)
     _record(multirun, jobs)
@@ -175,6 +197,12 @@ def _take_over_record(multirun: Multirun, jobs: List[Job]) -> None:
     recorded = _read_record(multirun.sweep_dir)
     # SLURM runs a requeued job's batch script again: the multirun it started continues.
     resume = multirun.settings.resume or bool(recorded and batch_system.requeued())
+    if not multirun.first_batch:
+        multirun.record = (recorded or JobsRecord.started()).next_batch()
+    elif resume and recorded:
+        multirun.record = recorded.resumed_from_here(log=str(multirun.sweep_dir / MULTIRUN_LOG))
+    else:
+        multirun.record = JobsRecord.started()
     if multirun.first_batch and not resume:
         held = [job for job in jobs if (job.dir / run_record.SUMMARY).is_file()] if multirun.raydra_runs else []
         if held:
@@ -182,7 +210,6 @@ def _take_over_record(multirun: Multirun, jobs: List[Job]) -> None:
                 f"hydra.sweep.dir={multirun.sweep_dir} already holds this multirun's runs (job #{held[0].num}'s directory "
                 f"{held[0].dir} holds one); continue it with hydra.launcher.resume=true, or give this one another hydra.sweep.dir."
             )
-        multirun.record_from_before = False
         return
     if multirun.first_batch and not recorded:
         raise RaydraError(
@@ -190,18 +217,18 @@ def _take_over_record(multirun: Multirun, jobs: List[Job]) -> None:
             "pass hydra.sweep.dir=<the directory of the multirun to continue>."
         )
     for job in jobs:
-        before = recorded.get(str(job.num))
+        before = recorded.job(job.num) if recorded else None
         if before is None:
             continue
-        if before["overrides"] != redact(job.overrides) or Path(before["dir"]) != job.dir:
+        if before.overrides != redact(job.overrides) or before.dir is None or Path(before.dir) != job.dir:
             raise RaydraError(
-                f"hydra.launcher.resume=true: job #{job.num} of {multirun.sweep_dir} ran with {' '.join(before['overrides']) or 'no overrides'} "
-                f"in {before['dir']}, not {' '.join(job.overrides) or 'no overrides'} in {job.dir}; resume with the command that started it."
+                f"hydra.launcher.resume=true: job #{job.num} of {multirun.sweep_dir} ran with {' '.join(before.overrides) or 'no overrides'} "
+                f"in {before.dir}, not {' '.join(job.overrides) or 'no overrides'} in {job.dir}; resume with the command that started it."
             )
         run = _summary(job) if multirun.raydra_runs else None
-        status = run.status if run else before.get("status")
+        status = run.status if run else before.status
         if status == "completed":
-            job.status, job.value = "kept", before.get("return_value")
+            job.status, job.value = "kept", before.return_value
             job.started, job.ended = time.time(), time.time()
             if run:
                 job.monitor = run.monitor.metric
@@ -211,10 +238,9 @@ def _take_over_record(multirun: Multirun, jobs: List[Job]) -> None:
             job.settings = JobSettings(resume=str(job.dir))
 
 
-def _prepare_runs(multirun: Multirun, jobs: List[Job]) -> None:
+def _prepare_runs(multirun: Multirun, jobs: List[Job], life: Lifecycle) -> None:
     """raydra runs: each checked as a single run is, the cluster joined once, shares sized."""
-    from raydra import project
-    from raydra.cluster import check_fits, connect, is_local_ray
+    from raydra.cluster import check_fits, is_local_ray
 
     if not jobs:
         return
@@ -245,15 +271,9 @@ def _prepare_runs(multirun: Multirun, jobs: List[Job]) -> None:
     # No dashboard for a local Ray of the multirun's: its State API serves Ray Train's placement-group
     # cleaner, which runs whose process ends with them do not start (a tune= job's trials do).
     dashboard = any(job.cfg.get("tune") is not None for job in jobs)
-    connect(
-        first.ray.address,
-        first.ray.num_cpus,
-        first.verbose,
-        project.runtime_env(first),
-        dashboard=dashboard,
-        slurm=OmegaConf.to_object(first.slurm),
-        record_dir=multirun.sweep_dir,
-    )
+    # Then the stop signals: ray.init's own SIGTERM handler would end this process at once,
+    # leaving the jobs running.
+    life.connect(first, multirun.sweep_dir, dashboard=dashboard)
     if not alongside:
         job_process.start_server()
     import ray
@@ -368,12 +388,12 @@ def _runs_that_fit(cfg: DictConfig) -> int:
     return max(1, fits)
 
 
-def _schedule(multirun: Multirun, jobs: List[Job]) -> None:
+def _schedule(multirun: Multirun, jobs: List[Job], life: Lifecycle) -> None:
     queued = [job for job in jobs if job.status != "kept"]
     running: List[Job] = []
     max_concurrent = multirun.settings.max_concurrent
 
-    notice = batch_system.notice()
+    notice = life.notice
 
     def pass_notice_on() -> bool:
         """SLURM's time-limit notice: each running job's driver gets it (its workers checkpoint and
@@ -384,8 +404,8 @@ def _schedule(multirun: Multirun, jobs: List[Job]) -> None:
         return bool(running)
 
     try:
-        with notice.on_notice(pass_notice_on):
-            _run_queue(multirun, jobs, queued, running, max_concurrent)
+        with life.stops_on_notice(pass_notice_on):
+            _run_queue(multirun, jobs, queued, running, max_concurrent, notice.noticed)
     except BaseException:
         # Ctrl-C, SIGTERM, or a fault here: no job may go on running unwatched.
         _stop(multirun, running)
@@ -396,10 +416,11 @@ def _schedule(multirun: Multirun, jobs: List[Job]) -> None:
         job.status, job.error = "not started", notice.reason().split(";")[0] + "; the requeued job runs it"
 
 
-def _run_queue(multirun: Multirun, jobs: List[Job], queued: List[Job], running: List[Job], max_concurrent: Optional[int]) -> None:
+def _run_queue(
+    multirun: Multirun, jobs: List[Job], queued: List[Job], running: List[Job], max_concurrent: Optional[int], noticed: Callable[[], bool]
+) -> None:
     """Start the queued jobs in order as room frees, until every one has ended (or SLURM's
-    time-limit notice came: then until the running ones have)."""
-    noticed = batch_system.notice().noticed
+    time-limit notice came, `noticed`: then until the running ones have)."""
     while (queued and not noticed()) or running:
         # In order: a job that does not fit yet waits for room rather than being overtaken.
         while queued and not noticed() and _room_for(queued[0], running, max_concurrent):
@@ -674,28 +695,31 @@ def job_return(job: Job) -> Any:
     return ret
 
 
-def _read_record(sweep_dir: Path) -> Dict[str, Any]:
+def _read_record(sweep_dir: Path) -> Optional[JobsRecord]:
+    """The multirun's jobs.json, or None where there is none to read (missing, cut short, not an object)."""
     try:
-        return record.read_json(sweep_dir / JOBS_RECORD)["jobs"]
-    except (OSError, ValueError, KeyError):
-        return {}
+        return jobs_record.read(sweep_dir)
+    except (record.RecordError, OSError):
+        return None
 
 
 def _record(multirun: Multirun, jobs: List[Job]) -> None:
     """jobs.json: what a resumed multirun reads. Jobs of earlier batches stay in it."""
-    jobs_record = _read_record(multirun.sweep_dir) if multirun.record_from_before else {}
-    multirun.record_from_before = True
+    entries = {}
     for job in jobs:
-        entry = {"overrides": job.overrides, "dir": str(job.dir), "status": "completed" if job.status == "kept" else job.status}
         if job.status == "kept":
-            entry["return_value"] = job.value
+            value = job.value
         elif job.status == "completed":
-            entry["return_value"] = _json_value(job.metric if multirun.raydra_runs else job.returned.return_value)
-        if job.error:
-            entry["error"] = job.error
-        jobs_record[str(job.num)] = entry
-    ordered = dict(sorted(jobs_record.items(), key=lambda item: int(item[0])))
-    record.write_json(multirun.sweep_dir / JOBS_RECORD, {"jobs": ordered})
+            value = _json_value(job.metric if multirun.raydra_runs else job.returned.return_value)
+        else:
+            value = None
+        status = "completed" if job.status == "kept" else job.status
+        entries[job.num] = jobs_record.Job(
+            overrides=list(job.overrides), dir=str(job.dir), status=status, return_value=value, error=job.error
+        )
+    multirun.record = (multirun.record or JobsRecord.started()).with_jobs(entries)
+    jobs_record.write(multirun.sweep_dir, multirun.record)
+    multirun.written = True
 
 
 def _json_value(value: Any) -> Any:

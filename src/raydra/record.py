@@ -17,7 +17,9 @@ run directory or storage location.
 
 A record is data from wherever the run came from: a field of the wrong type reads as unset and is
 named in `problems`, a key this version does not know is kept in `extra` (and written back), so a
-newer raydra's or a damaged record still reads.
+newer raydra's or a damaged record still reads. sweep.json's and jobs.json's typed records
+(raydra.sweep_record, raydra.jobs_record) are read and written by the same rules, from here
+(from_json_object, to_json_object, read_record, write_json).
 """
 
 import dataclasses
@@ -313,36 +315,13 @@ class RunRecord:
         return self.metrics.best.get(self.monitor.metric) if self.monitor.metric else None
 
     def to_dict(self) -> Dict[str, Any]:
-        out: Dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            if f.name in ("extra", "problems"):
-                continue
-            value = getattr(self, f.name)
-            out[f.name] = _plain(value)
-        out.update({key: value for key, value in self.extra.items() if key not in out})
-        return out
+        return to_json_object(self)
 
     @classmethod
     def from_dict(cls, data: Any) -> "RunRecord":
         """A record as read from summary.json (any format so far). Raises RecordError for what is no
         record at all (not a JSON object)."""
-        if not isinstance(data, dict):
-            raise RecordError(f"it holds a JSON {type(data).__name__}, not an object")
-        problems: List[str] = []
-        fields = {}
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            if f.name in ("extra", "problems") or f.name not in data:
-                continue
-            value, ok = _read(hints[f.name], data[f.name])
-            if ok:
-                fields[f.name] = value
-            else:
-                problems.append(f"{f.name} is not a {_type_name(hints[f.name])} ({data[f.name]!r:.60})")
-        known = {f.name for f in dataclasses.fields(cls)}
-        extra = {key: value for key, value in data.items() if key not in known}
-        fields.pop("format", None)
-        record = cls(format=FORMAT, extra=extra, problems=tuple(problems), **fields)
+        record = from_json_object(cls, data, FORMAT)
         if not isinstance(data.get("format"), int) or data.get("format", 1) < 2:
             record = _from_format_1(record)
         return record
@@ -355,25 +334,36 @@ class RecordError(RaydraError):
 def read(run_dir: Any, name: str = SUMMARY) -> RunRecord:
     """The run record in `run_dir`. A missing, truncated or non-object file is refused in one
     sentence naming it (RecordError); a field of the wrong type reads as unset (record.problems)."""
-    path = Path(run_dir) / name
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise RecordError(f"{path} does not exist; pass a run directory a raydra run wrote.") from None
-    except UnicodeDecodeError as error:
-        raise RecordError(f"{path} is not a readable run record ({error}); it was cut short or is not raydra's.") from None
-    return parse(text, str(path))
+    return read_record(RunRecord, Path(run_dir) / name, "run record", "a run directory a raydra run wrote")
 
 
 def parse(text: str, where: str) -> RunRecord:
     """A run record from summary.json's text, read from `where` (a path or a storage URI, for the
     one sentence that refuses a truncated or non-object record)."""
+    return parse_record(RunRecord, text, where, "run record")
+
+
+def read_record(kind: Any, path: Path, what: str, pass_instead: str) -> Any:
+    """The record of type `kind` (RunRecord, SweepRecord, JobsRecord: a dataclass with from_dict)
+    in the file `path`. A missing, truncated or non-object file is refused in one sentence naming it
+    (RecordError): `what` names the record, `pass_instead` what to pass."""
     try:
-        return RunRecord.from_dict(json.loads(text))
+        text = path.read_text()
+    except FileNotFoundError:
+        raise RecordError(f"{path} does not exist; pass {pass_instead}.") from None
+    except UnicodeDecodeError as error:
+        raise RecordError(f"{path} is not a readable {what} ({error}); it was cut short or is not raydra's.") from None
+    return parse_record(kind, text, str(path), what)
+
+
+def parse_record(kind: Any, text: str, where: str, what: str) -> Any:
+    """The record of type `kind` from a record file's text, read from `where` (for the sentence)."""
+    try:
+        return kind.from_dict(json.loads(text))
     except ValueError as error:
-        raise RecordError(f"{where} is not a readable run record ({error}); it was cut short or is not raydra's.") from None
+        raise RecordError(f"{where} is not a readable {what} ({error}); it was cut short or is not raydra's.") from None
     except RecordError as error:
-        raise RecordError(f"{where} is not a readable run record ({error}); it is not raydra's.") from None
+        raise RecordError(f"{where} is not a readable {what} ({error}); it is not raydra's.") from None
 
 
 def try_read(run_dir: Any, name: str = SUMMARY) -> Optional[RunRecord]:
@@ -405,9 +395,39 @@ def write_json(path: Path, content: Any) -> None:
         raise
 
 
-def read_json(path: Path) -> Any:
-    """A record file other than summary.json (sweep.json, jobs.json), as plain data."""
-    return json.loads(Path(path).read_text())
+def from_json_object(kind: Any, data: Any, format: int) -> Any:
+    """A record of type `kind` (a frozen dataclass with `format`, `extra` and `problems` fields) from a
+    record file's JSON object, as format `format` (the caller reads older formats on from there). A
+    field of the wrong type reads as unset and is named in `problems`; a key `kind` does not know is
+    kept in `extra`. Raises RecordError for what is no record at all (not a JSON object)."""
+    if not isinstance(data, dict):
+        raise RecordError(f"it holds a JSON {type(data).__name__}, not an object")
+    problems: List[str] = []
+    fields = {}
+    hints = typing.get_type_hints(kind)
+    for f in dataclasses.fields(kind):
+        if f.name in ("extra", "problems") or f.name not in data:
+            continue
+        value, ok = _read(hints[f.name], data[f.name])
+        if ok:
+            fields[f.name] = value
+        else:
+            problems.append(f"{f.name} is not a {_type_name(hints[f.name])} ({data[f.name]!r:.60})")
+    known = {f.name for f in dataclasses.fields(kind)}
+    extra = {key: value for key, value in data.items() if key not in known}
+    fields.pop("format", None)
+    return kind(format=format, extra=extra, problems=tuple(problems), **fields)
+
+
+def to_json_object(record: Any) -> Dict[str, Any]:
+    """A record (see from_json_object) as its file's JSON object: its fields, then the keys it kept."""
+    out: Dict[str, Any] = {}
+    for f in dataclasses.fields(record):
+        if f.name in ("extra", "problems"):
+            continue
+        out[f.name] = _plain(getattr(record, f.name))
+    out.update({key: value for key, value in record.extra.items() if key not in out})
+    return out
 
 
 # -- private ---------------------------------------------------------------------------------------
@@ -446,6 +466,8 @@ def _plain(value: Any) -> Any:
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, list):
         return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {key: _plain(v) for key, v in value.items()}
     return value
 
 
@@ -476,7 +498,13 @@ def _read(kind: Any, value: Any) -> Tuple[Any, bool]:
         read_items = [_read(args[0], item) for item in value]
         return [item for item, ok in read_items if ok], True
     if origin in (dict, Dict):
-        return (value, True) if isinstance(value, dict) else (None, False)
+        if not isinstance(value, dict):
+            return None, False
+        if args and dataclasses.is_dataclass(args[1]):
+            # A map of records (jobs.json's jobs by number): an entry that is no object is left out.
+            read_items = {key: _read(args[1], item) for key, item in value.items()}
+            return {key: item for key, (item, ok) in read_items.items() if ok}, True
+        return value, True
     if kind is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         return (value, True) if ok else (None, False)

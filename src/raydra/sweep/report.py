@@ -4,7 +4,6 @@ config and checkpoint, the sweep's own record, and one console line per trial ev
 import csv
 import logging
 import os
-import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -12,11 +11,12 @@ import ray.tune
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from raydra import record, run_record, storage, summary
+from raydra import record, run_record, storage, summary, sweep_record
 from raydra.checkpoints import last_checkpoint
 from raydra.errors import one_line
 from raydra.prepare import writable
 from raydra.record import Checkpoints, Metrics, RunRecord
+from raydra.sweep_record import Best, SweepRecord
 
 log = logging.getLogger("raydra")
 
@@ -198,7 +198,7 @@ def write_tables(sweep_dir: Path, rows: List[Dict[str, Any]], metric: str) -> No
     (sweep_dir / run_record.TRIALS_MD).write_text("\n".join(lines) + "\n")
 
 
-def write_best(cfg: DictConfig, sweep_dir: Path, best: Dict[str, Any], metric: str, config_dir: Optional[str]) -> Dict[str, Any]:
+def write_best(cfg: DictConfig, sweep_dir: Path, best: Dict[str, Any], metric: str, config_dir: Optional[str]) -> Best:
     """best_config.yaml: the whole composed config with the best trial's values, a primary config
     Hydra can run on its own; and a link to that trial's best checkpoint."""
     config = writable(cfg)
@@ -223,27 +223,23 @@ def write_best(cfg: DictConfig, sweep_dir: Path, best: Dict[str, Any], metric: s
     # A checkpoint in object storage has no path to link to; sweep.json names its URI.
     if checkpoint and not storage.is_uri(checkpoint):
         link.symlink_to(os.path.relpath(checkpoint, sweep_dir))
-    return {
-        "trial": best["trial"],
-        "metric": best["final"],
-        "sampled": best["sampled"],
-        "run_dir": str(sweep_dir / best["run_dir"]),
-        "checkpoint": checkpoint,
-        "config": str(sweep_dir / run_record.BEST_CONFIG),
-    }
+    return Best(
+        trial=best["trial"],
+        metric=best["final"],
+        sampled=best["sampled"],
+        run_dir=str(sweep_dir / best["run_dir"]),
+        checkpoint=checkpoint,
+        config=str(sweep_dir / run_record.BEST_CONFIG),
+    )
 
 
-def write_record(sweep_dir: Path, sweep: Dict[str, Any]) -> None:
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    record.write_json(sweep_dir / run_record.SWEEP, sweep)
-
-
-def end(sweep: Dict[str, Any], sweep_dir: Path, started: float, status: str, reason: Optional[str]) -> None:
-    sweep.update(status=status, error=reason, finished_at=record.now(), wall_time_s=round(time.time() - started, 2))
-    if sweep_dir.exists():
-        write_record(sweep_dir, sweep)
-    if reason:
-        log.error(f"error: {reason}" if status == "failed" else reason)
+def end(sweep_dir: Path, ended: SweepRecord, write: bool = True) -> None:
+    """Write the record of a sweep that ended (not with `write=False`: the directory holds another
+    sweep's), and say why when it did not complete."""
+    if write and sweep_dir.exists():
+        sweep_record.write(sweep_dir, ended)
+    if ended.error:
+        log.error(f"error: {ended.error}" if ended.status == sweep_record.FAILED else ended.error)
 
 
 def fmt_sampled(sampled: Dict[str, Any]) -> str:

@@ -14,21 +14,21 @@ import ray.tune
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from raydra import batch_system, private_apis, project, run_record, storage
-from raydra import record as record_module
-from raydra.cluster import TRIAL_CPU, check_fits, connect, trials_that_fit
+from raydra import private_apis, run_record, storage, sweep_record
+from raydra.cluster import TRIAL_CPU, check_fits, trials_that_fit
 from raydra.console import worker_output
-from raydra.errors import RaydraError, one_line
+from raydra.errors import RaydraError
+from raydra.lifecycle import COMPLETED, INTERRUPTED, Ending, Lifecycle
 from raydra.prepare import Invocation, prepare, writable
 from raydra.redact import redact_hydra_records
 from raydra.resolve import wandb_mode
 from raydra.resume import changed_keys
-from raydra.signals import sigterm_interrupts
 from raydra.spec import Place
 from raydra.sweep import report
 from raydra.sweep.report import Progress
 from raydra.sweep.space import check_samples, domain, parse_space
 from raydra.sweep.trial import run_trial
+from raydra.sweep_record import SweepRecord, TrialCounts
 
 log = logging.getLogger("raydra")
 
@@ -41,10 +41,10 @@ RESUMABLE_CHANGES = ("tune.resume", "tune.max_concurrent")
 
 def run_sweep(
     cfg: DictConfig, output_dir: Path, overrides: List[str], config_dir: Optional[str] = None, job_ray_address: Optional[str] = None
-) -> Dict[str, Any]:
+) -> SweepRecord:
     """Run the sweep `cfg.tune` describes in `output_dir` (Hydra's output directory for it), or
     continue the one tune.resume names; returns the sweep's record (sweep.json), its best trial
-    under "best". `config_dir`: the primary config's directory, which best_config.yaml searches.
+    in `best`. `config_dir`: the primary config's directory, which best_config.yaml searches.
     `job_ray_address`: the multirun's cluster, when the sweep is one of its jobs.
 
     Raises RaydraError for bad input or a sweep in which no trial completed, KeyboardInterrupt
@@ -56,68 +56,66 @@ def run_sweep(
     tune_cfg = cfg.tune
     metric = tune_cfg.metric or cfg.checkpoint.monitor
     mode = tune_cfg.mode or cfg.checkpoint.mode
-    record: Dict[str, Any] = {
-        "kind": "tune sweep",
-        "name": cfg.name,
-        "id": run_record.ray_safe(f"{fresh_dir.parent.name}_{fresh_dir.name}"),
-        "sweep_dir": str(fresh_dir),
-        "status": "running",
-        "error": None,
-        "started_at": record_module.now(),
-        "overrides": list(overrides),
-        "search": tune_cfg.search,
-        "scheduler": tune_cfg.scheduler,
-        "metric": metric,
-        "mode": mode,
-        "num_samples": tune_cfg.num_samples,
-    }
-    restore_sigterm = lambda: None  # noqa: E731
+    record = SweepRecord.started(
+        name=cfg.name,
+        id=run_record.ray_safe(f"{fresh_dir.parent.name}_{fresh_dir.name}"),
+        sweep_dir=str(fresh_dir),
+        overrides=list(overrides),
+        search=tune_cfg.search,
+        scheduler=tune_cfg.scheduler,
+        metric=metric,
+        mode=mode,
+        num_samples=tune_cfg.num_samples,
+    )
     progress = Progress(metric, cfg.trainer.max_epochs)
-    try:
-        if (fresh_dir / run_record.SWEEP).exists():
+    # Another sweep's record in this directory is refused and left as it was.
+    claimed = not (fresh_dir / run_record.SWEEP).exists()
+
+    def settle(ending: Ending) -> None:
+        if ending.status == COMPLETED:
+            report.end(sweep_dir, record, write=claimed)
+        elif ending.status == INTERRUPTED:
+            report.settle_trials(sweep_dir, None, progress, metric, mode, tune_cfg.scheduler, interrupted=True)
+            report.end(sweep_dir, record.interrupted(ending.reason, started), write=claimed)
+        else:
+            report.end(sweep_dir, record.failed(ending.reason, started), write=claimed)
+
+    # Tune ends its trials and saves its state on SIGINT, so tune.resume= can continue the sweep:
+    # SIGTERM is handed to it as SIGINT.
+    with Lifecycle(settle, continue_with=lambda: f"tune.resume={sweep_dir}", sigterm_as_sigint=True) as life:
+        if not claimed:
             raise RaydraError(f"{fresh_dir} already holds a sweep; give this one its own hydra.run.dir.")
         # A ModelCheckpoint among the callbacks sets checkpoint.*, and with it what the sweep optimises.
         prepared = prepare(cfg, Invocation(overrides=tuple(overrides), job_ray_address=job_ray_address))
         cfg, composed = prepared.config, prepared.composed
         tune_cfg = cfg.tune
-        metric = record["metric"] = progress.metric = tune_cfg.metric or cfg.checkpoint.monitor
-        mode = record["mode"] = tune_cfg.mode or cfg.checkpoint.mode
+        metric = progress.metric = tune_cfg.metric or cfg.checkpoint.monitor
+        mode = tune_cfg.mode or cfg.checkpoint.mode
+        record = record.with_settings(metric=metric, mode=mode)
         if tune_cfg.resume:
             sweep_dir, record = _continue(composed, fresh_dir)
         else:
             space = parse_space(cfg)
             check_samples(cfg, space)
-            record["space"] = {key: {name: args} for key, (name, args) in space.items()}
-        report.write_record(sweep_dir, record)
+            record = record.with_settings(space={key: {name: args} for key, (name, args) in space.items()})
+        sweep_record.write(sweep_dir, record)
         # With paths.storage, Tune's state and every trial's record live there; the trials' records
         # are pulled into this sweep directory as they go.
         sweep_place = Place(
-            dir=str(sweep_dir),
-            id=record["id"],
-            storage=run_record.location(cfg.paths.storage, cfg.paths.outputs, sweep_dir),
-            logged_config={},
+            dir=str(sweep_dir), id=record.id, storage=run_record.location(cfg.paths.storage, cfg.paths.outputs, sweep_dir), logged_config={}
         )
         if sweep_place.storage:
             run_record.check_writable(cfg.paths.storage)
-            record["storage"] = sweep_place.storage
+            record = record.with_settings(storage=sweep_place.storage)
 
-        connect(
-            cfg.ray.address,
-            cfg.ray.num_cpus,
-            cfg.verbose,
-            project.runtime_env(cfg),
-            slurm=OmegaConf.to_object(cfg.slurm),
-            record_dir=sweep_dir,
-        )
-        # Tune ends its trials and saves its state on SIGINT, so tune.resume= can continue the sweep.
-        restore_sigterm = sigterm_interrupts(as_sigint=True)
+        life.connect(cfg, sweep_dir)
         check_fits(OmegaConf.to_object(cfg.scale))
         if not sweep_place.storage:
             run_record.check_shared(sweep_dir)
         concurrency = _concurrency(cfg)
-        record["max_concurrent"] = concurrency
+        record = record.with_settings(max_concurrent=concurrency)
         log.info(
-            f"sweep {record['id']}: {tune_cfg.num_samples} trials of {cfg.name}, {concurrency} at a time, "
+            f"sweep {record.id}: {tune_cfg.num_samples} trials of {cfg.name}, {concurrency} at a time, "
             f"{tune_cfg.search} search, {tune_cfg.scheduler} scheduler, {mode} {metric}\n  dir  {sweep_dir}"
         )
         progress.scheduler_state = sweep_dir / run_record.SCHEDULER_STATE
@@ -128,10 +126,8 @@ def run_sweep(
         # Concurrent trials' epoch lines would interleave; _Progress prints one line per trial event.
         echo, worker_output.echo_progress = worker_output.echo_progress, False
         try:
-            with (
-                run_record.Follower(sweep_place, skip=(run_record.TUNE, run_record.CHECKPOINTS)),
-                batch_system.notice().on_notice(_stop_as_ctrl_c),
-            ):
+            # SLURM's time-limit notice stops the sweep as Ctrl-C does (_stop_as_ctrl_c).
+            with run_record.Follower(sweep_place, skip=(run_record.TUNE, run_record.CHECKPOINTS)), life.stops_on_notice(_stop_as_ctrl_c):
                 grid = tuner.fit()
         except Exception as error:
             friendly = _tune_error(error, metric)
@@ -150,33 +146,21 @@ def run_sweep(
         if best is None:
             first_error = next((row["error"] for row in rows if row["error"]), "no trial completed")
             raise RaydraError(f"no trial of the sweep completed; the first error: {first_error}")
-        record["best"] = report.write_best(cfg, sweep_dir, best, metric, config_dir)
-        record["trials"] = {status: sum(row["status"] == status for row in rows) for status in ("completed", "stopped", "failed")}
-    except RaydraError as error:
-        report.end(record, sweep_dir, started, "failed", str(error))
-        raise
-    except KeyboardInterrupt:
-        report.settle_trials(sweep_dir, None, progress, metric, mode, tune_cfg.scheduler, interrupted=True)
-        report.end(record, sweep_dir, started, "interrupted", f"interrupted; continue it with tune.resume={sweep_dir}")
-        raise
-    except Exception as error:
-        report.end(record, sweep_dir, started, "failed", one_line(error))
-        raise
-    finally:
-        restore_sigterm()
-    report.end(record, sweep_dir, started, "completed", None)
-    best = record["best"]
+        chosen = report.write_best(cfg, sweep_dir, best, metric, config_dir)
+        counts = TrialCounts(**{status: sum(row["status"] == status for row in rows) for status in ("completed", "stopped", "failed")})
+        record = record.completed(started, chosen, counts)
+    best, trials = record.best, record.trials
     log.info(
-        f"sweep done in {record['wall_time_s']:.1f} s: {record['trials']['completed']} completed, "
-        f"{record['trials']['stopped']} stopped early, {record['trials']['failed']} failed\n"
-        f"  best trial {best['trial']}  {metric} {best['metric']:.4f}  {report.fmt_sampled(best['sampled'])}\n"
+        f"sweep done in {record.wall_time_s:.1f} s: {trials.completed} completed, "
+        f"{trials.stopped} stopped early, {trials.failed} failed\n"
+        f"  best trial {best.trial}  {metric} {best.metric:.4f}  {report.fmt_sampled(best.sampled)}\n"
         f"  trials  {sweep_dir / run_record.TRIALS_MD}\n"
         f"  rerun   python train.py --config-path {sweep_dir} --config-name best_config"
     )
     return record
 
 
-def _continue(cfg: DictConfig, fresh_dir: Path) -> Tuple[Path, Dict[str, Any]]:
+def _continue(cfg: DictConfig, fresh_dir: Path) -> Tuple[Path, SweepRecord]:
     """The sweep tune.resume names, checked to be an unfinished raydra sweep of the same config."""
     sweep_dir = Path(cfg.tune.resume).expanduser().resolve()
     if not (sweep_dir / run_record.SWEEP).is_file() or not (sweep_dir / run_record.TUNE).is_dir():
@@ -184,8 +168,8 @@ def _continue(cfg: DictConfig, fresh_dir: Path) -> Tuple[Path, Dict[str, Any]]:
             f"tune.resume={cfg.tune.resume}: {sweep_dir} is not a raydra sweep directory (no sweep.json and tune/); "
             "pass the directory a tune= run printed."
         )
-    record = record_module.read_json(sweep_dir / run_record.SWEEP)
-    if record.get("status") == "completed":
+    previous = sweep_record.read(sweep_dir)
+    if previous.status == sweep_record.COMPLETED:
         raise RaydraError(f"tune.resume={cfg.tune.resume}: {sweep_dir} already completed; start a new sweep instead.")
     old = yaml.safe_load((sweep_dir / run_record.CONFIG).read_text())
     changes = [c for c in changed_keys(old, cfg) if not c.startswith(RESUMABLE_CHANGES)]
@@ -194,12 +178,9 @@ def _continue(cfg: DictConfig, fresh_dir: Path) -> Tuple[Path, Dict[str, Any]]:
             f"tune.resume={cfg.tune.resume}: the config differs from the one the sweep started with "
             f"({'; '.join(changes)}); resume with the original overrides plus tune.resume=..."
         )
-    record.update(status="running", error=None)
-    record["resumed"] = record.get("resumed", []) + [
-        {"at": record_module.now(), "from_status": record.get("status"), "log": str(fresh_dir / run_record.DRIVER_LOG)}
-    ]
+    record = previous.resumed_from_here(log=str(fresh_dir / run_record.DRIVER_LOG))
     # The invocation's own Hydra directory points at the sweep it continued, so it never reads as a sweep of its own.
-    report.write_record(fresh_dir, {"kind": "tune sweep resume", "status": "resumed elsewhere", "sweep_dir": str(sweep_dir)})
+    sweep_record.write(fresh_dir, SweepRecord.continued_in(str(sweep_dir)))
     log.info(f"resuming sweep {sweep_dir} (this invocation's driver.log: {fresh_dir})")
     return sweep_dir, record
 
@@ -213,7 +194,7 @@ def _concurrency(cfg: DictConfig) -> int:
 
 
 def _tuner(
-    cfg: DictConfig, sweep_dir: Path, sweep_storage: Optional[str], record: Dict[str, Any], concurrency: int, progress: "Progress"
+    cfg: DictConfig, sweep_dir: Path, sweep_storage: Optional[str], record: SweepRecord, concurrency: int, progress: "Progress"
 ) -> Any:
     tune = ray.tune
     filesystem, tune_root = storage.filesystem(sweep_storage or str(sweep_dir))
@@ -228,10 +209,10 @@ def _tuner(
     sweep = {
         "dir": str(sweep_dir),
         "storage": sweep_storage,
-        "id": record["id"],
-        "overrides": [o for o in record["overrides"] if not o.startswith("tune.resume=")],
+        "id": record.id,
+        "overrides": [o for o in record.overrides if not o.startswith("tune.resume=")],
     }
-    trainable = tune.with_resources(tune.with_parameters(run_trial, base=_trial_base(cfg, record["id"]), sweep=sweep), {"CPU": TRIAL_CPU})
+    trainable = tune.with_resources(tune.with_parameters(run_trial, base=_trial_base(cfg, record.id), sweep=sweep), {"CPU": TRIAL_CPU})
     if cfg.tune.resume:
         tuner = tune.Tuner.restore(
             posixpath.join(tune_root, run_record.TUNE),
@@ -251,7 +232,7 @@ def _tuner(
             private_apis.restore_scheduler_rungs(progress.scheduler, str(progress.scheduler_state))
         return tuner
     space = {key: domain(key, name, args) for key, (name, args) in parse_space(cfg).items()}
-    metric, mode = record["metric"], record["mode"]
+    metric, mode = record.metric, record.mode
     progress.scheduler = _scheduler(cfg)
     return tune.Tuner(
         trainable,

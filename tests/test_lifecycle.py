@@ -1,0 +1,331 @@
+"""raydra.lifecycle: the one lifecycle of a single run, a Tune sweep and a multirun's jobs. Seams, no
+Ray: a stand-in connect that puts in a SIGTERM handler of its own as ray.init does, the stop signals
+sent to this test's own process, a stand-in batch system's stop notice (as test_batch_system's).
+
+Each of the three goes through its real code (the driver and the sweep through train.py's entry in
+this process, the launcher through run_jobs) with only Ray's part stood in for: SIGTERM and Ctrl-C
+settle its record `interrupted` with the command that continues it, an error settles it `failed`
+with its one sentence, and the stop notice ends it interrupted with the notice's words."""
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import run_dirs, summary_of
+from helpers import composed
+from omegaconf import OmegaConf
+
+from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
+from raydra import batch_system, cluster, fit, jobs_record, launcher, lifecycle, run_record, sweep_record
+from raydra.errors import RaydraError
+from raydra.lifecycle import Ending, Lifecycle
+from raydra.sweep import tuner
+
+SIGNALLED = "interrupted (Ctrl-C or SIGTERM); continue it with "
+NOTICE_WORDS = "interrupted: the stand-in batch system's job is ending"
+
+
+class NotHandled(Exception):
+    """SIGTERM reached the handler that was there before the lifecycle: it took no stop signals."""
+
+
+@pytest.fixture
+def sigterm_unhandled_fails():
+    """A SIGTERM the lifecycle does not take raises NotHandled instead of ending pytest."""
+
+    def fallback(signum, frame):
+        raise NotHandled("SIGTERM reached the test's own handler")
+
+    before = signal.signal(signal.SIGTERM, fallback)
+    yield fallback
+    signal.signal(signal.SIGTERM, before)
+
+
+@pytest.fixture
+def stand_in_connect(monkeypatch):
+    """cluster.connect's stand-in: records its call and, as ray.init does, installs a SIGTERM handler
+    that exits at once, so stop signals taken before connecting are lost."""
+    calls = []
+
+    def connect(address, num_cpus, verbose, runtime_env=None, **settings):
+        def rays(signum, frame):
+            sys.exit(signum)
+
+        calls.append({"address": address, "handler": rays, **settings})
+        signal.signal(signal.SIGTERM, rays)
+
+    monkeypatch.setattr(cluster, "connect", connect)
+    return calls
+
+
+class StandInNotice:
+    """A batch system whose stop notice comes at `comes` ("before": before the work; "during": as
+    the work starts, running the action the work gave, as SLURM's does)."""
+
+    name = "standin"
+    signal = signal.SIGUSR2
+
+    def __init__(self, comes):
+        self.comes, self.came, self.acted = comes, comes == "before", []
+
+    def inside(self, env):
+        return False
+
+    def job_record(self, env):
+        return None
+
+    def requeued(self, env):
+        return None
+
+    def too_small(self, scale):
+        return []
+
+    def watch(self):
+        pass
+
+    def watched(self):
+        return True
+
+    def noticed(self):
+        return self.came
+
+    def reason(self):
+        return NOTICE_WORDS
+
+    @contextlib.contextmanager
+    def on_notice(self, action):
+        if self.comes == "during":
+            self.came = True
+            self.acted.append(action())
+        yield
+
+    @contextlib.contextmanager
+    def run_stops_on_notice(self):
+        # A run's: its workers stop, then this process gets SIGTERM.
+        def stop():
+            os.kill(os.getpid(), signal.SIGTERM)
+            return True
+
+        with self.on_notice(stop):
+            yield
+
+
+@pytest.fixture
+def notice(monkeypatch):
+    def watched(comes):
+        stand_in = StandInNotice(comes)
+        monkeypatch.setitem(batch_system._watched, "system", stand_in)
+        return stand_in
+
+    return watched
+
+
+def stop_with(signum):
+    """The work's stand-in: the stop signal to this process, then work until it lands."""
+
+    def work(*args, **kwargs):
+        os.kill(os.getpid(), signum)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            time.sleep(0.01)
+        raise AssertionError(f"signal {signum} did not stop the work")
+
+    return work
+
+
+def fail_with(error):
+    def work(*args, **kwargs):
+        raise error
+
+    return work
+
+
+# ---------------------------------------------------------------------------------------------
+# The lifecycle itself
+
+
+def test_the_lifecycle_connects_then_takes_sigterm_and_puts_back_the_handler_it_found(stand_in_connect, sigterm_unhandled_fails, tmp_path):
+    cfg = composed("ray.address=auto")
+    endings = []
+    with pytest.raises(KeyboardInterrupt):
+        with Lifecycle(endings.append, continue_with=lambda: "resume=/r") as life:
+            life.connect(cfg, tmp_path, dashboard=False)
+            stop_with(signal.SIGTERM)()
+    assert [c["address"] for c in stand_in_connect] == ["auto"] and stand_in_connect[0]["dashboard"] is False
+    assert endings == [Ending("interrupted", SIGNALLED + "resume=/r")]
+    # What was there once connected (Ray's handler) is put back as the block ends.
+    assert signal.getsignal(signal.SIGTERM) is stand_in_connect[0]["handler"]
+
+
+def test_local_mode_connects_to_nothing_and_sigterms_at_once_record_comes_before_the_final_one(
+    stand_in_connect, sigterm_unhandled_fails, tmp_path
+):
+    endings = []
+    with pytest.raises(KeyboardInterrupt):
+        with Lifecycle(endings.append, continue_with=lambda: "resume=/r", settle_at_once=True) as life:
+            life.connect(None, tmp_path, local=True)
+            stop_with(signal.SIGTERM)()
+    assert stand_in_connect == []
+    assert [(e.status, e.final) for e in endings] == [("interrupted", False), ("interrupted", True)]
+    assert signal.getsignal(signal.SIGTERM) is sigterm_unhandled_fails
+
+
+def test_an_error_settles_failed_with_its_one_sentence_and_a_return_completed(tmp_path):
+    endings = []
+    for error in (RaydraError("data.root=/x does not exist; point it at the data."), RuntimeError("it broke\nat line 3")):
+        with pytest.raises(type(error)):
+            with Lifecycle(endings.append, continue_with=lambda: "resume=/r"):
+                raise error
+    with Lifecycle(endings.append, continue_with=lambda: "resume=/r"):
+        pass
+    assert endings == [
+        Ending("failed", "data.root=/x does not exist; point it at the data."),
+        Ending("failed", "RuntimeError: it broke"),
+        Ending("completed"),
+    ]
+
+
+def test_the_notice_ends_the_work_interrupted_with_its_words_before_connecting_or_while_it_runs(stand_in_connect, notice, tmp_path):
+    endings = []
+    notice("before")
+    with pytest.raises(KeyboardInterrupt):
+        with Lifecycle(endings.append, continue_with=lambda: "resume=/r") as life:
+            life.connect(composed("ray.address=auto"), tmp_path)
+    assert stand_in_connect == []  # nothing would run: Ray is not started for it
+    # Work the notice stopped reports itself failed (Ray Train, of its SIGTERMed workers): interrupted.
+    during = notice("during")
+    with pytest.raises(KeyboardInterrupt):
+        with Lifecycle(endings.append, continue_with=lambda: "resume=/r") as life:
+            with life.stops_on_notice(lambda: True):
+                raise RuntimeError("the workers failed")
+    assert during.acted == [True]
+    assert endings == [Ending("interrupted", f"{NOTICE_WORDS}; continue it with resume=/r")] * 2
+
+
+# ---------------------------------------------------------------------------------------------
+# A single run (the driver), in local mode and on a stand-in Ray
+
+
+@pytest.mark.parametrize("mode", ["local", "ray"])
+@pytest.mark.parametrize("stop", ["sigterm", "ctrl_c", "error"])
+def test_a_run_settles_interrupted_with_its_resume_command_or_failed_with_its_sentence(
+    train_here, stand_in_connect, sigterm_unhandled_fails, monkeypatch, tmp_path, mode, stop
+):
+    from raydra import driver
+
+    work = {"sigterm": stop_with(signal.SIGTERM), "ctrl_c": stop_with(signal.SIGINT), "error": fail_with(RuntimeError("the fit broke"))}
+    monkeypatch.setattr(fit, "fit_and_record", work[stop])
+    if mode == "ray":
+        # What asks the Ray the stand-in did not start.
+        monkeypatch.setattr(driver, "_import_in_background", lambda target: None)
+        monkeypatch.setattr(driver, "check_fits", lambda scale: None)
+        monkeypatch.setattr(run_record, "check_shared", lambda run_dir: None)
+    workers = "0" if mode == "local" else "1"
+    done = train_here("experiment=vit_digits_smoke", "logger=csv", f"scale.num_workers={workers}", "ray.address=auto", outputs=tmp_path)
+    (run_dir,) = run_dirs(tmp_path)
+    summary = summary_of(run_dir)
+    assert len(stand_in_connect) == (mode == "ray")
+    if stop == "error":
+        assert done.returncode == 1 and (summary["status"], summary["error"]) == ("failed", "RuntimeError: the fit broke")
+        assert "error: RuntimeError: the fit broke" in done.stdout
+    else:
+        assert done.returncode == 130, done.stdout + done.stderr
+        assert (summary["status"], summary["error"]) == ("interrupted", f"{SIGNALLED}resume={run_dir}")
+        assert f"continue it with resume={run_dir}" in done.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# A Tune sweep
+
+
+def _sweep_on_stand_ins(monkeypatch, work):
+    monkeypatch.setattr(tuner, "check_fits", lambda scale: None)
+    monkeypatch.setattr(tuner, "_concurrency", lambda cfg: 1)
+    monkeypatch.setattr(run_record, "check_shared", lambda sweep_dir: None)
+
+    class Tuner:
+        fit = staticmethod(work)
+
+    monkeypatch.setattr(tuner, "_tuner", lambda *args: Tuner())
+
+
+SWEEP = ("tune=asha", "tune.num_samples=2", "scale.num_workers=1", "logger=csv", "ray.address=auto")
+
+
+@pytest.mark.parametrize("stop", ["sigterm", "ctrl_c", "error", "notice"])
+def test_a_sweep_settles_interrupted_with_its_tune_resume_command_or_failed_with_its_sentence(
+    train_here, stand_in_connect, sigterm_unhandled_fails, notice, monkeypatch, tmp_path, stop
+):
+    work = {"sigterm": stop_with(signal.SIGTERM), "ctrl_c": stop_with(signal.SIGINT), "error": fail_with(RuntimeError("Tune broke"))}
+    _sweep_on_stand_ins(monkeypatch, work.get(stop, stop_with(signal.SIGTERM)))
+    if stop == "notice":
+        notice("before")
+    done = train_here(*SWEEP, outputs=tmp_path)
+    (sweep_dir,) = [p.parent for p in tmp_path.glob("sweeps/*/*/sweep.json")]
+    record = sweep_record.read(sweep_dir)
+    # Connected before the search; not at all when the notice had come.
+    assert len(stand_in_connect) == (stop != "notice")
+    if stop == "error":
+        assert done.returncode == 1 and (record.status, record.error) == ("failed", "RuntimeError: Tune broke")
+    else:
+        words = NOTICE_WORDS + "; continue it with " if stop == "notice" else SIGNALLED
+        assert done.returncode == 130, done.stdout + done.stderr
+        assert (record.status, record.error) == ("interrupted", f"{words}tune.resume={sweep_dir}")
+        assert f"continue it with tune.resume={sweep_dir}" in done.stdout
+    assert record.finished_at and record.wall_time_s is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# A multirun's launcher (another app's jobs: Ray tasks, stood in for)
+
+
+def _multirun(tmp_path, monkeypatch, work=None):
+    monkeypatch.setattr(launcher, "_prepare_app_jobs", lambda multirun, jobs: [setattr(job, "share", 1.0) for job in jobs])
+    monkeypatch.setattr(launcher, "_leave_joined_cluster", lambda: None)
+    if work is not None:
+        monkeypatch.setattr(launcher, "_start", work)
+    monkeypatch.setattr(sys, "argv", ["app.py"])
+    multirun = launcher.Multirun(sweep_dir=tmp_path / "m", settings=RaydraLauncherConf(), raydra_runs=False, typed=["x=1,2"])
+    jobs = [launcher.Job(num=n, overrides=[f"x={n + 1}"], cfg=OmegaConf.create({}), dir=tmp_path / "m" / str(n)) for n in range(2)]
+    return multirun, jobs
+
+
+@pytest.mark.parametrize("stop", ["sigterm", "ctrl_c", "error"])
+def test_a_multirun_settles_interrupted_with_its_continue_command_or_failed_with_its_sentence(
+    sigterm_unhandled_fails, monkeypatch, tmp_path, stop
+):
+    work = {"sigterm": stop_with(signal.SIGTERM), "ctrl_c": stop_with(signal.SIGINT), "error": fail_with(RuntimeError("a job broke"))}
+    multirun, jobs = _multirun(tmp_path, monkeypatch, work[stop])
+    with pytest.raises(RuntimeError if stop == "error" else KeyboardInterrupt):
+        launcher.run_jobs(multirun, jobs)
+    record = jobs_record.read(multirun.sweep_dir)
+    assert [record.job(n).status for n in (0, 1)] == ["not started", "not started"]
+    if stop == "error":
+        assert (record.status, record.error) == ("failed", "RuntimeError: a job broke")
+    else:
+        assert (record.status, record.error) == ("interrupted", SIGNALLED + launcher.continue_command(multirun))
+        assert record.error.endswith(f"hydra.sweep.dir={multirun.sweep_dir} hydra.launcher.resume=true")
+    assert signal.getsignal(signal.SIGTERM) is sigterm_unhandled_fails
+
+
+def test_the_notice_passes_to_a_multiruns_jobs_and_ends_it_interrupted_with_no_job_started(notice, monkeypatch, tmp_path):
+    stand_in = notice("during")
+    multirun, jobs = _multirun(tmp_path, monkeypatch, work=fail_with(AssertionError("a job started after the notice")))
+    launcher.run_jobs(multirun, jobs)
+    record = jobs_record.read(multirun.sweep_dir)
+    assert stand_in.acted == [False]  # no job was running: nothing for a requeue to continue
+    assert [record.job(n).status for n in (0, 1)] == ["not started", "not started"]
+    assert (record.status, record.error) == ("interrupted", f"{NOTICE_WORDS}; continue it with {launcher.continue_command(multirun)}")
+
+
+def test_the_lifecycle_module_is_the_one_that_connects_and_takes_the_stop_signals_and_notice():
+    # A new stop signal or notice is added in one place: the three callers reach none of them directly.
+    src = Path(lifecycle.__file__).parent
+    for caller in ("driver.py", "launcher.py", "sweep/tuner.py"):
+        text = (src / caller).read_text()
+        assert "sigterm_interrupts" not in text and "batch_system.notice()" not in text, caller
+        assert "connect(\n" not in text.replace("life.connect(", ""), caller
