@@ -9,11 +9,14 @@ with its one sentence, and the stop notice ends it interrupted with the notice's
 
 import contextlib
 import os
+import shlex
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import run_dirs, summary_of
 from helpers import composed
@@ -329,3 +332,50 @@ def test_the_lifecycle_module_is_the_one_that_connects_and_takes_the_stop_signal
         text = (src / caller).read_text()
         assert "sigterm_interrupts" not in text and "batch_system.notice()" not in text, caller
         assert "connect(\n" not in text.replace("life.connect(", ""), caller
+
+
+# A driver whose final record is slow to come (leaving a Ray whose head went with the job): it
+# writes each ending to a file, and the final one takes a minute.
+SLOW_TO_LEAVE = """
+import sys, time
+from pathlib import Path
+from raydra.lifecycle import Lifecycle
+endings = Path(sys.argv[1])
+def settle(ending):
+    if ending.final:
+        time.sleep(60)  # the driver leaves Ray first, then writes its final record
+    with endings.open("a") as file:
+        file.write(f"{ending.status} final={ending.final}\\n")
+with Lifecycle(settle, continue_with=lambda: "resume=/r", settle_at_once=True) as life:
+    life.take_stop_signals()
+    Path(sys.argv[2]).write_text("ready")
+    time.sleep(60)
+"""
+
+
+def test_a_driver_stopped_with_the_shell_that_started_it_ends_at_once_after_its_interrupted_record(tmp_path):
+    # As scancel ends a batch script that runs `python train.py` without exec, on SLURM without
+    # cgroups: SIGTERM to the shell and to the driver; the shell dies at once, and SLURM stops
+    # tracking the driver. The driver must not go on after its job.
+    endings, ready = tmp_path / "endings", tmp_path / "ready"
+    script = f"{sys.executable} -c {shlex.quote(SLOW_TO_LEAVE)} {endings} {ready}"
+    shell = subprocess.Popen(
+        ["bash", "-c", f"{script}; echo the shell went on"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    deadline = time.time() + 60
+    while not ready.exists():
+        assert time.time() < deadline and shell.poll() is None, "the driver did not start"
+        time.sleep(0.05)
+    (driver,) = psutil.Process(shell.pid).children()
+    driver.send_signal(signal.SIGTERM)
+    shell.send_signal(signal.SIGTERM)
+    shell.wait(timeout=10)
+    gone = time.time()
+    while driver.is_running() and driver.status() != psutil.STATUS_ZOMBIE:
+        assert time.time() - gone < 5, "the driver outlived the shell that started it by 5 s"
+        time.sleep(0.05)
+    # Its record says interrupted (the at-once one); the final one, a minute away, was not waited for.
+    assert endings.read_text() == "interrupted final=False\n"

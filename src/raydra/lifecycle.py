@@ -24,8 +24,10 @@ and the command that continues it. Nothing here exits the process: the entry tur
 into exit codes (1, 130).
 """
 
+import contextlib
 import dataclasses
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +40,8 @@ from raydra.signals import sigterm_interrupts
 
 log = logging.getLogger("raydra")
 
+# How often a process stopped by SIGTERM looks whether the one that started it is gone.
+PARENT_CHECK_S = 0.2
 # What an interrupted record says stopped the work when no stop notice did.
 STOPPED_BY_SIGNAL = "interrupted (Ctrl-C or SIGTERM)"
 
@@ -84,6 +88,9 @@ class Lifecycle:
         self._restore_signals: Optional[Callable[[], None]] = None
         self._settling = threading.Lock()
         self._final_begun = False
+        # The process that started this one, and the block's end (_end_with_parent watches until it).
+        self._parent = os.getppid()
+        self._done = threading.Event()
 
     @property
     def notice(self) -> Any:
@@ -157,6 +164,9 @@ class Lifecycle:
                     raise KeyboardInterrupt from error
                 self._settle(Ending(FAILED, str(error) if isinstance(error, RaydraError) else one_line(error), error=error))
         finally:
+            # First: SIGTERM's thread may be watching the parent (_end_with_parent), and putting the
+            # signals back waits for that thread.
+            self._done.set()
             if self._restore_signals is not None:
                 self._restore_signals()
                 self._restore_signals = None
@@ -173,7 +183,23 @@ class Lifecycle:
         self._settle(ending)
 
     def _interrupted_at_once(self) -> None:
-        """SIGTERM's thread, as the signal comes."""
+        """SIGTERM's thread, as the signal comes; then this process ends with the one that started it."""
         with self._settling:
             if not self._final_begun:
                 self._settle(Ending(INTERRUPTED, self.reason(), final=False))
+        self._end_with_parent()
+
+    def _end_with_parent(self) -> None:
+        """Once the record says interrupted, this process does not outlive the process that started
+        it. A SLURM job's shell that runs `python train.py` (not exec'd) dies on scancel's SIGTERM at
+        once; without cgroups (proctrack/linuxproc) SLURM then loses track of this process, which
+        went on leaving Ray for seconds after its job had left squeue (measured), able to write into
+        a run directory that a requeued job has taken over. Its parent gone, it ends at once: the
+        at-once record stands, and SLURM's SIGTERM reached the Ray processes of the job as well."""
+        while not self._done.wait(PARENT_CHECK_S):
+            if os.getppid() != self._parent:
+                log.warning("the process that started this one has ended: ending too (the record says interrupted)")
+                for handler in logging.getLogger().handlers + log.handlers:
+                    with contextlib.suppress(Exception):
+                        handler.flush()
+                os._exit(130)
