@@ -21,6 +21,7 @@ others wait for. Comparing start times across nodes relies on their clocks agree
 them within about a millisecond; the lags that matter are a share of a step).
 """
 
+import contextlib
 import dataclasses
 import logging
 import statistics
@@ -57,7 +58,7 @@ class Watch:
         self.beats: Dict[int, Dict[str, Any]] = {}
         self.hang: Optional[Dict[str, Any]] = None
         self.hangs: List[Dict[str, Any]] = []
-        self.news_: List[Dict[str, Any]] = []
+        self._unsaid: List[Dict[str, Any]] = []
         self.pending: Dict[int, Dict[int, Tuple[Optional[float], float, int]]] = {}
         self.steps: List[Tuple[int, int, float, Dict[int, float]]] = []
         self.stragglers: Dict[int, Dict[str, Any]] = {}
@@ -105,7 +106,7 @@ class Watch:
             for hang in self.hangs:
                 if hang["number"] == number:
                     hang["stacks"].add(rank)
-            self.news_.append({"kind": "stacks", "number": number, "rank": rank, "text": text, "flight": flight})
+            self._unsaid.append({"kind": "stacks", "number": number, "rank": rank, "text": text, "flight": flight})
 
     def all_stacks(self, number: int) -> bool:
         """Whether every worker of the hung group has sent its stacks."""
@@ -124,7 +125,7 @@ class Watch:
         ranks; and everything so far, for the record."""
         with self.lock:
             self._look_for_silence()
-            news, self.news_ = self.news_, []
+            news, self._unsaid = self._unsaid, []
             return {
                 "news": news,
                 "hangs": [{k: v for k, v in h.items() if k != "stacks"} for h in self.hangs],
@@ -174,7 +175,7 @@ class Watch:
             "stacks": set(),
         }
         self.hangs.append(self.hang)
-        self.news_.append({"kind": "hang", "number": self.hang["number"]})
+        self._unsaid.append({"kind": "hang", "number": self.hang["number"]})
 
     # -- stragglers -------------------------------------------------------------------------------
 
@@ -226,7 +227,7 @@ class Watch:
                     "first_step": steps[0][1],
                     "windows": 0,
                 }
-                self.news_.append({"kind": "straggler", "rank": rank})
+                self._unsaid.append({"kind": "straggler", "rank": rank})
             known.update(
                 lag_s=round(lag, 4),
                 step_time_s=round(cycle, 4),
@@ -337,6 +338,12 @@ class Watching:
         self._stop.set()
         self._thread.join(timeout=30)
         self._take_news()
+        if not self.local:
+            import ray
+
+            # A multirun's jobs and a notebook fit many times in one process: each fit's watch goes with it.
+            with contextlib.suppress(Exception):
+                ray.kill(self.link.target)
         last = self.last
         hangs = [_hang(h, "restarted" if h["attempt"] < last["attempt"] else "ended") for h in last["hangs"]]
         ended = bool(last["hangs"]) and last["hangs"][-1]["attempt"] == last["attempt"]

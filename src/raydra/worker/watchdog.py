@@ -12,7 +12,8 @@ any worker's death (a restart from the last checkpoint, or the run's end).
 A deadline is scaled from what the run measured itself: a batch may take failure.step_timeout_factor
 times the median batch of its kind (never less than failure.step_timeout_min_s); start-up, to the
 end of the first training step, failure.startup_timeout_s; a checkpoint save
-failure.checkpoint_timeout_s, or 5 times the longest save so far. The training thread only stores a
+failure.checkpoint_timeout_s, or 5 times the longest save so far; an epoch's or a validation's end
+(samples drawn, metrics gathered, a user's epoch-end work) start-up's. The training thread only stores a
 tuple and a time per hook (no lock, no call out of the process): the thread does the rest.
 """
 
@@ -46,7 +47,22 @@ PY_SPY_TIMEOUT_S = 20.0
 # The positions' stages within a training step and after it (Progress.state): a rank that stands at
 # a smaller position than another has not got as far. END: the step's first batch-end hook (raydra's
 # own); ENDED: its last (after every user callback's), where the next step's collectives begin.
-START, BEFORE_BACKWARD, AFTER_BACKWARD, BEFORE_OPTIMIZER, END, ENDED, VALIDATION, VALIDATED, EPOCH_ENDED, TRAINED, TEST, TESTED = range(12)
+(
+    START,
+    BEFORE_BACKWARD,
+    AFTER_BACKWARD,
+    BEFORE_OPTIMIZER,
+    END,
+    ENDED,
+    VALIDATION,
+    VALIDATION_END,
+    VALIDATED,
+    EPOCH_END,
+    EPOCH_ENDED,
+    TRAINED,
+    TEST,
+    TESTED,
+) = range(14)
 # The start-up's stages, before the first training batch (position (-1, stage, batch)).
 SET_UP, FIT_STARTED, TRAIN_STARTED, SANITY = range(1, 5)
 
@@ -123,7 +139,7 @@ class Progress:
     def deadline(self, phase: str) -> float:
         """How long this rank may stand still in `phase` before it counts as hung."""
         failure = self.failure
-        if phase in ("startup", "finishing"):
+        if phase in ("startup", "epoch_end", "finishing"):
             return float(failure.startup_timeout_s)
         if phase == "checkpoint":
             return max(float(failure.checkpoint_timeout_s), SAVE_FACTOR * max(self.saves, default=0.0))
@@ -174,10 +190,17 @@ class Heartbeat(pl.Callback):
     def on_validation_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self.progress.batch_start("validation", trainer.global_step, batch_idx)
 
+    def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        # What a validation's end computes (samples drawn, a FID) is not a batch: start-up's deadline.
+        self.progress.at("epoch_end", trainer.global_step, VALIDATION_END)
+
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         self.progress.at("train", trainer.global_step, VALIDATED)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        # An epoch's end (metrics gathered, samples, a checkpoint, a user's epoch-end work) is not a
+        # batch either: start-up's deadline, until the next batch starts.
+        self.progress.at("epoch_end", trainer.global_step, EPOCH_END)
         if self.world_size < 2:
             return
         try:
@@ -214,7 +237,7 @@ class HeartbeatTail(pl.Callback):
         self.progress.batch_ended(trainer.global_step)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        self.progress.at("train", trainer.global_step, EPOCH_ENDED)
+        self.progress.at("epoch_end", trainer.global_step, EPOCH_ENDED)
 
 
 class Watchdog:
