@@ -117,6 +117,7 @@ def test_a_lag_within_the_threshold_names_no_straggler():
 def test_deadlines_scale_with_the_runs_own_batches_and_never_fall_below_their_floors():
     progress = Progress(FAILURE)
     assert progress.deadline("startup") == 900.0 and progress.deadline("finishing") == 900.0
+    assert progress.deadline("epoch_end") == 900.0  # samples drawn, metrics gathered: not a batch
     assert progress.deadline("train") == 90.0  # nothing measured yet: the floor
     progress.intervals["train"].extend([10.0, 10.0, 12.0])
     assert progress.deadline("train") == 200.0  # 20 x the median batch
