@@ -138,8 +138,66 @@ def in_subprocess(way: str, epochs: int) -> dict:
     return result
 
 
+def watchdog_parts() -> None:
+    """What the watchdog adds, part by part, measured directly (a shared machine's run-to-run noise
+    is larger than the cost itself): the training thread's marks per step (every hook of a batch),
+    and one heartbeat to a Ray actor (serialising, the call, the reply: the whole process's CPU, Ray's
+    threads included) from the worker's thread."""
+    import types
+
+    import ray
+
+    from raydra.watch import Watch, WatchLink
+    from raydra.worker.watchdog import Heartbeat, Progress
+
+    failure = types.SimpleNamespace(startup_timeout_s=900.0, step_timeout_factor=20.0, step_timeout_min_s=90.0, checkpoint_timeout_s=600.0)
+    progress = Progress(failure)
+    heartbeat = Heartbeat(progress, None, 2)
+    tail = heartbeat.tail()
+    trainer = types.SimpleNamespace(global_step=0)
+    per_step = []
+    for _ in range(5):
+        steps = 20000
+        tick = time.perf_counter()
+        for i in range(steps):
+            trainer.global_step = i
+            heartbeat.on_train_batch_start(trainer, None, None, i)
+            heartbeat.on_before_backward(trainer, None, None)
+            heartbeat.on_after_backward(trainer, None)
+            heartbeat.on_before_optimizer_step(trainer, None, None)
+            heartbeat.on_train_batch_end(trainer, None, None, None, i)
+            tail.on_train_batch_end(trainer, None, None, None, i)
+            if len(progress.steps) > 1000:
+                progress.steps.clear()
+        per_step.append((time.perf_counter() - tick) / steps)
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        link = WatchLink(ray.remote(num_cpus=0)(Watch).remote(0.2, 50))
+        link("register", 0, 1, "node", 1, 900.0)
+        beat = {"phase": "train", "step": 1, "position": [1, 5, 0], "still_s": 0.01, "deadline_s": 90.0}
+        for _ in range(20):
+            link("beat", 0, 0, {**beat, "steps": [(1, 1, time.time(), time.time())]})
+        cpu, wall, beats = time.process_time(), time.perf_counter(), 200
+        for i in range(beats):
+            # A second's steps of a 15 ms step, as the thread sends them.
+            link("beat", 0, 0, {**beat, "steps": [(j, j, time.time(), time.time()) for j in range(i * 66, i * 66 + 66)]})
+        beat_cpu, beat_wall = (time.process_time() - cpu) / beats, (time.perf_counter() - wall) / beats
+    finally:
+        ray.shutdown()
+    marks = statistics.median(per_step)
+    print("| part | cost | share of a 15 ms CPU step (this benchmark's) | share of a 100 ms GPU step |")
+    print("|---|---:|---:|---:|")
+    print(f"| the marks of one step (6 hooks), training thread | {marks * 1e6:.1f} us | {marks / 0.015:.3%} | {marks / 0.1:.4%} |")
+    print(
+        f"| one heartbeat a second (66 steps' times), watchdog thread (the process's CPU) | {beat_cpu * 1e3:.2f} ms CPU ({beat_wall * 1e3:.2f} ms wall) | "
+        f"{beat_cpu:.3%} of a core | {beat_cpu:.3%} of a core |"
+    )
+
+
 def watchdog_cost(epochs: int, repeats: int) -> None:
     """Steady samples/s with the hang watchdog against without it, paired within each round."""
+    watchdog_parts()
+    print()
     ways = {
         (workers, on): (lambda w=workers, o=on: raydra(epochs, w, f"failure.watchdog={str(o).lower()}"))
         for workers in (1, 2)
