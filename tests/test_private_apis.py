@@ -1027,3 +1027,32 @@ def test_torchmetrics_imports_without_its_optional_integrations_and_its_metrics_
     assert seen["bert"] is False  # as on a machine without transformers
     assert seen["scipy_elsewhere"] is True and seen["signal_works"] == 1.0
     assert "Finder" not in seen["finders"]  # the import hook is gone once it has served
+
+
+@pytest.mark.parametrize(
+    "backend",
+    ["gloo", pytest.param("nccl", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")])],
+)
+def test_torchs_flight_record_of_this_processs_collectives_is_dumped_as_json(backend, monkeypatch):
+    """The hang watchdog keeps each worker's flight record with its stacks (raydra.worker.watchdog)."""
+    import json
+
+    import torch.distributed as dist
+
+    from raydra.ray_node import free_port
+
+    monkeypatch.setenv(private_apis.FLIGHT_RECORDER_ENV, "100")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    assert private_apis.flight_record() is None  # no process group: nothing to dump
+    dist.init_process_group(backend, rank=0, world_size=1)
+    try:
+        tensor = torch.ones(3, device="cuda" if backend == "nccl" else "cpu")
+        dist.all_reduce(tensor)
+        if backend == "nccl":
+            torch.cuda.synchronize()
+        record = json.loads(private_apis.flight_record())
+    finally:
+        dist.destroy_process_group()
+    assert any("all_reduce" in entry["profiling_name"] for entry in record["entries"])
+    assert record["pg_status"]
