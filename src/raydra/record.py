@@ -130,8 +130,9 @@ class Hang:
         """The hang in one line, for the record's error and the console."""
         ranks = ", ".join(f"rank {r.rank} ({r.node})" for r in self.stopped) or "no rank named"
         where = "start-up" if self.phase == "startup" else f"{self.phase or 'an unknown phase'} after step {self.step}"
+        seconds = lambda value: f"{value:.0f}" if isinstance(value, (int, float)) else "?"  # noqa: E731  (a damaged record's blank)
         return (
-            f"hung: {ranks} made no progress in {where} for {self.waited_s:.0f} s (deadline {self.deadline_s:.0f} s); "
+            f"hung: {ranks} made no progress in {where} for {seconds(self.waited_s)} s (deadline {seconds(self.deadline_s)} s); "
             f"every worker's stacks are in {self.diagnostics}"
         )
 
