@@ -205,15 +205,14 @@ def _check_and_import_in_background(cfg: DictConfig, data_target: Optional[str])
 
     own_copy = copy.deepcopy(cfg)  # read by this thread alone
     done = threading.Event()
-    refused: List[RaydraError] = []
+    passed: List[bool] = []
 
     def check_then_warm() -> None:
         try:
             arguments.check(own_copy, raydras_own=False)
-        except RaydraError as error:
-            refused.append(error)
+            passed.append(True)
         except Exception:
-            refused.append(RaydraError("unchecked"))  # checked again, and reported, in the caller's thread
+            pass  # checked again, and said, in the caller's thread
         finally:
             done.set()
         for name in ("ray.train.torch", (data_target or "").rpartition(".")[0]):
@@ -225,7 +224,7 @@ def _check_and_import_in_background(cfg: DictConfig, data_target: Optional[str])
 
     def wait() -> None:
         done.wait()
-        if refused:
+        if not passed:
             arguments.check(cfg, raydras_own=False)
 
     return wait
