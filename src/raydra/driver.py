@@ -215,6 +215,8 @@ def _check_and_import_in_background(cfg: DictConfig, data_target: Optional[str])
             pass  # checked again, and said, in the caller's thread
         finally:
             done.set()
+        if not passed:
+            return  # a refused run needs none of them; its process ends without waiting for them
         for name in ("ray.train.torch", (data_target or "").rpartition(".")[0]):
             if name:
                 with contextlib.suppress(Exception):
