@@ -241,15 +241,21 @@ def test_a_wrong_argument_is_refused_by_the_command_before_training(train_here, 
     assert not (run_dir / "checkpoints").exists()
 
 
-def test_a_ray_run_refuses_a_wrong_optimizer_argument_before_ray_starts(train_here, tmp_path, monkeypatch):
-    """model.optimizer.lr=fast started Ray and a worker, and failed there after 12 s."""
-    from raydra import driver
+def test_a_ray_run_refuses_a_wrong_optimizer_argument_before_its_workers_start(train_here, tmp_path, monkeypatch):
+    """model.optimizer.lr=fast started Ray and a worker, and failed there after 12 s. The check runs
+    alongside Ray's start (it imports torch and transformers, which held Ray's start back by ~1.5 s)
+    and refuses before the run is recorded running or any worker starts."""
+    from raydra import cluster, driver
 
-    monkeypatch.setattr(driver, "connect", lambda *args, **kwargs: pytest.fail("Ray started for a refused run"))
+    connected = []
+    monkeypatch.setattr(cluster, "connect", lambda *args, **kwargs: connected.append(True))
+    monkeypatch.setattr(driver.fit, "fit_and_record", lambda *args, **kwargs: pytest.fail("a refused run reached its workers"))
+    monkeypatch.setattr(driver.resolve, "resolve", lambda *args, **kwargs: pytest.fail("a refused run was resolved"))
     done = train_here("model.optimizer.lr=fast", "scale.num_workers=2", "logger=csv", outputs=tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "error: model.optimizer.lr=fast is not a float (torch.optim.AdamW takes lr: float | Tensor)" in done.stdout
     assert summary_of(run_dirs(tmp_path)[0])["status"] == "failed"
+    assert connected == [True]  # alongside Ray's start, not before it
 
 
 def test_the_workers_of_a_ray_run_check_raydras_own_classes_before_building_them(tmp_path, monkeypatch):

@@ -399,10 +399,11 @@ def test_a_data_root_without_the_data_is_refused_on_the_driver_before_the_worker
     """data=cifar10 data.root=/nonexistent was refused by the workers, 31 s after the run started; the
     driver checks it as it resolves the run (local mode, and a local Ray: the workers read this
     disk), before the record says running, and without importing the data module."""
-    from raydra import driver
+    from raydra import cluster, driver
     from raydra.resolve import check_data_paths
 
-    monkeypatch.setattr(driver, "connect", lambda *args, **kwargs: None)
+    # Ray is not started: the lifecycle connects through raydra.cluster.connect.
+    monkeypatch.setattr(cluster, "connect", lambda *args, **kwargs: None)
     monkeypatch.setattr(driver.fit, "fit_and_record", lambda *args, **kwargs: pytest.fail("a refused run reached the fit"))
     sentence = (
         "error: data.root=/nonexistent does not exist on this machine, whose disk the workers read; point it at your data, "

@@ -39,7 +39,11 @@ LEFT_TO_THE_RECORD = ("dirpath", "filename", "save_last", "save_weights_only", "
 
 
 def resolve_and_validate(
-    cfg: DictConfig, overrides: Sequence[str] = (), own_classes: Optional[bool] = None, check_allocation: bool = True
+    cfg: DictConfig,
+    overrides: Sequence[str] = (),
+    own_classes: Optional[bool] = None,
+    check_allocation: bool = True,
+    check_arguments: bool = True,
 ) -> DictConfig:
     """What a run (a single run, a sweep, each multirun job as its launcher checks it first) checks
     before Ray starts, on `cfg` in place: resolve, then the schema's checks (raydra.schema.validate),
@@ -49,6 +53,7 @@ def resolve_and_validate(
     workers check them before building them: on the driver of a Ray run the import delayed the first
     step by seconds. `check_allocation`: whether a batch system's allocation is checked to hold the
     workers (not for a sweep's trial: its sweep checked it, and a trial runs where it cannot).
+    `check_arguments=False`: the `_target_`s' arguments are left to the caller (raydra.prepare).
     Returns the config as composed, before resolve changed it: what a resumed run is compared with
     its record by."""
     from raydra.schema import validate
@@ -63,7 +68,7 @@ def resolve_and_validate(
         if problems:
             raise RaydraError(" ".join(problems))
     # Last: it imports the user's classes, which is worth doing only for an otherwise valid config.
-    check_classes(cfg, own_classes=own_classes or own_classes is None and cfg.scale.num_workers == 0)
+    check_classes(cfg, own_classes=own_classes or own_classes is None and cfg.scale.num_workers == 0, check_arguments=check_arguments)
     return composed
 
 

@@ -1,6 +1,7 @@
 """The single-run driver: one run's lifecycle around the fit core.
 
-    prepare (raydra.prepare: the config final and checked) -> resume? -> connect to Ray (the training code imported alongside) -> resolve.resolve
+    prepare (raydra.prepare: the config final and checked) -> resume? -> connect to Ray (the `_target_`s' arguments
+    checked and the training code imported alongside) -> resolve.resolve
     -> summary.json "running" -> check the cluster can hold it -> fit.fit_and_record ->
     summary.json's outcome -> the closing lines
 
@@ -15,6 +16,7 @@ Hydra multirun job, a script or a test can call `train_run` directly.
 """
 
 import contextlib
+import copy
 import importlib
 import logging
 import threading
@@ -22,7 +24,7 @@ import time
 import uuid
 from datetime import datetime
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import ray
 from omegaconf import DictConfig
@@ -99,8 +101,16 @@ def train_run(
             if (run_dir / run_record.SUMMARY).exists() and not _continues_here(cfg.resume or continues, run_dir):
                 raise RaydraError(f"{run_dir} already holds a run; give this one its own hydra.run.dir.")
             # From here on the run reads its prepared config only (read-only: raydra.prepare).
+            local = cfg.scale.num_workers == 0
             prepared = prepare(
-                cfg, Invocation(overrides=tuple(overrides), job_ray_address=job.ray_address if job else None, continues=continues)
+                cfg,
+                Invocation(
+                    overrides=tuple(overrides),
+                    job_ray_address=job.ray_address if job else None,
+                    continues=continues,
+                    # A Ray run's `_target_`s' arguments are checked alongside Ray's start (below).
+                    arguments_by_caller=not local,
+                ),
             )
             cfg = prepared.config
             if cfg.resume:
@@ -111,12 +121,12 @@ def train_run(
             if cfg.paths.storage:
                 # Before Ray starts: a bad URI, endpoint or credentials fail in a second, not after it.
                 run_record.check_writable(cfg.paths.storage)
-            local = cfg.scale.num_workers == 0
-            if not local:
-                # Ray starts (~3 s here) while another thread imports what resolving the config and starting
-                # the fit need next: torch with Ray Train (~3 s more), and a data module that describes its data.
-                _import_in_background(resolve.data_to_describe(cfg))
+            marks["prepared"] = time.time()
+            checked = _check_and_import_in_background(cfg, resolve.data_to_describe(cfg)) if not local else None
             life.connect(cfg, run_dir, local=local, dashboard=not process_ends_with_run, launchers_local=bool(job and job.local_ray))
+            if checked is not None:
+                # A refusal comes here, before the run is recorded running and before any worker starts.
+                checked()
             marks["ray_ready"] = time.time()
             spec = resolve.resolve(cfg, run_dir, run_id, wandb_group=job.wandb_group if job else None)
             place = spec.place
@@ -175,22 +185,51 @@ def _continues_here(resumes: Optional[str], run_dir: Path) -> bool:
     return bool(resumes) and resumes != "latest" and Path(str(resumes)).expanduser().resolve() == run_dir
 
 
-def _import_in_background(data_target: Optional[str]) -> None:
-    """Import the modules the fit needs, in another thread, so the import runs alongside Ray's
-    start. Only a warm-up: whoever needs a module imports it as usual (waiting for this thread if
-    it is halfway), and an import that fails here fails there too, with its own error.
+def _check_and_import_in_background(cfg: DictConfig, data_target: Optional[str]) -> Callable[[], None]:
+    """Check the `_target_`s' arguments of the prepared `cfg` (raydra.arguments), then import the
+    modules the fit needs, in another thread, while Ray starts in this one (~3 s here: its processes
+    take the other core). The check imports the optimizer's and scheduler's modules (torch,
+    transformers: ~1.5 s), which held Ray's start back when it came first; torch is needed next
+    anyway, with Ray Train (~3 s more), as is a data module that describes its data.
 
-    Not a daemon thread: a run refused before its fit needs them (a cluster without a shared disk,
-    seconds after Ray starts) would otherwise exit with torch half-imported, and the interpreter's
-    teardown printed a traceback from torch's finalizers."""
+    Returns a function that waits for the check and raises its RaydraError. A refusal is made once
+    more in the calling thread, so that it never stems from an import that met another thread's
+    halfway. The imports after the check are only a warm-up: whoever needs a module imports it as
+    usual (waiting for this thread if it is halfway), and an import that fails here fails there
+    too, with its own error.
 
-    def warm() -> None:
+    Not a daemon thread: a run refused before its fit needs the modules (a cluster without a shared
+    disk, seconds after Ray starts) would otherwise exit with torch half-imported, and the
+    interpreter's teardown printed a traceback from torch's finalizers."""
+    from raydra import arguments
+
+    own_copy = copy.deepcopy(cfg)  # read by this thread alone
+    done = threading.Event()
+    passed: List[bool] = []
+
+    def check_then_warm() -> None:
+        try:
+            arguments.check(own_copy, raydras_own=False)
+            passed.append(True)
+        except Exception:
+            pass  # checked again, and said, in the caller's thread
+        finally:
+            done.set()
+        if not passed:
+            return  # a refused run needs none of them; its process ends without waiting for them
         for name in ("ray.train.torch", (data_target or "").rpartition(".")[0]):
             if name:
                 with contextlib.suppress(Exception):
                     importlib.import_module(name)
 
-    threading.Thread(target=warm, name="raydra-imports").start()
+    threading.Thread(target=check_then_warm, name="raydra-check-imports").start()
+
+    def wait() -> None:
+        done.wait()
+        if not passed:
+            arguments.check(cfg, raydras_own=False)
+
+    return wait
 
 
 def _continue(cfg: DictConfig, opening: RunRecord, fresh_dir: Path) -> Any:

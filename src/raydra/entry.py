@@ -174,6 +174,11 @@ def main(cfg: DictConfig) -> Optional[float]:
         # Already recorded and logged as one sentence where it happened; no traceback for it.
         if multirun:
             raise JobFailed(str(error)) from None
+        import ray
+
+        # A run refused once Ray was up (a `_target_`'s arguments are checked alongside Ray's start):
+        # leave it now, as a run that ends does, not at exit after Ray's 0.5 s wait for worker output.
+        ray.shutdown()
         raise SystemExit(1) from None
     except KeyboardInterrupt:
         # Recorded as interrupted, with how to continue, already; 130 is the shell's code for Ctrl-C.

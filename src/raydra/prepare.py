@@ -38,6 +38,11 @@ class Invocation:
     own_classes: Optional[bool] = None
     # A sweep's trial: its sweep started the cluster, after checking the allocation holds it.
     trial: bool = False
+    # Whether the caller checks the `_target_`s' arguments itself (raydra.arguments.check on the
+    # prepared config): the driver of a Ray run does, alongside Ray's start, since the check imports
+    # the optimizer's and scheduler's modules (torch, transformers: ~1.5 s here) that the driver
+    # imports then anyway (raydra.driver). Every other check is still made here.
+    arguments_by_caller: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,11 @@ def prepare(cfg: DictConfig, invocation: Invocation = Invocation()) -> Prepared:
         if invocation.continues and not config.resume:
             config.resume = invocation.continues
     composed = resolve_and_validate(
-        config, list(invocation.overrides), own_classes=invocation.own_classes, check_allocation=not invocation.trial
+        config,
+        list(invocation.overrides),
+        own_classes=invocation.own_classes,
+        check_allocation=not invocation.trial,
+        check_arguments=not invocation.arguments_by_caller,
     )
     OmegaConf.set_readonly(config, True)
     return Prepared(config=config, composed=composed)

@@ -35,10 +35,11 @@ from raydra.errors import RaydraError
 EXCLUDES = [".git", ".venv", "venv", "__pycache__", "*.pyc", "*.ckpt", "wandb", ".ipynb_checkpoints"]
 
 
-def check_classes(cfg: Any, own_classes: bool = False) -> None:
+def check_classes(cfg: Any, own_classes: bool = False, check_arguments: bool = True) -> None:
     """Raise RaydraError, naming the key, if the model or data class cannot serve as one, or if
     the arguments of any `_target_` of the run do not fit its signature (raydra.arguments); those
-    of raydra's own model and data classes with `own_classes` (importing them imports Lightning)."""
+    of raydra's own model and data classes with `own_classes` (importing them imports Lightning).
+    `check_arguments=False`: the classes only; the caller checks the arguments."""
     _check_class(cfg.model, "model", "LightningModule", ("training_step", "configure_optimizers"))
     if cfg.data.get("loader") != "ray_data":  # under ray_data the workers get raydra's own module
         _check_class(cfg.data, "data", "LightningDataModule", ("train_dataloader",))
@@ -53,7 +54,8 @@ def check_classes(cfg: Any, own_classes: bool = False) -> None:
             target_class(node, f"logger.{name}", "loggers")
     # Last, the arguments of what was imported here, and of every `_target_` nested in the model and
     # data (an optimizer, a scheduler): each one that does not fit its signature, all in one error.
-    arguments.check(cfg, raydras_own=None if own_classes else False)
+    if check_arguments:
+        arguments.check(cfg, raydras_own=None if own_classes else False)
 
 
 def writes_to_loggers(cls: type) -> bool:

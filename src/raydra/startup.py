@@ -13,7 +13,8 @@ from typing import Dict, List, Optional
 # (mark that ends the phase, what the phase is), in order; the first phase starts at run_began().
 PHASES = (
     ("run_entered", "Python start, imports, Hydra composes the config"),
-    ("ray_ready", "Ray started or joined (the training code imported alongside)"),
+    ("prepared", "the config checked (but a Ray run's `_target_` arguments), the run's directory claimed"),
+    ("ray_ready", "Ray started or joined (a Ray run's `_target_` arguments checked and the training code imported alongside)"),
     ("resolved", "config resolved, the data described, the cluster checked"),
     ("fit_started", "Ray Train imported, the run's storage prepared"),
     ("worker_imports_started", "Ray Train starts: controller, placement group, worker processes"),
