@@ -114,7 +114,7 @@ def _moved(node: Any, old: str, new: str) -> Any:
     return node
 
 
-def _train(spec: RunSpec, mirror: WorkerMirror, restored: Optional[str], heartbeat: Optional[Heartbeat]) -> WorkerOutcome:
+def _train(spec: RunSpec, mirror: WorkerMirror, restored: Optional[str], heartbeat: Optional[Heartbeat] = None) -> WorkerOutcome:
     context = ray.train.get_context()
     rank, world_size = context.get_world_rank(), context.get_world_size()
     run_dir = Path(spec.place.dir)
