@@ -224,7 +224,7 @@ def test_a_run_settles_interrupted_with_its_resume_command_or_failed_with_its_se
     monkeypatch.setattr(fit, "fit_and_record", work[stop])
     if mode == "ray":
         # What asks the Ray the stand-in did not start.
-        monkeypatch.setattr(driver, "_import_in_background", lambda target: None)
+        monkeypatch.setattr(driver, "_check_and_import_in_background", lambda cfg, target: lambda: None)
         monkeypatch.setattr(driver, "check_fits", lambda scale: None)
         monkeypatch.setattr(run_record, "check_shared", lambda run_dir: None)
     workers = "0" if mode == "local" else "1"
