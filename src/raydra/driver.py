@@ -82,8 +82,8 @@ def train_run(
                 ray.shutdown()
             _interrupted(record, place, started, run_dir, run_id, ending.reason)
         elif ending.status == FAILED:
-            # Hung (raydra.watch), or failed with the error's sentence.
-            _settle(summary.failure(record, ending.error, started) if ending.error else record.failed(ending.reason, started), place)
+            # Hung (raydra.watch), or failed with the error's sentence (the lifecycle's `reason`).
+            _settle(summary.failure(record, ending.error, started), place)
 
     redact_hydra_records(run_dir)
     # A resumed multirun continues the job's run in its own directory, where this job runs again.

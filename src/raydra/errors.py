@@ -72,6 +72,12 @@ def yaml_error(error: BaseException) -> Optional[str]:
     return f"{where} is not YAML: {problem}{started}; fix the file there."
 
 
+def said(error: BaseException) -> str:
+    """What a record says of the error that ended the work: a RaydraError's own sentence, else the
+    error as one line (one_line)."""
+    return str(error) if isinstance(error, RaydraError) else one_line(error)
+
+
 def one_line(error: BaseException) -> str:
     """The error as one line; for a failed worker group, the lowest failed rank's own exception
     (Ray's first line only says that workers failed)."""

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager, Optional
 
 from raydra import batch_system
-from raydra.errors import RaydraError, one_line
+from raydra.errors import said
 from raydra.record import COMPLETED, FAILED, INTERRUPTED
 from raydra.signals import sigterm_interrupts
 
@@ -162,7 +162,7 @@ class Lifecycle:
                 if self.notice.noticed():
                     self._interrupted()
                     raise KeyboardInterrupt from error
-                self._settle(Ending(FAILED, str(error) if isinstance(error, RaydraError) else one_line(error), error=error))
+                self._settle(Ending(FAILED, said(error), error=error))
         finally:
             # First: SIGTERM's thread may be watching the parent (_end_with_parent), and putting the
             # signals back waits for that thread.

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from raydra import record, run_record, storage
 from raydra.batch_system import job_record
-from raydra.errors import RaydraError, one_line
+from raydra.errors import said
 from raydra.record import Checkpoints, Metrics, Monitor, RunRecord
 from raydra.run_record import CHECKPOINT_FILE
 from raydra.schema import is_worker_count, worker_range
@@ -105,7 +105,7 @@ def failure(run: RunRecord, error: BaseException, started: float) -> RunRecord:
     or failed, with the error's sentence (a RaydraError's) or its last line."""
     if isinstance(error, RunHung):
         return error.ended(run, started)
-    return run.failed(str(error) if isinstance(error, RaydraError) else one_line(error), started)
+    return run.failed(said(error), started)
 
 
 def save(place: Place, run: RunRecord) -> None:
