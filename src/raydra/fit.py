@@ -89,8 +89,7 @@ def fit_and_record(
             # interrupted this process's training).
             raise RunHung(findings) from error
         raise
-    findings = watching.close() if watching else None
-    found = {"hangs": findings.hangs, "stragglers": findings.stragglers, "watchdog": findings.watchdog} if findings else {}
+    found = watching.close().record_fields() if watching else {}
     worker = result.return_value or WorkerOutcome()
     completed = record.completed(
         started,

@@ -40,8 +40,6 @@ log = logging.getLogger("raydra")
 # A rank whose heartbeats stop (its process stuck holding the GIL, or gone without Ray noticing yet)
 # counts as stopped this long after its own deadline would have passed.
 SILENT_MARGIN_S = 30.0
-# How long the workers wait for every rank's stacks before they end their processes.
-STACKS_WAIT_S = 20.0
 # How often the driver takes the Watch's news.
 NEWS_EVERY_S = 2.0
 
@@ -56,7 +54,6 @@ class Watch:
         self.attempt = 0
         self.world_size = 0
         self.beats: Dict[int, Dict[str, Any]] = {}
-        self.hang: Optional[Dict[str, Any]] = None
         self.hangs: List[Dict[str, Any]] = []
         self._unsaid: List[Dict[str, Any]] = []
         self.pending: Dict[int, Dict[int, Tuple[Optional[float], float, int]]] = {}
@@ -71,7 +68,7 @@ class Watch:
         with self.lock:
             if self.hang is not None or rank in self.beats:
                 self.attempt += 1
-                self.beats, self.hang, self.pending, self.steps = {}, None, {}, []
+                self.beats, self.pending, self.steps = {}, {}, []
             self.world_size = world_size
             self.beats[rank] = {
                 "node": node,
@@ -99,6 +96,11 @@ class Watch:
             if self.hang is None and beat["still_s"] > beat["deadline_s"]:
                 self._declare(rank, silent=())
             return self.hang["number"] if self.hang else None
+
+    @property
+    def hang(self) -> Optional[Dict[str, Any]]:
+        """This attempt's hang, once declared."""
+        return self.hangs[-1] if self.hangs and self.hangs[-1]["attempt"] == self.attempt else None
 
     def stacks(self, number: int, rank: int, text: str, flight: Optional[str]) -> None:
         """A worker's stacks (and torch's flight record of its collectives) for hang `number`."""
@@ -147,11 +149,12 @@ class Watch:
 
     def _declare(self, rank: int, silent: Any) -> None:
         positions = {r: tuple(b["position"]) for r, b in self.beats.items()}
+        # The ranks furthest behind; where every rank stands at the same place, that is all of them.
         behind = min(positions.values())
-        stopped = sorted(set(silent) | {r for r, p in positions.items() if p == behind or len(set(positions.values())) == 1})
+        stopped = sorted(set(silent) | {r for r, p in positions.items() if p == behind})
         now = time.monotonic()
         first = self.beats[stopped[0]]
-        self.hang = {
+        hang = {
             "number": len(self.hangs) + 1,
             "attempt": self.attempt,
             "world_size": self.world_size,
@@ -168,14 +171,13 @@ class Watch:
                     "phase": self.beats[r]["phase"],
                     "step": self.beats[r].get("step"),
                     "still_s": round(self.beats[r]["still_s"] + now - self.beats[r]["seen"], 1),
-                    "silent": r in silent,
                 }
                 for r in stopped
             ],
             "stacks": set(),
         }
-        self.hangs.append(self.hang)
-        self._unsaid.append({"kind": "hang", "number": self.hang["number"]})
+        self.hangs.append(hang)
+        self._unsaid.append({"kind": "hang", "number": hang["number"]})
 
     # -- stragglers -------------------------------------------------------------------------------
 
@@ -259,7 +261,7 @@ class RunHung(RaydraError):
         self.findings = findings
 
     def ended(self, run: record.RunRecord, started: float) -> record.RunRecord:
-        return run.hung(self.findings.hangs, started, stragglers=self.findings.stragglers, watchdog=self.findings.watchdog)
+        return run.hung(started=started, **self.findings.record_fields())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,6 +273,10 @@ class Findings:
     watchdog: Dict[str, Any]
     # The last worker group was ended by a hang: the fit's failure is that hang.
     ended_by_hang: bool
+
+    def record_fields(self) -> Dict[str, Any]:
+        """The run record's fields these findings fill (RunRecord.completed's and hung's)."""
+        return {"hangs": self.hangs, "stragglers": self.stragglers, "watchdog": self.watchdog}
 
 
 class Watching:
@@ -365,7 +371,7 @@ WATCHDOG_KEYS = (
 
 
 def _hang(found: Dict[str, Any], outcome: Optional[str]) -> Hang:
-    stopped = [StoppedRank(**{k: v for k, v in s.items() if k != "silent"}) for s in found["stopped"]]
+    stopped = [StoppedRank(**s) for s in found["stopped"]]
     return Hang(
         at=found["at"],
         phase=found["phase"],

@@ -42,6 +42,8 @@ log = logging.getLogger("raydra")
 BEAT_EVERY_S = 1.0
 # A checkpoint save may take this many times the longest save so far, if that is above failure.checkpoint_timeout_s.
 SAVE_FACTOR = 5.0
+# How long a worker waits for every rank's stacks before it ends its process.
+STACKS_WAIT_S = 20.0
 # How long py-spy may take to dump this process's stacks.
 PY_SPY_TIMEOUT_S = 20.0
 # The positions' stages within a training step and after it (Progress.state): a rank that stands at
@@ -80,7 +82,7 @@ class Progress:
         self.batches = 0
         self.trained = False
         self.intervals: Dict[str, Deque[float]] = {kind: collections.deque(maxlen=256) for kind in ("train", "validation", "test")}
-        self.last_start: Dict[str, Optional[float]] = {"train": None, "validation": None, "test": None}
+        self.last_start: Dict[str, Optional[float]] = dict.fromkeys(self.intervals)
         self.saves: List[float] = []
         # Each training batch's times, for the Watch's straggler check: (batch, global step, when
         # it reached its backward, when it was through its batch-end hooks), wall clock.
@@ -309,7 +311,7 @@ class Watchdog:
         try:
             self.link("stacks", number, self.rank, heading + stacks_of_this_process(), flight)
             waited = time.monotonic()
-            while not self.link("all_stacks", number) and time.monotonic() - waited < 20.0:
+            while not self.link("all_stacks", number) and time.monotonic() - waited < STACKS_WAIT_S:
                 time.sleep(0.5)
         except Exception as error:
             log.warning(f"the hang watchdog could not hand over this worker's stacks ({error})")
