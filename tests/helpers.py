@@ -2,10 +2,13 @@
 `from helpers import ...` (the fixtures stay in conftest.py). A helper that one module alone uses
 stays in that module."""
 
+import contextlib
 import csv
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -348,3 +351,61 @@ def on_a_private_tmpfs(directory: Path, command: list, mount_options: str, then:
     if "mount:" in done.stderr:
         pytest.skip(f"mounting a tmpfs is refused here ({done.stderr.strip()})")
     return done
+
+
+# ---------------------------------------------------------------------------------------------
+# A batch system's stand-in (raydra.batch_system's interface; test_batch_system, test_lifecycle)
+
+STAND_IN_NOTICE = "interrupted: the stand-in batch system's job is ending"
+
+
+class StandInBatchSystem:
+    """A batch system whose stop notice comes at `comes` ("before": before the work; "during": as
+    the work starts, running the action the work gave, as SLURM's does)."""
+
+    name = "standin"
+    signal = signal.SIGUSR2
+
+    def __init__(self, comes: str = "before"):
+        self.comes, self.came, self.acted, self.watching = comes, comes == "before", [], False
+
+    def inside(self, env):
+        return False
+
+    def job_record(self, env):
+        return None
+
+    def requeued(self, env):
+        return None
+
+    def too_small(self, scale):
+        return []
+
+    def watch(self):
+        self.watching = True
+
+    def watched(self):
+        return self.watching
+
+    def noticed(self):
+        return self.came
+
+    def reason(self):
+        return STAND_IN_NOTICE
+
+    @contextlib.contextmanager
+    def on_notice(self, action):
+        if self.comes == "during":
+            self.came = True
+            self.acted.append(action())
+        yield
+
+    @contextlib.contextmanager
+    def run_stops_on_notice(self):
+        # A run's: its workers stop, then this process gets SIGTERM.
+        def stop():
+            os.kill(os.getpid(), signal.SIGTERM)
+            return True
+
+        with self.on_notice(stop):
+            yield

@@ -5,11 +5,11 @@ come before the run starts, so the run trains nothing and ends interrupted with 
 SLURM's own notice, requeue and cluster are tests/test_slurm.py's, on a real SLURM."""
 
 import ast
-import contextlib
 import json
 from pathlib import Path
 
 from conftest import run_dirs
+from helpers import StandInBatchSystem
 
 from raydra import batch_system
 from raydra.slurm import SYSTEM as SLURM
@@ -47,48 +47,8 @@ def test_no_module_outside_raydra_slurm_imports_it_but_the_cli():
     assert importers == []
 
 
-class StandIn:
-    """A batch system whose stop notice came before the run started."""
-
-    name = "standin"
-    signal = None
-
-    def __init__(self):
-        self.watching = False
-
-    def inside(self, env):
-        return False
-
-    def job_record(self, env):
-        return None
-
-    def requeued(self, env):
-        return None
-
-    def too_small(self, scale):
-        return []
-
-    def watch(self):
-        self.watching = True
-
-    def watched(self):
-        return self.watching
-
-    def noticed(self):
-        return True
-
-    def reason(self):
-        return "interrupted: the stand-in batch system's job is ending"
-
-    def on_notice(self, action):
-        return contextlib.nullcontext()
-
-    def run_stops_on_notice(self):
-        return contextlib.nullcontext()
-
-
 def test_a_run_takes_a_batch_systems_stop_notice_and_ends_interrupted_with_its_words(train_here, tmp_path, monkeypatch):
-    stand_in = StandIn()
+    stand_in = StandInBatchSystem()
     monkeypatch.setattr(batch_system, "installed", lambda: {"standin": stand_in})
     monkeypatch.setitem(batch_system._watched, "system", None)
     done = train_here("scale.num_workers=0", "logger=csv", "ray.address=standin", outputs=tmp_path)

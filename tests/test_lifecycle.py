@@ -7,7 +7,6 @@ this process, the launcher through run_jobs) with only Ray's part stood in for: 
 settle its record `interrupted` with the command that continues it, an error settles it `failed`
 with its one sentence, and the stop notice ends it interrupted with the notice's words."""
 
-import contextlib
 import os
 import shlex
 import signal
@@ -19,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import run_dirs, summary_of
-from helpers import composed
+from helpers import STAND_IN_NOTICE, StandInBatchSystem, composed
 from omegaconf import OmegaConf
 
 from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
@@ -29,7 +28,7 @@ from raydra.lifecycle import Ending, Lifecycle
 from raydra.sweep import tuner
 
 SIGNALLED = "interrupted (Ctrl-C or SIGTERM); continue it with "
-NOTICE_WORDS = "interrupted: the stand-in batch system's job is ending"
+NOTICE_WORDS = STAND_IN_NOTICE
 
 
 class NotHandled(Exception):
@@ -65,62 +64,10 @@ def stand_in_connect(monkeypatch):
     return calls
 
 
-class StandInNotice:
-    """A batch system whose stop notice comes at `comes` ("before": before the work; "during": as
-    the work starts, running the action the work gave, as SLURM's does)."""
-
-    name = "standin"
-    signal = signal.SIGUSR2
-
-    def __init__(self, comes):
-        self.comes, self.came, self.acted = comes, comes == "before", []
-
-    def inside(self, env):
-        return False
-
-    def job_record(self, env):
-        return None
-
-    def requeued(self, env):
-        return None
-
-    def too_small(self, scale):
-        return []
-
-    def watch(self):
-        pass
-
-    def watched(self):
-        return True
-
-    def noticed(self):
-        return self.came
-
-    def reason(self):
-        return NOTICE_WORDS
-
-    @contextlib.contextmanager
-    def on_notice(self, action):
-        if self.comes == "during":
-            self.came = True
-            self.acted.append(action())
-        yield
-
-    @contextlib.contextmanager
-    def run_stops_on_notice(self):
-        # A run's: its workers stop, then this process gets SIGTERM.
-        def stop():
-            os.kill(os.getpid(), signal.SIGTERM)
-            return True
-
-        with self.on_notice(stop):
-            yield
-
-
 @pytest.fixture
 def notice(monkeypatch):
     def watched(comes):
-        stand_in = StandInNotice(comes)
+        stand_in = StandInBatchSystem(comes)
         monkeypatch.setitem(batch_system._watched, "system", stand_in)
         return stand_in
 
