@@ -1,5 +1,8 @@
-"""Throughput and FLOPs accounting of the Throughput callback, on plain single-process Lightning."""
+"""Throughput and FLOPs accounting of the Throughput callback, on plain single-process Lightning; where
+a run's start-up is counted from."""
 
+import subprocess
+import sys
 import time
 
 import pytest
@@ -253,3 +256,13 @@ def test_a_step_that_fails_while_counted_leaves_compilation_on():
     compiled = torch.compile(lambda x: x * 2, backend=lambda graph, example_inputs: graphs.append(graph) or graph.forward)
     compiled(torch.ones(2))
     assert graphs
+
+
+def test_a_run_s_start_up_is_counted_from_its_process_s_launch_to_the_hundredth():
+    """summary.json's startup starts at the process's launch. psutil's launch time is built on a
+    whole-second boot time, and came 0.73 s early on this machine: every start-up read that much longer."""
+    before = time.time()
+    out = subprocess.run(
+        [sys.executable, "-c", "from raydra import startup; print(repr(startup.run_began()))"], capture_output=True, text=True, check=True
+    ).stdout
+    assert before - 0.05 <= float(out) <= before + 0.5
