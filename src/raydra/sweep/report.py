@@ -4,6 +4,7 @@ config and checkpoint, the sweep's own record, and one console line per trial ev
 import csv
 import logging
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -19,6 +20,24 @@ from raydra.record import Checkpoints, Metrics, RunRecord
 from raydra.sweep_record import Best, SweepRecord
 
 log = logging.getLogger("raydra")
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    """One trial's line of trials.csv and trials.md, as the sweep settles: from its final record
+    (`record`), or only Tune's status for a trial that never started (`record` None)."""
+
+    trial: str
+    status: str
+    sampled: Dict[str, Any] = field(default_factory=dict)
+    final: Optional[float] = None
+    best: Optional[float] = None
+    epochs: Optional[int] = None
+    wall_s: Optional[float] = None
+    error: Optional[str] = None
+    # The trial's directory, relative to the sweep's.
+    run_dir: Optional[str] = None
+    record: Optional[RunRecord] = None
 
 
 class Progress(ray.tune.Callback):
@@ -66,7 +85,7 @@ class Progress(ray.tune.Callback):
 
 def settle_trials(
     sweep_dir: Path, grid: Any, progress: Any, metric: str, mode: str, scheduler: str, interrupted: bool = False
-) -> List[Dict[str, Any]]:
+) -> List[TrialRow]:
     """Bring every trial's summary.json to its final state and return the table's rows.
 
     A trial writes its own summary.json, except when Tune ends its process: a trial ASHA stopped
@@ -100,20 +119,7 @@ def settle_trials(
         rows.append(_row(run, run_dir, metric, sweep_dir))
     for trial_id, status in statuses.items():
         if trial_id not in seen:
-            rows.append(
-                {
-                    "trial": trial_id,
-                    "sampled": {},
-                    "status": "pending" if status in ("PENDING", "PAUSED", "RUNNING") else status.lower(),
-                    "final": None,
-                    "best": None,
-                    "epochs": None,
-                    "wall_s": None,
-                    "error": None,
-                    "run_dir": None,
-                    "summary": None,
-                }
-            )
+            rows.append(TrialRow(trial=trial_id, status="pending" if status in ("PENDING", "PAUSED", "RUNNING") else status.lower()))
     return rows
 
 
@@ -143,43 +149,43 @@ def _one_line_error(result: Any) -> Optional[str]:
     return one_line(result.error)
 
 
-def _row(run: RunRecord, run_dir: Path, metric: str, sweep_dir: Path) -> Dict[str, Any]:
-    return {
-        "trial": run.trial.id if run.trial and run.trial.id else run_dir.name,
-        "sampled": run.trial.sampled if run.trial else {},
-        "status": run.status,
-        "final": run.metrics.final.get(metric),
-        "best": run.metrics.best.get(metric),
-        "epochs": run.epochs_completed,
-        "wall_s": run.wall_time_s,
-        "error": run.error,
-        "run_dir": str(run_dir.relative_to(sweep_dir)),
-        "summary": run,
-    }
+def _row(run: RunRecord, run_dir: Path, metric: str, sweep_dir: Path) -> TrialRow:
+    return TrialRow(
+        trial=run.trial.id if run.trial and run.trial.id else run_dir.name,
+        sampled=run.trial.sampled if run.trial else {},
+        status=run.status,
+        final=run.metrics.final.get(metric),
+        best=run.metrics.best.get(metric),
+        epochs=run.epochs_completed,
+        wall_s=run.wall_time_s,
+        error=run.error,
+        run_dir=str(run_dir.relative_to(sweep_dir)),
+        record=run,
+    )
 
 
-def best(rows: List[Dict[str, Any]], mode: str) -> Optional[Dict[str, Any]]:
+def best(rows: List[TrialRow], mode: str) -> Optional[TrialRow]:
     """The completed trial with the best final metric (what Tune compares at each trial's end)."""
-    done = [row for row in rows if row["status"] == "completed" and isinstance(row["final"], (int, float))]
+    done = [row for row in rows if row.status == "completed" and isinstance(row.final, (int, float))]
     if not done:
         return None
-    return (max if mode == "max" else min)(done, key=lambda row: row["final"])
+    return (max if mode == "max" else min)(done, key=lambda row: row.final)
 
 
-def write_tables(sweep_dir: Path, rows: List[Dict[str, Any]], metric: str) -> None:
-    keys = sorted({key for row in rows for key in row["sampled"]})
+def write_tables(sweep_dir: Path, rows: List[TrialRow], metric: str) -> None:
+    keys = sorted({key for row in rows for key in row.sampled})
     header = ["trial", *keys, metric, f"best {metric}", "epochs", "status", "wall_s", "run_dir", "error"]
     table = [
         [
-            row["trial"],
-            *[row["sampled"].get(key) for key in keys],
-            row["final"],
-            row["best"],
-            row["epochs"],
-            row["status"],
-            row["wall_s"],
-            row["run_dir"],
-            row["error"] or "",
+            row.trial,
+            *[row.sampled.get(key) for key in keys],
+            row.final,
+            row.best,
+            row.epochs,
+            row.status,
+            row.wall_s,
+            row.run_dir,
+            row.error or "",
         ]
         for row in rows
     ]
@@ -198,25 +204,25 @@ def write_tables(sweep_dir: Path, rows: List[Dict[str, Any]], metric: str) -> No
     (sweep_dir / run_record.TRIALS_MD).write_text("\n".join(lines) + "\n")
 
 
-def write_best(cfg: DictConfig, sweep_dir: Path, best: Dict[str, Any], metric: str, config_dir: Optional[str]) -> Best:
+def write_best(cfg: DictConfig, sweep_dir: Path, best: TrialRow, metric: str, config_dir: Optional[str]) -> Best:
     """best_config.yaml: the whole composed config with the best trial's values, a primary config
     Hydra can run on its own; and a link to that trial's best checkpoint."""
     config = writable(cfg)
     config.tune = None
     config.resume = None
-    for key, value in best["sampled"].items():
+    for key, value in best.sampled.items():
         OmegaConf.update(config, key, value, merge=False)
     head = {"defaults": ["raydra_schema", "_self_", {"hydra": "default"}]}
     if config_dir:
         head["hydra"] = {"searchpath": [f"file://{config_dir}"]}
     text = (
-        f"# The best trial ({best['trial']}, {metric} {best['final']}) of the sweep in {sweep_dir}.\n"
+        f"# The best trial ({best.trial}, {metric} {best.final}) of the sweep in {sweep_dir}.\n"
         f"# Rerun it exactly:  python train.py --config-path {sweep_dir} --config-name best_config\n"
         + yaml.safe_dump(head, sort_keys=False)
         + OmegaConf.to_yaml(config)
     )
     (sweep_dir / run_record.BEST_CONFIG).write_text(text)
-    checkpoint = best["summary"].checkpoint("best", sweep_dir / best["run_dir"])
+    checkpoint = best.record.checkpoint("best", sweep_dir / best.run_dir)
     link = sweep_dir / run_record.BEST_CHECKPOINT
     if link.is_symlink() or link.exists():
         link.unlink()
@@ -224,10 +230,10 @@ def write_best(cfg: DictConfig, sweep_dir: Path, best: Dict[str, Any], metric: s
     if checkpoint and not storage.is_uri(checkpoint):
         link.symlink_to(os.path.relpath(checkpoint, sweep_dir))
     return Best(
-        trial=best["trial"],
-        metric=best["final"],
-        sampled=best["sampled"],
-        run_dir=str(sweep_dir / best["run_dir"]),
+        trial=best.trial,
+        metric=best.final,
+        sampled=best.sampled,
+        run_dir=str(sweep_dir / best.run_dir),
         checkpoint=checkpoint,
         config=str(sweep_dir / run_record.BEST_CONFIG),
     )

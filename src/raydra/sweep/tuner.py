@@ -139,15 +139,15 @@ def run_sweep(
             worker_output.echo_progress = echo
         rows = report.settle_trials(sweep_dir, grid, progress, metric, mode, tune_cfg.scheduler)
         report.write_tables(sweep_dir, rows, metric)
-        unfinished = [row for row in rows if row["status"] in ("running", "pending", "interrupted")]
+        unfinished = [row for row in rows if row.status in ("running", "pending", "interrupted")]
         if unfinished:
             raise KeyboardInterrupt
         best = report.best(rows, mode)
         if best is None:
-            first_error = next((row["error"] for row in rows if row["error"]), "no trial completed")
+            first_error = next((row.error for row in rows if row.error), "no trial completed")
             raise RaydraError(f"no trial of the sweep completed; the first error: {first_error}")
         chosen = report.write_best(cfg, sweep_dir, best, metric, config_dir)
-        counts = TrialCounts(**{status: sum(row["status"] == status for row in rows) for status in ("completed", "stopped", "failed")})
+        counts = TrialCounts(**{status: sum(row.status == status for row in rows) for status in ("completed", "stopped", "failed")})
         record = record.completed(started, chosen, counts)
     best, trials = record.best, record.trials
     log.info(
