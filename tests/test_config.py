@@ -9,10 +9,11 @@ from helpers import composed
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
-from omegaconf.errors import ValidationError
+from omegaconf.errors import ReadonlyConfigError, ValidationError
 
 from raydra.entry import CONF_DIR
 from raydra.errors import RaydraError
+from raydra.prepare import Invocation, prepare, writable
 from raydra.schema import register_schemas, validate
 
 register_schemas()
@@ -246,6 +247,21 @@ def test_checkpoint_frequency_is_said_one_way():
         validate(composed("checkpoint.every_n_epochs=2", "checkpoint.every_n_steps=50"))
     validate(composed("checkpoint.every_n_steps=50"))
     validate(composed("checkpoint.every_n_epochs=2"))
+
+
+def test_prepare_brings_in_what_the_invocation_says_on_a_copy_and_nothing_writes_into_its_config_after():
+    cfg = composed("experiment=vit_digits_smoke")
+    prepared = prepare(cfg, Invocation(job_ray_address="127.0.0.1:6380", continues="/runs/earlier"))
+    assert (prepared.config.ray.address, prepared.config.resume) == ("127.0.0.1:6380", "/runs/earlier")
+    assert (cfg.ray.address, cfg.resume) == (None, None)  # the composed config, as it was
+    with pytest.raises(ReadonlyConfigError):
+        prepared.config.trainer.max_epochs = 5
+    with pytest.raises(ReadonlyConfigError):
+        prepared.config.model.optimizer.lr = 0.1
+    # What resolving and a sweep's trials change, they change on a copy of their own.
+    changed = writable(prepared.config)
+    changed.trainer.max_epochs = 5
+    assert prepared.config.trainer.max_epochs != 5
 
 
 def test_resolved_config_is_plain_data_for_workers():
