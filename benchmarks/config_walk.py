@@ -17,6 +17,8 @@ of functions, in the order the run first makes it:
                 > worker > shared modules: schema, summary, storage, ...)
 
 A design that resolves once and hands a typed spec down enters each module about once and never climbs.
+The layers (entry, multirun/sweep, driver, fit core, worker) are listed with every call from another
+layer that enters them.
 """
 
 import dataclasses
@@ -147,6 +149,12 @@ def main() -> None:
     print("| calls | modules | names | re-entries | climbs |\n|---|---|---|---|---|")
     for label, calls in (("every cross-module call", order), ("calls carrying the config", config_order)):
         print(f"| {label} | " + " | ".join(str(n) for n in count(calls)) + " |")
+    print("\nthe run's layers, as the config's path enters them (calls from another layer):")
+    for prefixes in LAYERS:
+        here = LAYERS.index(prefixes)
+        calls = [f"{caller}.{fn} -> {target}" for caller, fn, callee, target in config_order if layer(callee) == here != layer(caller)]
+        if calls:
+            print(f"  {' / '.join(prefixes)}: {len(calls)}: " + "; ".join(calls))
     print("\nthe config's path (caller -> callee), in the order first taken:")
     for caller, fn, callee, target in config_order:
         print(f"  {caller}.{fn} -> {callee}.{target}" + ("   (climb)" if layer(callee) < layer(caller) else ""))
