@@ -67,6 +67,12 @@ def plain_torch(epochs: int, launched: float) -> dict:
 
 
 def plain_lightning(epochs: int, launched: float) -> dict:
+    return lightning_fit(epochs, launched, devices=1)
+
+
+def lightning_fit(epochs: int, launched: float, ray_train: bool = False, **trainer_args) -> dict:
+    """The digits ViT trained by Lightning's Trainer, in this process or (`ray_train`) as a Ray
+    Train worker with Ray's strategy and environment, as Ray's Lightning guide writes it."""
     import torch
 
     from raydra.data.digits import DigitsDataModule
@@ -77,17 +83,25 @@ def plain_lightning(epochs: int, launched: float) -> dict:
     torch.set_num_threads(1)
     pl.seed_everything(0, verbose=False)
     throughput = Throughput(world_size=1)
+    if ray_train:
+        from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment
+
+        trainer_args = dict(devices="auto", strategy=RayDDPStrategy(), plugins=[RayLightningEnvironment()])
     trainer = pl.Trainer(
         max_epochs=epochs,
         accelerator="cpu",
-        devices=1,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,
         callbacks=[throughput],
+        **trainer_args,
     )
+    if ray_train:
+        from ray.train.lightning import prepare_trainer
+
+        trainer = prepare_trainer(trainer)
     trainer.fit(ViTClassifier(optimizer=OPTIMIZER, **MODEL), datamodule=DigitsDataModule(batch_size=BATCH))
     summary = throughput.summary()
     return {"startup_s": summary["first_step_at"] - launched, "samples_per_s": summary["samples_per_s"], "workers": 1}
@@ -103,45 +117,18 @@ def ray_train_lightning(epochs: int, launched: float) -> dict:
     from ray.train.torch import TorchTrainer
 
     def train_func(config: dict) -> None:
-        import torch
-        from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment, prepare_trainer
-
-        from raydra.data.digits import DigitsDataModule
-        from raydra.lightning import pl
-        from raydra.models.vit import ViTClassifier
-        from raydra.worker.throughput import Throughput
-
-        torch.set_num_threads(1)
-        pl.seed_everything(0, verbose=False)
-        throughput = Throughput(world_size=1)
-        trainer = pl.Trainer(
-            max_epochs=config["epochs"],
-            accelerator="cpu",
-            devices="auto",
-            strategy=RayDDPStrategy(),
-            plugins=[RayLightningEnvironment()],
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            num_sanity_val_steps=0,
-            callbacks=[throughput],
-        )
-        trainer = prepare_trainer(trainer)
-        trainer.fit(ViTClassifier(optimizer=OPTIMIZER, **MODEL), datamodule=DigitsDataModule(batch_size=BATCH))
-        Path(config["out"]).write_text(json.dumps(throughput.summary()))
+        Path(config["out"]).write_text(json.dumps(lightning_fit(config["epochs"], config["launched"], ray_train=True)))
 
     with tempfile.TemporaryDirectory() as storage:
         ray.init(include_dashboard=False, log_to_driver=False)
         out = Path(storage) / "throughput.json"
         TorchTrainer(
             train_func,
-            train_loop_config={"epochs": epochs, "out": str(out)},
+            train_loop_config={"epochs": epochs, "launched": launched, "out": str(out)},
             scaling_config=ScalingConfig(num_workers=1, use_gpu=False),
             run_config=RunConfig(storage_path=storage, name="floor"),
         ).fit()
-        summary = json.loads(out.read_text())
-    return {"startup_s": summary["first_step_at"] - launched, "samples_per_s": summary["samples_per_s"], "workers": 1}
+        return json.loads(out.read_text())
 
 
 def raydra(epochs: int, workers: int, *extra: str) -> dict:
