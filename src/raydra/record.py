@@ -126,13 +126,17 @@ class Hang:
     diagnostics: Optional[str] = None
     outcome: Optional[str] = None
 
+    @property
+    def where(self) -> str:
+        """Where the run stood: "start-up", or the phase and the last step ("train after step 25")."""
+        return "start-up" if self.phase == "startup" else f"{self.phase or 'an unknown phase'} after step {self.step}"
+
     def sentence(self) -> str:
         """The hang in one line, for the record's error and the console."""
         ranks = ", ".join(f"rank {r.rank} ({r.node})" for r in self.stopped) or "no rank named"
-        where = "start-up" if self.phase == "startup" else f"{self.phase or 'an unknown phase'} after step {self.step}"
         seconds = lambda value: f"{value:.0f}" if isinstance(value, (int, float)) else "?"  # noqa: E731  (a damaged record's blank)
         return (
-            f"hung: {ranks} made no progress in {where} for {seconds(self.waited_s)} s (deadline {seconds(self.deadline_s)} s); "
+            f"hung: {ranks} made no progress in {self.where} for {seconds(self.waited_s)} s (deadline {seconds(self.deadline_s)} s); "
             f"every worker's stacks are in {self.diagnostics}"
         )
 

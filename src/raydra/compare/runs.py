@@ -587,9 +587,8 @@ def watchdog_lines(recorded: RunRecord) -> List[str]:
     lines = []
     for number, hang in enumerate(recorded.hangs, 1):
         ranks = ", ".join(f"rank {r.rank} on {r.node} (pid {r.pid}, still {number_text(r.still_s)} s)" for r in hang.stopped)
-        where = "start-up" if hang.phase == "startup" else f"{hang.phase} after step {hang.step}"
         lines.append(
-            f"  hang {number}  {hang.at}: {where}, waited {number_text(hang.waited_s)} s of a {number_text(hang.deadline_s)} s deadline"
+            f"  hang {number}  {hang.at}: {hang.where}, waited {number_text(hang.waited_s)} s of a {number_text(hang.deadline_s)} s deadline"
         )
         lines.append(f"          stopped: {ranks or 'no rank named'}; {hang.outcome or '?'}; stacks in {hang.diagnostics}")
     for s in recorded.stragglers:
