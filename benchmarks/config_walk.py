@@ -150,8 +150,7 @@ def main() -> None:
     for label, calls in (("every cross-module call", order), ("calls carrying the config", config_order)):
         print(f"| {label} | " + " | ".join(str(n) for n in count(calls)) + " |")
     print("\nthe run's layers, as the config's path enters them (calls from another layer):")
-    for prefixes in LAYERS:
-        here = LAYERS.index(prefixes)
+    for here, prefixes in enumerate(LAYERS):
         calls = [f"{caller}.{fn} -> {target}" for caller, fn, callee, target in config_order if layer(callee) == here != layer(caller)]
         if calls:
             print(f"  {' / '.join(prefixes)}: {len(calls)}: " + "; ".join(calls))
