@@ -37,6 +37,10 @@ $(STAMP):
 	  || $(PY) -m pip install -q --no-compile --extra-index-url $(TORCH_INDEX) "$(TORCH)" 2>/dev/null \
 	  || $(PY) -m pip install -q --no-compile "$(TORCH_ANY)"
 	$(PY) -m pip install -q --no-compile -e ".[dev]"
+	# W&B's own reader of its .wandb files, for the tests (tests/wandb_reader.py): wandb 0.31 ships
+	# none, 0.29.0's DataStore reads the same files. Kept apart from the venv's wandb, without its dependencies.
+	rm -rf $(VENV)/wandb-0.29-reader
+	$(PY) -m pip install -q --no-compile --no-deps --target $(VENV)/wandb-0.29-reader "wandb==0.29.0"
 	$(PY) -m compileall -q -j0 $(VENV)/lib >/dev/null || true
 	rm -f $(VENV)/.installed-*
 	touch $@

@@ -120,6 +120,68 @@ def epochs_with_val(run_dir: Path) -> list:
 
 
 # ---------------------------------------------------------------------------------------------
+# W&B's files, read with W&B's own reader
+
+# wandb 0.29.0, which `make install` puts beside the venv (the Makefile says why).
+WANDB_READER = Path(sys.executable).parent.parent / "wandb-0.29-reader"
+# The exit code W&B is told for each way a run ends (0 shows as finished, any other as failed).
+WANDB_EXIT = {"completed": 0, "stopped": 0, "failed": 1, "interrupted": 130}
+
+
+def wandb_segments(run_dir: Path) -> list:
+    """Every W&B segment of the run (one `.wandb` file per process that logged to it), in order of
+    their start, read with wandb 0.29.0's DataStore in a process of its own (tests/wandb_reader.py)."""
+    files = sorted({p.resolve() for p in Path(run_dir, "wandb").glob("*run-*/run-*.wandb")})
+    assert files, f"no W&B file in {run_dir}/wandb"
+    env = {**os.environ, "PYTHONPATH": str(WANDB_READER)}
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "wandb_reader.py"), *map(str, files)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return sorted(json.loads(done.stdout), key=lambda segment: segment["start"] or 0.0)
+
+
+def assert_wandb_holds_the_run(run_dir: Path, status: str, retrained_from: int = None) -> list:
+    """The run's W&B history, across its segments, holds every (step, metric) of metrics.csv once,
+    with its value, and nothing twice; W&B's `_step` only goes up; the last segment ends with the
+    exit code of `status` and says it (raydra/status). Returns the segments.
+
+    `retrained_from`: the global step a restarted or resumed run went on from. A step past it that an
+    earlier segment holds keeps that attempt's value in W&B (W&B cannot take a logged step back),
+    where metrics.csv holds the value trained again."""
+    segments = wandb_segments(run_dir)
+    logged, earlier = {}, set()
+    last_step = -1
+    for number, segment in enumerate(segments):
+        for row in segment["history"]:
+            assert row["_step"] > last_step, f"W&B's _step went back to {row['_step']} in {segment['file']}"
+            last_step = row["_step"]
+            if "trainer/global_step" not in row:
+                continue
+            for key, value in row.items():
+                if not key.startswith("_") and key not in ("trainer/global_step", "epoch"):
+                    pair = (int(row["trainer/global_step"]), key)
+                    assert pair not in logged, f"W&B holds step {pair[0]}'s {key} twice"
+                    logged[pair] = value
+                    if number < len(segments) - 1:
+                        earlier.add(pair)
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    in_csv = {(int(r["step"]), k): float(v) for r in rows for k, v in r.items() if v not in ("", None) and k not in ("step", "epoch")}
+    absent = sorted(set(in_csv) - set(logged))
+    assert not absent, f"{len(absent)} (step, metric) of metrics.csv are in no W&B file, the first {absent[:5]}"
+    for pair, value in in_csv.items():
+        if retrained_from is not None and pair[0] >= retrained_from and pair in earlier:
+            continue
+        assert logged[pair] == pytest.approx(value, rel=1e-4, abs=1e-6), pair
+    assert segments[-1]["exit_code"] == WANDB_EXIT[status], [s["exit_code"] for s in segments]
+    summary = {}
+    for segment in segments:
+        summary.update(segment["summary"])
+    assert summary.get("raydra/status") == status, summary.get("raydra/status")
+    return segments
+
+
+# ---------------------------------------------------------------------------------------------
 # The nodes of a ray.cluster_utils.Cluster (conftest.cluster_of_nodes)
 
 

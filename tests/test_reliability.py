@@ -10,7 +10,18 @@ import psutil
 import pytest
 import yaml
 from conftest import run_train, summary_of
-from helpers import EPOCHS, EVERY_STEP, RUN, epochs_with_val, logged_steps, resumed_at, start_train, wait_for_checkpoint, worker_pids
+from helpers import (
+    EPOCHS,
+    EVERY_STEP,
+    RUN,
+    assert_wandb_holds_the_run,
+    epochs_with_val,
+    logged_steps,
+    resumed_at,
+    start_train,
+    wait_for_checkpoint,
+    worker_pids,
+)
 
 from raydra.checkpoints import checkpoint_meta
 
@@ -22,7 +33,12 @@ SECRET = "s3cr3t-value-9f2c"
 def test_a_worker_killed_after_a_mid_epoch_checkpoint_resumes_inside_the_epoch_on_the_same_batches(ray_cluster, reference, tmp_path):
     # 40 steps an epoch: every checkpoint but the last falls inside an epoch.
     driver = start_train(
-        *EVERY_STEP, "failure.max_failures=1", f"checkpoint.every_n_steps={EVERY_N_STEPS}", outputs=tmp_path, address=ray_cluster
+        *EVERY_STEP,
+        "failure.max_failures=1",
+        f"checkpoint.every_n_steps={EVERY_N_STEPS}",
+        "logger=[csv,wandb]",
+        outputs=tmp_path,
+        address=ray_cluster,
     )
     run_dir = wait_for_checkpoint(tmp_path, driver)
     _kill_worker(worker_pids(run_dir)[0])
@@ -45,6 +61,10 @@ def test_a_worker_killed_after_a_mid_epoch_checkpoint_resumes_inside_the_epoch_o
     assert summary["metrics"]["final"]["val/acc"] == pytest.approx(reference["metrics"]["final"]["val/acc"], abs=1e-6)
     # Mid-epoch checkpoints hold unvalidated weights: never the best one.
     assert checkpoint_meta(run_dir / summary["checkpoints"]["best"])["global_step"] % steps_per_epoch == 0
+    # W&B holds every logged step once, what the killed worker had not flushed among them (the
+    # restarted rank 0 logged it from metrics.csv), and says the run finished.
+    segments = assert_wandb_holds_the_run(run_dir, "completed", retrained_from=step)
+    assert len(segments) == 2
 
 
 @pytest.mark.e2e
@@ -124,6 +144,8 @@ def test_an_sd_tiny_run_resumes_after_sigterm_and_no_secret_reaches_its_files(ra
     # Nothing of the run keeps running on the cluster.
     _, alive = psutil.wait_procs([p for p in map(_process, workers) if p], timeout=30)
     assert not alive
+    # W&B holds what metrics.csv holds, though the stopped worker could not flush it, and says how the run ended.
+    assert_wandb_holds_the_run(run_dir, "interrupted")
     recorded = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
     assert recorded["model"]["parts"]["tokenizer"] == {"vocab_size": 1000, "max_length": 16}
     # Hydra recorded the planted override, and the driver masked it there.
@@ -137,8 +159,9 @@ def test_an_sd_tiny_run_resumes_after_sigterm_and_no_secret_reaches_its_files(ra
     # On two Ray workers, rank 0 drew each epoch's samples into the run directory, across the stop.
     assert summary["world_size"] == 2
     assert [p.name for p in sorted((run_dir / "samples").glob("epoch_*.png"))] == [f"epoch_{e:03d}.png" for e in range(3)]
-    epoch, batch, _, _ = resumed_at(run_dir)
+    epoch, batch, _, step = resumed_at(run_dir)
     assert epoch >= 1 and batch == 0  # from the checkpoint the stopped run left, not from scratch
+    assert_wandb_holds_the_run(run_dir, "completed", retrained_from=step)
 
     # Every file of both invocations (the run dir, and the resuming one's own Hydra record and
     # driver.log), W&B's offline files among them, and the consoles.

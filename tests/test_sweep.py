@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, base_env, run_train, summary_of
+from helpers import assert_wandb_holds_the_run, resumed_at
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 
@@ -202,6 +203,12 @@ def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_b
     }
     assert all(len(ids) == 1 for ids in wandb_ids.values()), wandb_ids
     assert len(set.union(*wandb_ids.values())) == 4
+    # Each trial's W&B run holds what its metrics.csv holds and says how it ended: a trial ASHA
+    # stopped too, whose process Tune ended before W&B flushed (the sweep's driver completed it).
+    for trial, summary in trials.items():
+        trial_dir = sweep_dir / "trials" / trial
+        retrained = resumed_at(trial_dir)[3] if "resumed from" in (trial_dir / "logs" / "worker_0.log").read_text() else None
+        assert_wandb_holds_the_run(trial_dir, summary["status"], retrained_from=retrained)
 
     rows = list(csv.DictReader((sweep_dir / "trials.csv").open()))
     assert len(rows) == 4 and {"model.optimizer.lr", "data.batch_size", "val/acc", "status", "wall_s"} <= set(rows[0])

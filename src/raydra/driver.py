@@ -29,7 +29,7 @@ from typing import Any, Callable, List, Optional
 import ray
 from omegaconf import DictConfig
 
-from raydra import batch_system, fit, resolve, resume, run_record, startup, summary, trust
+from raydra import batch_system, fit, resolve, resume, run_record, startup, summary, trust, wandb_run
 from raydra import record as record_module
 from raydra.checkpoints import last_checkpoint
 from raydra.cluster import check_fits, check_room_for_data
@@ -67,6 +67,7 @@ def train_run(
     # Where a refusal before the spec exists is recorded: this invocation's directory, no storage.
     place = Place(dir=str(run_dir), id=run_id, storage=None, logged_config={})
     release_run = lambda: None  # noqa: E731
+    fitted = False  # whether this invocation trained: only then may it add to the run's W&B run
 
     def settle(ending: Ending) -> None:
         """The run's record as the lifecycle found it ended; a completed run's fit recorded it."""
@@ -140,6 +141,7 @@ def train_run(
                     check_room_for_data(spec.scale)
                 worker_output.start_run(run_dir)
             marks["resolved"] = time.time()
+            fitted = True
             try:
                 # SLURM's time-limit notice (when this process watches for it): the workers checkpoint
                 # at the step in flight and the fit ends interrupted.
@@ -148,6 +150,9 @@ def train_run(
             finally:
                 worker_output.end_run()
     finally:
+        if fitted:
+            # However the run ended, its W&B run holds what metrics.csv holds and says how it ended.
+            wandb_run.complete(run_dir)
         release_run()
         startup.run_ended()
     _report(record, spec)

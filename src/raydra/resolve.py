@@ -12,7 +12,7 @@ import dataclasses
 import netrc
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 from urllib.parse import urlparse
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -25,10 +25,16 @@ from raydra.schema import STRATEGY_SCHEMAS
 from raydra.spec import Place, RunSpec
 
 
-def resolve(cfg: DictConfig, run_dir: Path, run_id: str, wandb_group: Optional[str] = None) -> RunSpec:
+def resolve(
+    cfg: DictConfig, run_dir: Path, run_id: str, wandb_group: Optional[str] = None, kind: str = "run", label: Optional[str] = None
+) -> RunSpec:
     """The run's spec from its prepared config (raydra.prepare), which is left as it is: a copy gets
     its run directory as paths.output_dir and what describe_data finds, then every interpolation
-    resolved. `wandb_group`: the W&B group of a run whose logger.wandb.group is null (a multirun's)."""
+    resolved. `wandb_group`: the W&B group of a run whose logger.wandb.group is null (a multirun's).
+    `kind`: "run", "job" (of a multirun) or "trial" (of a Tune sweep), W&B's job_type unless
+    logger.wandb.job_type says otherwise; `label`: what tells a job or trial apart from the others
+    of its multirun or sweep (its overrides, its sampled values), its W&B name unless
+    logger.wandb.name says otherwise (a run's is its run id)."""
     cfg = writable(cfg)
     with open_dict(cfg):
         cfg.paths.output_dir = str(run_dir)
@@ -41,7 +47,14 @@ def resolve(cfg: DictConfig, run_dir: Path, run_id: str, wandb_group: Optional[s
     # What loggers may record: masked here, where the secrets are known (a worker's environment is
     # its Ray node's, which need not hold the variables this process was started with), and before
     # the "auto" values below are decided, as the user wrote them.
-    place = Place(dir=str(run_dir), id=run_id, storage=location, logged_config=redact(plain))
+    logged = redact(plain)
+    if resolved.logger and "wandb" in resolved.logger:
+        with open_dict(resolved):
+            decided = _wandb_decided(resolved.logger.wandb, run_id, wandb_group, kind, label)
+            resolved.logger.wandb.update(decided)
+        # The logged config says what W&B ran with (its mode and group), not the null that meant "decide".
+        logged["logger"]["wandb"].update(decided)
+    place = Place(dir=str(run_dir), id=run_id, storage=location, logged_config=logged)
     if plain["ckpt_path"]:
         place = dataclasses.replace(place, init_weights=_initial_weights(plain["ckpt_path"]))
     with open_dict(resolved):
@@ -52,14 +65,21 @@ def resolve(cfg: DictConfig, run_dir: Path, run_id: str, wandb_group: Optional[s
         if resolved.trainer.benchmark == "auto":
             # null on CPU: Lightning leaves torch's setting as it is.
             resolved.trainer.benchmark = True if resolved.scale.use_gpu and not resolved.trainer.deterministic else None
-        if resolved.logger and "wandb" in resolved.logger:
-            resolved.logger.wandb.mode = wandb_mode(resolved.logger.wandb.get("mode"))
-            if resolved.logger.wandb.get("group") is None:
-                resolved.logger.wandb.group = wandb_group
     # The schema's groups become their dataclasses (strategy and tune too: their options extend a
     # schema); model, data, logger and callbacks become plain dicts.
     typed = {f.name: _typed(f.name, resolved[f.name]) for f in dataclasses.fields(RunSpec) if f.name != "place"}
     return RunSpec(**typed, place=place)
+
+
+def _wandb_decided(wandb: Any, run_id: str, group: Optional[str], kind: str, label: Optional[str]) -> Dict[str, Any]:
+    """What logger.wandb leaves to raydra, decided: the mode, the multirun's or sweep's group, the
+    job type (run, job or trial) and the name (a job's or trial's label, a run's id)."""
+    return {
+        "mode": wandb_mode(wandb.get("mode")),
+        "group": wandb.get("group") if wandb.get("group") is not None else group,
+        "job_type": wandb.get("job_type") or kind,
+        "name": wandb.get("name") or label or run_id,
+    }
 
 
 def _typed(key: str, node: Any) -> Any:

@@ -52,6 +52,8 @@ CHECKPOINT_FILE = "checkpoint.ckpt"
 SAMPLES = "samples"
 PIPELINE = "pipeline"
 WANDB = "wandb"
+# The W&B settings and logged config a run's W&B run was started with (raydra.wandb_run.RunSettings).
+WANDB_RUN_FILE = f"{WANDB}/raydra.json"
 # A tune= sweep's directory: its record, its trials' run directories, Tune's state, the best trial.
 SWEEP = "sweep.json"
 TRIALS = "trials"

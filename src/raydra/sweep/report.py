@@ -12,7 +12,7 @@ import ray.tune
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from raydra import record, run_record, storage, summary, sweep_record
+from raydra import record, run_record, storage, summary, sweep_record, wandb_run
 from raydra.checkpoints import last_checkpoint
 from raydra.errors import one_line
 from raydra.prepare import writable
@@ -116,6 +116,9 @@ def settle_trials(
                 run = run.interrupted("the sweep was interrupted; continue it with tune.resume=" + str(sweep_dir))
             if run.ended:
                 record.write(run_dir, run)
+        if run.ended:
+            # A trial Tune ended (ASHA's stop, the sweep's) never finished its W&B run: done here.
+            wandb_run.complete(run_dir)
         rows.append(_row(run, run_dir, metric, sweep_dir))
     for trial_id, status in statuses.items():
         if trial_id not in seen:

@@ -151,6 +151,11 @@ class TimedReport(pl.Callback):
             raise
         wrote = bool(os.listdir(tmpdir))
         metrics = self._metrics(trainer, mid_epoch)
+        for logger in trainer.loggers:
+            # Rank 0's W&B logger (logger.wandb.log_model=all): the checkpoint as an artifact, before Ray moves it.
+            saved = getattr(logger, "checkpoint_saved", None)
+            if saved is not None:
+                saved(Path(tmpdir, CHECKPOINT_FILE), metrics)
         if self.local:
             self.local.keep(tmpdir, metrics)
             self.seconds.append(time.perf_counter() - start)

@@ -124,27 +124,15 @@ def _before(row: Dict[str, str], position: Dict[str, Any]) -> bool:
 
 
 def _wandb_logger(spec: RunSpec, settings: Dict[str, Any], run_dir: Path) -> Any:
-    import wandb
-
-    from raydra.lightning import pl
+    """This attempt's segment of the run's W&B run (raydra.worker.wandb_logger), with the config logged."""
+    from raydra.wandb_run import RunSettings
+    from raydra.worker.wandb_logger import segment_logger
 
     os.environ.setdefault("WANDB_SILENT", "true")
-    logger = pl.loggers.WandbLogger(
-        project=settings["project"],
-        entity=settings.get("entity"),
-        name=settings.get("name") or spec.place.id,
-        group=settings.get("group"),
-        tags=list(_logged(spec).get("tags") or []),
-        save_dir=str(run_dir),
-        id=spec.place.id,
-        # A restarted worker group or resume= continues the same W&B run.
-        resume="allow",
-        mode=settings["mode"],
-        # No console capture (Ray already streams it). No system-stats sampler: it probes cloud
-        # metadata addresses, which must never be contacted from a cluster without network.
-        settings=wandb.Settings(console="off", silent=True, x_disable_stats=True, x_disable_machine_info=True),
-    )
-    logger.log_hyperparams(_logged(spec))
+    logged = _logged(spec)
+    run = RunSettings.of(settings, logged.get("tags") or [], logged, spec.checkpoint.monitor, spec.checkpoint.mode)
+    logger = segment_logger(run, spec.place.id, run_dir)
+    logger.log_hyperparams(logged)
     return logger
 
 

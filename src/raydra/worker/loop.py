@@ -34,10 +34,12 @@ from raydra.checkpoints import checkpoint_meta
 from raydra.console import PROGRESS_MARK
 from raydra.errors import WORKER_RANK, RaydraError
 from raydra.lightning import pl
+from raydra.record import COMPLETED, FAILED, INTERRUPTED
 from raydra.redact import SecretsFilter
 from raydra.run_record import CHECKPOINT_FILE, METRICS, WorkerMirror, checkpoints_location, worker_log
 from raydra.schema import lightning_trainer_arguments
 from raydra.spec import RunSpec, WorkerOutcome
+from raydra.wandb_run import EXIT_CODES, copy_segments, finish_in_process
 from raydra.worker.callbacks import build_callbacks, stop_record
 from raydra.worker.checkpoint_report import LocalCheckpoints, TimedReport
 from raydra.worker.console_progress import ConsoleProgress
@@ -77,6 +79,9 @@ def train_loop(config: Dict[str, Any]) -> WorkerOutcome:
     spec = spec.with_place(dir=str(mirror.dir))
     if rank == 0:
         mirror.restore([METRICS])
+        if spec.place.storage and (spec.logger or {}).get("wandb"):
+            # What the run's earlier W&B segments hold, for the one this attempt starts (raydra.wandb_run).
+            copy_segments(spec.place.storage, mirror.dir)
     log_file = mirror.dir / worker_log(rank)
     unroute = _route_logs(log_file, verbose=spec.verbose, local=spec.local)
     try:
@@ -86,7 +91,14 @@ def train_loop(config: Dict[str, Any]) -> WorkerOutcome:
             outcome = _train(spec, mirror, restored, Heartbeat(progress, link, context.get_world_size()) if link else None)
             outcome.startup_marks["train_entered"] = entered
             return outcome
+    except KeyboardInterrupt:
+        # Local mode: Ctrl-C or SIGTERM in the driver's own process. What W&B was given is flushed.
+        finish_in_process(EXIT_CODES[INTERRUPTED], INTERRUPTED)
+        raise
     except Exception as error:
+        # What W&B was given is flushed, and the run says failed there until a restarted group or
+        # the driver says otherwise (raydra.wandb_run).
+        finish_in_process(EXIT_CODES[FAILED], FAILED)
         # The driver gets the exception's last line (errors.one_line), which points here for the rest.
         with open(log_file, "a") as file:
             file.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}][raydra][ERROR] worker {rank} failed:\n")
@@ -412,10 +424,8 @@ def _finish_loggers(trainer: Any) -> None:
     # Close the W&B run here: a multirun or a Tune trial must not carry it into the next job.
     for logger in trainer.loggers:
         logger.finalize("success")
-        if type(logger).__name__ == "WandbLogger":
-            import wandb
-
-            wandb.finish()
+        if hasattr(logger, "end"):
+            logger.end(exit_code=EXIT_CODES[COMPLETED], status=COMPLETED)
 
 
 def _route_logs(path: Path, verbose: bool, local: bool) -> Callable[[], None]:
