@@ -178,6 +178,12 @@ def assert_wandb_holds_the_run(run_dir: Path, status: str, retrained_from: int =
     for segment in segments:
         summary.update(segment["summary"])
     assert summary.get("raydra/status") == status, summary.get("raydra/status")
+    # Beside W&B's last value of the monitored metric, its best (the run's best checkpoint's).
+    record = json.loads((run_dir / "summary.json").read_text())
+    monitor, mode = record["monitor"]["metric"], record["monitor"]["mode"]
+    values = [v for (_, key), v in in_csv.items() if key == monitor]
+    if values:
+        assert summary[f"best/{monitor}"] == pytest.approx(max(values) if mode == "max" else min(values), rel=1e-4)
     return segments
 
 

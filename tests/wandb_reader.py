@@ -3,8 +3,9 @@ script by tests/helpers.py's `wandb_segments`, with wandb 0.29.0 (`make install`
 .venv/wandb-0.29-reader) first on the path. wandb 0.31, which raydra runs, no longer ships a reader;
 0.29.0's `wandb.sdk.internal.datastore.DataStore` reads the same files.
 
-    python tests/wandb_reader.py FILE...  ->  [{"file", "start", "history": [{key: value}],
-                                                "summary": {key: value}, "config": [keys], "exit_code"}]
+    python tests/wandb_reader.py FILE...  ->  [{"file", "start", "run": {id, name, group, job_type, ...},
+                                                "history": [{key: value}], "summary": {key: value},
+                                                "config": [keys], "exit_code", "artifacts": [...]}]
 """
 
 import json
@@ -17,7 +18,7 @@ from wandb.sdk.internal import datastore
 def read(path: str) -> dict:
     store = datastore.DataStore()
     store.open_for_scan(path)
-    found = {"file": path, "start": None, "history": [], "summary": {}, "config": [], "exit_code": None, "artifacts": []}
+    found = {"file": path, "start": None, "run": {}, "history": [], "summary": {}, "config": [], "exit_code": None, "artifacts": []}
     while True:
         try:
             data = store.scan_data()
@@ -30,6 +31,8 @@ def read(path: str) -> dict:
         kind = record.WhichOneof("record_type")
         if kind == "run":
             found["start"] = record.run.start_time.seconds + record.run.start_time.nanos / 1e9
+            found["run"] = {"id": record.run.run_id, "name": record.run.display_name, "group": record.run.run_group}
+            found["run"].update(job_type=record.run.job_type, project=record.run.project, tags=list(record.run.tags))
             found["config"] += [u.key for u in record.run.config.update]
         elif kind == "config":
             found["config"] += [u.key for u in record.config.update]

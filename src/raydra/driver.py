@@ -51,13 +51,19 @@ RUN_LOCK_WAIT_S = 30.0
 
 
 def train_run(
-    cfg: DictConfig, run_dir: Path, overrides: List[str], process_ends_with_run: bool = False, job: Optional[JobSettings] = None
+    cfg: DictConfig,
+    run_dir: Path,
+    overrides: List[str],
+    process_ends_with_run: bool = False,
+    job: Optional[JobSettings] = None,
+    multirun_label: Optional[str] = None,
 ) -> RunRecord:
     """Train the run `cfg` describes into `run_dir` (Hydra's output directory for it); returns its
     record. `overrides`: the command-line overrides, recorded in summary.json.
     `process_ends_with_run`: this process exits after this run (see fit.fit_and_record).
     `job`: raydra's launcher's settings when this run is one of its multirun jobs (its W&B group;
-    the job's own directory to continue in, for a resumed multirun)."""
+    the job's own directory to continue in, for a resumed multirun). `multirun_label`: for a job of
+    any Hydra multirun, what sets it apart from the others (its W&B name, its job type "job")."""
     started = time.time()
     marks = {"run_began": startup.run_began(), "run_entered": started}
     run_dir = Path(run_dir).resolve()
@@ -129,7 +135,14 @@ def train_run(
                 # A refusal comes here, before the run is recorded running and before any worker starts.
                 checked()
             marks["ray_ready"] = time.time()
-            spec = resolve.resolve(cfg, run_dir, run_id, wandb_group=job.wandb_group if job else None)
+            spec = resolve.resolve(
+                cfg,
+                run_dir,
+                run_id,
+                wandb_group=job.wandb_group if job else None,
+                kind="run" if multirun_label is None else "job",
+                label=multirun_label,
+            )
             place = spec.place
             record = summary.record_start(spec, record)
             log.info(f"run {run_id}\n  dir  {run_dir}" + (f"\n  storage  {place.storage}" if place.storage else ""))

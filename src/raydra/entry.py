@@ -21,7 +21,7 @@ from raydra import batch_system
 from raydra.errors import RaydraError
 from raydra.multirun_job import JobFailed, JobSettings
 from raydra.project import shadowed_configs
-from raydra.redact import masked_stderr
+from raydra.redact import masked_stderr, redact
 
 log = logging.getLogger("raydra")
 
@@ -162,7 +162,9 @@ def main(cfg: DictConfig) -> Optional[float]:
         # A single run, or one job of raydra's launcher, has the process to itself; the jobs of Hydra's
         # basic launcher take turns in one.
         alone = not multirun or job is not None
-        record = train_run(cfg, output_dir, overrides, process_ends_with_run=alone, job=job)
+        # A multirun job's W&B name says what sets it apart from the others: its overrides, as Hydra joins them.
+        label = redact(hydra.job.override_dirname) or hydra.job.id if multirun else None
+        record = train_run(cfg, output_dir, overrides, process_ends_with_run=alone, job=job, multirun_label=label)
         if alone:
             import ray
 

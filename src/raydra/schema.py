@@ -26,6 +26,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from raydra.errors import RaydraError
 from raydra.run_record import claim_directory
+from raydra.wandb_run import problems as wandb_problems
 
 
 @dataclass
@@ -599,6 +600,7 @@ def problems_of(cfg: Any) -> Iterator[str]:
     if cfg.failure.straggler_threshold < 0:
         yield f"failure.straggler_threshold={cfg.failure.straggler_threshold} must be a share of a step from 0 (0: never name stragglers), e.g. 0.2."
     yield from _validate_slurm(cfg.slurm)
+    yield from _validate_wandb(cfg)
     if cfg.get("tune") is not None:
         yield from _validate_tune(cfg.tune)
     loader = cfg.data.get("loader")
@@ -807,6 +809,23 @@ def _validate_strategy(strategy: Any, scale: Any, precision: str) -> Iterator[st
             )
         if importlib.util.find_spec("deepspeed") is None:
             yield ("strategy=deepspeed needs the deepspeed package; install it with `pip install raydra[deepspeed]`.")
+
+
+def _validate_wandb(cfg: Any) -> Iterator[str]:
+    """logger.wandb's keys, as W&B's logger takes them (raydra.wandb_run.problems), and a
+    log_model=all that would log one worker's shard of a sharded checkpoint as the model."""
+    logger = cfg.get("logger")
+    wandb = logger.get("wandb") if OmegaConf.is_dict(logger) else None
+    if not OmegaConf.is_dict(wandb):
+        return
+    yield from wandb_problems(OmegaConf.to_container(wandb, resolve=False))
+    sharded = cfg.strategy.name == "deepspeed" or (cfg.strategy.name == "fsdp" and cfg.strategy.checkpoint_layout == "sharded")
+    several = is_worker_count(cfg.scale.num_workers) and worker_range(cfg.scale.num_workers)[1] > 1
+    if wandb.get("log_model") == "all" and sharded and several:
+        yield (
+            f"logger.wandb.log_model=all logs each checkpoint as rank 0 saves it, but strategy={cfg.strategy.name} saves one shard "
+            "per worker; set strategy.checkpoint_layout=full (fsdp), or logger.wandb.log_model=true (the best and last, whole, at the end)."
+        )
 
 
 def _validate_slurm(slurm: Any) -> Iterator[str]:

@@ -30,6 +30,7 @@ import json
 import logging
 import math
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
@@ -91,7 +92,7 @@ def problems(settings: Any) -> Iterator[str]:
         if key in OWN_KEYS or key in INIT_KEYS:
             continue
         if key in REFUSED_KEYS:
-            yield f"logger.wandb.{key} is not for the config: {REFUSED_KEYS[key]}."
+            yield f"logger.wandb.{key} cannot be set: {REFUSED_KEYS[key]}."
         else:
             yield (
                 f"logger.wandb.{key} is not an argument of W&B's logger; use one of {', '.join(sorted(OWN_KEYS + INIT_KEYS))} "
@@ -172,6 +173,26 @@ def started(settings: RunSettings, run_id: str, run_dir: Path, held: "Held", con
     run.define_metric(STEP_KEY)
     run.define_metric("*", step_metric=STEP_KEY, step_sync=True)
     return run
+
+
+def finish(run: Any, exit_code: int, wait_s: float = 10.0) -> None:
+    """Finish a segment with `exit_code`, and wait (up to `wait_s`) until its file holds the exit:
+    W&B's service writes the file after wandb.finish returns (seen here: a file read at once held
+    none of the rows just logged), and whoever completes the run next reads it."""
+    path = Path(run.dir).parent / f"run-{run.id}.wandb"
+    run.finish(exit_code=exit_code)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if any(item.WhichOneof("record_type") == "exit" for item in _records(path)):
+                return
+        time.sleep(0.05)
+
+
+def _records(path: Path) -> Iterator[Any]:
+    from raydra.private_apis import wandb_records
+
+    return wandb_records(path)
 
 
 # -- what the run's W&B files hold -------------------------------------------------------------
@@ -356,7 +377,7 @@ def _complete(run_dir: Path) -> bool:
     before = set(segments(run_dir))
     # A process that ran the worker too (local mode) may still hold its segment open.
     if wandb.run is not None:
-        wandb.finish(exit_code=exit_code)
+        finish(wandb.run, exit_code)
     segment = started(settings, run.run_id, run_dir, what, config=not what.has_config)
     try:
         for number, row in enumerate(todo, start=what.last_step + 1):
@@ -367,7 +388,7 @@ def _complete(run_dir: Path) -> bool:
         segment.summary.update(summary)
         _log_checkpoints(segment, run, settings, artifacts)
     finally:
-        segment.finish(exit_code=exit_code)
+        finish(segment, exit_code)
     if run.storage:
         _push(run_dir, run.storage, set(segments(run_dir)) - before)
     log.info(f"W&B: {len(todo)} row(s) of metrics.csv that no W&B segment held logged, and the run's end ({run.status})")
@@ -428,7 +449,7 @@ def finish_in_process(exit_code: int, status: Optional[str] = None) -> None:
     with contextlib.suppress(Exception):
         if status:
             wandb.run.summary[STATUS_KEY] = status
-        wandb.finish(exit_code=exit_code)
+        finish(wandb.run, exit_code)
 
 
 def copy_segments(source: str, destination: Path) -> None:

@@ -55,7 +55,7 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     try:
         # The same checks as every run's (raydra.prepare), on the sweep's config with this trial's samples.
         conf = prepare(conf, Invocation(overrides=tuple(overrides), trial=True)).config
-        spec = resolve.resolve(conf, record_dir, run_id)
+        spec = resolve.resolve(conf, record_dir, run_id, kind="trial", label=",".join(f"{k}={v}" for k, v in sampled.items()))
         # Named here, not recomputed from paths.outputs: this process's working directory is Ray's.
         spec = spec.with_place(dir=place.dir, storage=place.storage)
         run = summary.record_start(spec, run)

@@ -58,6 +58,8 @@ class SegmentLogger(pl.loggers.WandbLogger):
         self._log(Row(step=step, values=dict(metrics)))
 
     def _log(self, row: Row) -> None:
+        # The best counts every value as metrics.csv holds it, a step trained again among them.
+        self._note_best(row.step, row.values)
         new = {k: v for k, v in row.values.items() if k != EPOCH and (row.step, self.settings.key(k)) not in self._logged}
         if not new:
             return
@@ -66,7 +68,6 @@ class SegmentLogger(pl.loggers.WandbLogger):
         wandb_run.log_row(self.experiment, Row(step=row.step, values=new), self.settings, self._next_step)
         self._next_step += 1
         self._logged.update((row.step, self.settings.key(k)) for k in new if k != EPOCH)
-        self._note_best(row.step, new)
 
     def _note_best(self, step: int, values: Dict[str, Any]) -> None:
         """The monitored metric's best so far into the summary, as it comes: a run killed later keeps it."""
@@ -98,4 +99,4 @@ class SegmentLogger(pl.loggers.WandbLogger):
     def end(self, exit_code: int, status: str) -> None:
         """Finish this segment: the run's status in the summary, and the exit code W&B shows."""
         self.experiment.summary[wandb_run.STATUS_KEY] = status
-        self.experiment.finish(exit_code=exit_code)
+        wandb_run.finish(self.experiment, exit_code)
