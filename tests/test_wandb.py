@@ -163,3 +163,27 @@ def test_a_run_job_or_trial_logs_to_w_and_b_under_what_sets_it_apart_with_the_mo
     assert {k: spec.logger["wandb"][k] for k in decided} == decided
     # The config W&B (and every logger) records says so too, not the null that meant "decide".
     assert {k: spec.place.logged_config["logger"]["wandb"][k] for k in decided} == decided
+
+
+def test_a_restarted_rank_0_catches_w_and_b_up_and_logs_each_step_once_and_log_model_all_each_checkpoint(tmp_path):
+    """The segment a restarted (or resumed) rank 0 starts: what no earlier segment holds of
+    metrics.csv first, then only (step, metric) pairs no segment holds, W&B's _step going on."""
+    from raydra.worker.wandb_logger import segment_logger
+
+    ended = RunRecord.started(run_id="r1", run_dir=str(tmp_path / "run"), monitor=Monitor(MONITOR, "max")).failed("killed")
+    run_dir = _run_dir(tmp_path, ended, log_model="all")
+    _worker_segment_cut_short(run_dir, rows=3)
+    logger = segment_logger(RunSettings.read(run_dir), "r1", run_dir)
+    # Lightning logs step 59 again (trained again from a checkpoint at 49), then a new step.
+    logger.log_metrics({"val/acc": 0.7, "val/loss": 1.2, "epoch": 2}, step=59)
+    logger.log_metrics({"train/loss_step": 0.9, "epoch": 3}, step=69)
+    checkpoint = tmp_path / "checkpoint.ckpt"
+    checkpoint.write_bytes(b"weights")
+    logger.checkpoint_saved(checkpoint, {"val/acc": 0.75, "step": 70, "epoch": 3, "mid_epoch": 0})
+    logger.end(exit_code=0, status="completed")
+    segments = wandb_segments(run_dir)
+    restarted = segments[-1]
+    steps = [(row["_step"], row["trainer/global_step"]) for row in restarted["history"]]
+    assert steps == [(3, 29), (4, 39), (5, 39), (6, 49), (7, 59), (8, 69)]
+    assert [(a["name"], sorted(a["aliases"])) for a in restarted["artifacts"]] == [("model-r1", ["best", "latest"])]
+    assert restarted["summary"]["best/val/acc"] == 0.75 and restarted["summary"]["raydra/status"] == "completed"
