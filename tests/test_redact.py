@@ -1,6 +1,8 @@
 """Which names hold secrets: values under secret-named keys, environment variables and overrides are
 masked; config whose key merely contains the letters (model.parts.tokenizer) is recorded as it is."""
 
+import sys
+
 import pytest
 import yaml
 from hydra import compose, initialize_config_dir
@@ -290,6 +292,25 @@ def test_a_run_refused_at_start_up_prints_and_writes_its_secrets_masked(train_he
     assert {"RAYDRA_PROBE": "x", "HOOK_AUTH": MASK} in [_value_of(o) for o in hydra_overrides]
 
 
+@pytest.mark.parametrize("launcher", ["raydra", "basic"])
+def test_a_multirun_refused_before_it_trains_prints_and_writes_its_secrets_masked(train_here, tmp_path, launcher):
+    """A multirun over dicts that hold a secret: Hydra's multirun.yaml (written before any job, its
+    config, hydra.overrides and override_dirname), multirun.log and the job's line in an error
+    (raydra's launcher refuses the multirun before any job starts; Hydra's basic launcher runs
+    each job, whose driver refuses it and whose launch Hydra logs)."""
+    swept = f"ray.runtime_env={{env_vars: {{MY_API_TOKEN: {NESTED_SECRET}}}}},{{env_vars: {{MY_API_TOKEN: {NESTED_SECRET[::-1]}}}}}"
+    gpu_only = ("experiment=vit_digits_smoke", "scale.num_workers=1", "trainer.precision=16-mixed")
+    done = train_here("-m", f"hydra/launcher={launcher}", *gpu_only, PLANTED[1], swept, NESTED_PLANTED[1], outputs=tmp_path)
+    assert done.returncode == 1 and "trainer.precision=16-mixed needs GPU workers" in done.stdout
+    if launcher == "raydra":
+        assert "multirun job #0 (ray.runtime_env={env_vars:{MY_API_TOKEN:***}}) cannot run" in done.stdout
+    else:
+        assert "#0 : " in done.stdout and "ray.runtime_env={env_vars:{MY_API_TOKEN:***}}" in done.stdout
+    (multirun,) = tmp_path.rglob("multirun.yaml")
+    assert "ray.runtime_env={env_vars:{MY_API_TOKEN:***}},{env_vars:{MY_API_TOKEN:***}}" in multirun.read_text()
+    assert _leaks(done, tmp_path) == [] and NESTED_SECRET[::-1] not in done.stdout + multirun.read_text()
+
+
 @pytest.mark.e2e
 def test_a_run_failing_mid_run_prints_and_writes_its_secrets_masked(train_here, tmp_path):
     # EarlyStopping (strict) on a metric nobody logs fails at the first epoch's end, with an error
@@ -302,3 +323,63 @@ def test_a_run_failing_mid_run_prints_and_writes_its_secrets_masked(train_here, 
     assert "Early stopping conditioned on metric `val/nothing`" in yaml.safe_load(summary.read_text())["error"]
     assert f"+logger.wandb.api_key={MASK}" in done.stderr
     assert _leaks(done, tmp_path) == []
+
+
+def test_a_stopped_multirun_says_where_its_secrets_go_and_resumes_only_with_them(monkeypatch, tmp_path, capsys):
+    """raydra's launcher with Ray stood in (another app's jobs, as test_lifecycle.py's): stopped
+    before its jobs ran, its record, its log, Hydra's multirun.yaml and the command that continues
+    it hold *** for each secret, with a sentence saying to put them back; resumed, *** in a secret's
+    place is refused, and the secrets passed again continue it."""
+    from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
+    from raydra import jobs_record, launcher
+    from raydra.errors import RaydraError
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(launcher, "_prepare_app_jobs", lambda multirun, jobs: [setattr(job, "share", 1.0) for job in jobs])
+    monkeypatch.setattr(launcher, "_leave_joined_cluster", lambda: None)
+    monkeypatch.setattr(launcher, "_start", stopped)
+    monkeypatch.setattr(sys, "argv", ["app.py"])
+    sweep_dir = tmp_path / "m"
+    typed = [PLANTED[1], NESTED_PLANTED[0], "x=1,2"]
+    sweep_dir.mkdir()
+    # As Hydra's sweeper leaves it before the launcher is called: the secrets in its config and overrides.
+    hydra_node = {"overrides": {"task": typed}, "job": {"override_dirname": ",".join(typed)}}
+    (sweep_dir / "multirun.yaml").write_text(yaml.safe_dump({"logger": {"wandb": {"api_key": LOGGER_SECRET}}, "hydra": hydra_node}))
+
+    def multirun(*secrets: str, resume: bool = False):
+        settings = RaydraLauncherConf(resume=resume)
+        runs = launcher.Multirun(sweep_dir=sweep_dir, settings=settings, raydra_runs=False, typed=typed)
+        jobs = [launcher.Job(num=n, overrides=[*secrets, f"x={n + 1}"], cfg=OmegaConf.create({}), dir=sweep_dir / str(n)) for n in range(2)]
+        return runs, jobs
+
+    runs, jobs = multirun(PLANTED[1], NESTED_PLANTED[0])
+    with pytest.raises(KeyboardInterrupt):
+        launcher.run_jobs(runs, jobs)
+    launcher.report(runs, jobs)
+    out = capsys.readouterr()
+    record = jobs_record.read(sweep_dir)
+    command = launcher.continue_command(runs)
+    assert command == (
+        "python app.py -m '+logger.wandb.api_key=***' 'ray.runtime_env={env_vars:{MY_API_TOKEN:***,OMP_NUM_THREADS:\"1\"}}' "
+        f"x=1,2 hydra.sweep.dir={sweep_dir} hydra.launcher.resume=true"
+    )
+    left_out = "*** stands for a secret, which nothing records: put each back in its place (+logger.wandb.api_key, ray.runtime_env) before running it"
+    assert f"  {command}\n  {left_out}\n" in out.out
+    assert record.status == "interrupted" and record.error.endswith(f"{command}; {left_out}")
+    assert yaml.safe_load((sweep_dir / "multirun.yaml").read_text())["logger"]["wandb"]["api_key"] == MASK
+    found = [line for line in (out.out + out.err).splitlines() if any(s in line for s in SECRETS)]
+    found += [p.name for p in sweep_dir.rglob("*") if p.is_file() and any(s.encode() in p.read_bytes() for s in SECRETS)]
+    assert found == []
+
+    # The command as printed: *** is no secret, and it would pass as one (the record compares masked).
+    runs, jobs = multirun("+logger.wandb.api_key=***", NESTED_PLANTED[0], resume=True)
+    with pytest.raises(RaydraError, match=r"\+logger.wandb.api_key=\*\*\* holds \*\*\*, which raydra records in place of a secret"):
+        launcher.run_jobs(runs, jobs)
+    assert jobs_record.read(sweep_dir) == record  # refused: the record as it was
+    # With the secrets given again, it continues.
+    runs, jobs = multirun(PLANTED[1], NESTED_PLANTED[0], resume=True)
+    with pytest.raises(KeyboardInterrupt):
+        launcher.run_jobs(runs, jobs)
+    assert [r.from_status for r in jobs_record.read(sweep_dir).resumed] == ["interrupted"]
