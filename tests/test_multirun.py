@@ -36,14 +36,28 @@ def _placement_group_cleaners(address: str) -> int:
     return int(done.stdout.split("CLEANERS ")[-1])
 
 
+# Secrets a multirun is given: an override's value, and inside the values of a task's and a Hydra override.
+SECRETS = {"key": "mrKey5150abc", "nested": "mrNested6160", "hook": "mrHook7170"}
+WITH_SECRETS = (
+    f"+logger.wandb.api_key={SECRETS['key']}",
+    f"ray.runtime_env={{env_vars: {{MY_API_TOKEN: {SECRETS['nested']}}}}}",
+    f"++hydra.job.env_set={{HOOK_AUTH: {SECRETS['hook']}}}",
+)
+
+
 @pytest.mark.e2e
 def test_jobs_run_side_by_side_as_the_cluster_allows_and_a_failed_job_stops_no_other(ray_cluster, tmp_path):
     # lr=-1 fails on the worker (the optimizer refuses it), after the job has started.
     one_fails = ("model.optimizer.lr=1e-3,-1,3e-3", "logger=[csv,wandb]", "logger.wandb.mode=disabled")
     cleaners = _placement_group_cleaners(ray_cluster)
-    done = run_train("-m", *SMALL_JOB, *one_fails, outputs=tmp_path, address=ray_cluster)
+    done = run_train("-m", *SMALL_JOB, *one_fails, *WITH_SECRETS, outputs=tmp_path, address=ray_cluster)
     out = done.stdout + done.stderr
     assert done.returncode == 1, out
+    # No secret on the console or in any file of the multirun (multirun.yaml, multirun.log, jobs.json,
+    # each job's records and logs); where they were, *** says so.
+    assert [line for line in out.splitlines() if any(s in line for s in SECRETS.values())] == []
+    assert [p for p in tmp_path.rglob("*") if p.is_file() and any(s.encode() in p.read_bytes() for s in SECRETS.values())] == []
+    assert "every job  " in done.stdout and "ray.runtime_env={env_vars:{MY_API_TOKEN:***}}" in done.stdout
     jobs = run_dirs(tmp_path, kind="sweeps")
     assert [p.name for p in jobs] == ["0", "1", "2"]
     sweep_dir = jobs[0].parent
@@ -70,6 +84,13 @@ def test_jobs_run_side_by_side_as_the_cluster_allows_and_a_failed_job_stops_no_o
     table = subprocess.run([sys.executable, "-m", "raydra", "compare", str(sweep_dir)], capture_output=True, text=True, check=True).stdout
     assert table.strip() in done.stdout
     assert "1 of 3 jobs did not complete: #1 (model.optimizer.lr=-1) failed" in done.stdout
+    # The command that continues it shows where each secret goes, and says to put it back.
+    (command,) = [line.strip() for line in done.stdout.splitlines() if "hydra.launcher.resume=true" in line]
+    assert "'+logger.wandb.api_key=***'" in command and "'++hydra.job.env_set={HOOK_AUTH:***}'" in command, command
+    assert (
+        "*** stands for a secret, which nothing records: put each back in its place (+logger.wandb.api_key, ray.runtime_env, "
+        in done.stdout
+    )
     assert "multirun job #1 (model.optimizer.lr=-1) failed" in done.stderr
     assert "Traceback" not in done.stderr  # one sentence per failed job, as Hydra prints a compact error
     assert "[0] completed in" in done.stdout and "best val/acc" in done.stdout

@@ -21,7 +21,8 @@ from raydra import batch_system
 from raydra.errors import RaydraError
 from raydra.multirun_job import JobFailed, JobSettings
 from raydra.project import shadowed_configs
-from raydra.redact import masked_stderr, redact
+from raydra.redact import masked_stderr, redact, redact_yaml
+from raydra.run_record import MULTIRUN_CONFIG
 
 log = logging.getLogger("raydra")
 
@@ -141,6 +142,10 @@ def main(cfg: DictConfig) -> Optional[float]:
     multirun = hydra.mode == RunMode.MULTIRUN
     # raydra's launcher's settings for this job, if it is one of its jobs: its process is its own.
     job = JobSettings.take() if multirun else None
+    if multirun and job is None:
+        # Another launcher's job (hydra/launcher=basic): Hydra's sweeper wrote the multirun's config
+        # with the command's secrets in it, which raydra's launcher masks before its jobs start.
+        redact_yaml(Path(hydra.sweep.dir) / MULTIRUN_CONFIG)
     allocation = batch_system.named(cfg.ray.address) or (batch_system.current() if job and job.time_limit_notice else None)
     if allocation:
         # SLURM's time-limit notice (SIGUSR1) from here on: noted and acted on, where by default it

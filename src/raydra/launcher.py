@@ -43,8 +43,8 @@ from raydra.jobs_record import JobsRecord
 from raydra.lifecycle import COMPLETED, FAILED, INTERRUPTED, Ending, Lifecycle
 from raydra.multirun_job import JobFailed, JobSettings
 from raydra.record import RunRecord
-from raydra.redact import SecretsFilter
-from raydra.run_record import CONSOLE, JOBS_RECORD, MULTIRUN_LOG
+from raydra.redact import SecretsFilter, redact, redact_yaml, stands_for_a_secret
+from raydra.run_record import CONSOLE, JOBS_RECORD, MULTIRUN_CONFIG, MULTIRUN_LOG
 from raydra.schema import data_loader
 
 log = logging.getLogger("raydra")
@@ -98,7 +98,7 @@ class Job:
     value: Any = None  # a kept job's recorded return value
     metric: Optional[float] = None
     monitor: Optional[str] = None
-    shown: List[str] = field(default_factory=list)  # its overrides that tell it from the other jobs
+    shown: List[str] = field(default_factory=list)  # its overrides that tell it from the other jobs, masked
     trained: bool = False  # a raydra run whose summary.json holds its outcome: its workers are gone
 
     @property
@@ -110,12 +110,17 @@ def run_jobs(multirun: Multirun, jobs: List[Job]) -> List[Job]:
     """Run a multirun's `jobs` (composed by the plugin, each with its payload) side by side, each in its
     own process; returns them with their outcome.
     Raises RaydraError, before any job starts, if one of them cannot run."""
+    # Hydra's sweeper wrote the multirun's config before this batch came: a secret the command
+    # carries is there three times (its config, hydra.overrides, override_dirname).
+    redact_yaml(multirun.sweep_dir / MULTIRUN_CONFIG)
     if not jobs:
         return jobs
-    # Lines name a job by what sets it apart: the overrides all jobs share are said once.
-    common = set.intersection(*(set(j.overrides) for j in jobs)) if len(jobs) > 1 else set()
+    # Lines name a job by what sets it apart: the overrides all jobs share are said once. Masked
+    # here, where the words are chosen: a line goes on after them (`#1 (...) cannot run, ...`),
+    # and the filter on the console cannot tell where an override's value ends.
+    common = _shared(jobs)
     for job in jobs:
-        job.shown = [o for o in job.overrides if o not in common]
+        job.shown = [redact(o) for o in job.overrides if o not in common]
     started = time.time()
     life: Lifecycle
 
@@ -142,7 +147,7 @@ def run_jobs(multirun: Multirun, jobs: List[Job]) -> List[Job]:
 
     with _console(multirun.sweep_dir):
         try:
-            with Lifecycle(settle, continue_with=lambda: continue_command(multirun)) as life:
+            with Lifecycle(settle, continue_with=lambda: _how_to_continue(multirun)) as life:
                 _prepare(multirun, jobs, life)
                 # A raydra multirun's connect took them already; another app's jobs' Ray was joined
                 # without it (or none is, when every job was kept).
@@ -153,6 +158,11 @@ def run_jobs(multirun: Multirun, jobs: List[Job]) -> List[Job]:
             if not multirun.raydra_runs:
                 _leave_joined_cluster()
     return jobs
+
+
+def _shared(jobs: List[Job]) -> set:
+    """The overrides every one of several jobs has."""
+    return set.intersection(*(set(j.overrides) for j in jobs)) if len(jobs) > 1 else set()
 
 
 def _prepare(multirun: Multirun, jobs: List[Job], life: Lifecycle) -> None:
@@ -174,7 +184,7 @@ def _prepare(multirun: Multirun, jobs: List[Job], life: Lifecycle) -> None:
     if not to_run:
         log.info(f"multirun: all {len(jobs)} jobs of this batch completed before; none runs again\n  dir  {multirun.sweep_dir}")
         return
-    common = [o for o in jobs[0].overrides if o not in jobs[0].shown]
+    common = [redact(o) for o in jobs[0].overrides if o in _shared(jobs)]
     fit = math.floor(1 / max(j.share for j in to_run) + 1e-9)
     cap = f"hydra.launcher.max_concurrent={max_concurrent}" if max_concurrent else "cap it with hydra.launcher.max_concurrent=N"
     kept = len(jobs) - len(to_run)
@@ -192,8 +202,6 @@ def _take_over_record(multirun: Multirun, jobs: List[Job]) -> None:
     (hydra.launcher.resume=true), and only with the same jobs; what it completed is kept. Not asked
     to, the multirun starts afresh there, as under Hydra's basic launcher, except over a raydra
     run's record, which is never overwritten."""
-    from raydra.redact import redact
-
     recorded = _read_record(multirun.sweep_dir)
     # SLURM runs a requeued job's batch script again: the multirun it started continues.
     resume = multirun.settings.resume or bool(recorded and batch_system.requeued())
@@ -220,10 +228,17 @@ def _take_over_record(multirun: Multirun, jobs: List[Job]) -> None:
         before = recorded.job(job.num) if recorded else None
         if before is None:
             continue
+        masks = [o for o in job.overrides if stands_for_a_secret(o)]
+        if masks:
+            # The record compares secrets masked, so *** would pass as the secret it stands for.
+            raise RaydraError(
+                f"hydra.launcher.resume=true: {masks[0]} holds ***, which raydra records in place of a secret; "
+                "pass the secret itself in its place: the jobs continue with what this command gives them."
+            )
         if before.overrides != redact(job.overrides) or before.dir is None or Path(before.dir) != job.dir:
             raise RaydraError(
                 f"hydra.launcher.resume=true: job #{job.num} of {multirun.sweep_dir} ran with {' '.join(before.overrides) or 'no overrides'} "
-                f"in {before.dir}, not {' '.join(job.overrides) or 'no overrides'} in {job.dir}; resume with the command that started it."
+                f"in {before.dir}, not {' '.join(redact(job.overrides)) or 'no overrides'} in {job.dir}; resume with the command that started it."
             )
         run = _summary(job) if multirun.raydra_runs else None
         status = run.status if run else before.status
@@ -754,22 +769,44 @@ def report(multirun: Multirun, jobs: List[Job]) -> None:
             log.info(f"all {len(jobs)} jobs completed{then}")
             return
         log.info(f"{len(bad)} of {len(jobs)} jobs did not complete: " + ", ".join(f"{j.label} {j.status}" for j in bad))
+        left_out = secrets_left_out(multirun)
         log.info(
             "continue the multirun (completed jobs are kept, the others run again"
             + (", a run from its last checkpoint" if multirun.raydra_runs else "")
             + f") with:\n  {continue_command(multirun)}"
+            + (f"\n  {left_out}" if left_out else "")
         )
 
 
 def continue_command(multirun: Multirun) -> str:
-    """This multirun's command line as typed, pointed at its sweep directory, with resume on."""
+    """This multirun's command line as typed, pointed at its sweep directory, with resume on; each
+    secret in it shown as *** (secrets_left_out says so)."""
     script = sys.argv[0]
     shown = script if " " in script else f"python {os.path.relpath(script)}"
-    # hydra.mode=MULTIRUN is Hydra's own record of -m.
-    kept = [o for o in multirun.typed if not o.lstrip("+~").startswith(("hydra.sweep.dir=", "hydra.launcher.resume=", "hydra.mode="))]
+    kept = [redact(o) for o in _typed_to_continue(multirun)]
     return " ".join(
         [shown, "-m", *(shlex.quote(o) for o in kept), shlex.quote(f"hydra.sweep.dir={multirun.sweep_dir}"), "hydra.launcher.resume=true"]
     )
+
+
+def secrets_left_out(multirun: Multirun) -> Optional[str]:
+    """The sentence that goes with continue_command when it shows *** for a secret: nothing records
+    a secret, so the user gives it again (resume refuses *** in its place, raydra.redact.stands_for_a_secret)."""
+    held = [o for o in _typed_to_continue(multirun) if redact(o) != o]
+    if not held:
+        return None
+    keys = ", ".join(o.split("=", 1)[0] for o in held)
+    return f"*** stands for a secret, which nothing records: put each back in its place ({keys}) before running it"
+
+
+def _how_to_continue(multirun: Multirun) -> str:
+    """An interrupted record's command, and the sentence on its secrets, if it has any."""
+    return "; ".join(filter(None, (continue_command(multirun), secrets_left_out(multirun))))
+
+
+def _typed_to_continue(multirun: Multirun) -> List[str]:
+    # hydra.mode=MULTIRUN is Hydra's own record of -m.
+    return [o for o in multirun.typed if not o.lstrip("+~").startswith(("hydra.sweep.dir=", "hydra.launcher.resume=", "hydra.mode="))]
 
 
 @contextmanager

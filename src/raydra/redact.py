@@ -14,6 +14,12 @@ Key and token are different: their letters sit inside ordinary words (model.part
 keyframes, monkey), a plural names a count or a list (max_tokens, exclude_keys), a first word names
 a part (key_dim, token_dropout), and a tokenizer's special tokens (pad_token, eos_token) name
 vocabulary entries. Masking those would hide the config and make resume= refuse an unchanged run.
+
+An override is masked by the same rule at any depth of its value: all of it when its own name names
+a secret (`+logger.wandb.api_key=...`), else each value under a secret-named key of a dict inside it
+(`ray.runtime_env={env_vars: {MY_API_TOKEN: ...}}`), read with Hydra's override grammar and written
+back in it, so that the masked override means what it did with *** for each secret. Text that is
+no override in that grammar (a log line that goes on after one) has such entries masked as text.
 """
 
 import contextlib
@@ -23,11 +29,12 @@ import re
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Iterator, List
+from typing import Any, Iterator, List, Optional
 
 import yaml
 
 from raydra.run_record import HYDRA_DIR
+from raydra.storage import replacing
 
 MASK = "***"
 # Shorter values (e.g. "1" in SOME_KEY=1) are flags, not secrets, and would mask half the text.
@@ -42,12 +49,25 @@ CASE_CHANGE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 # of them (Hydra's override_dirname: `+a=1,+logger.wandb.api_key=...,b=2`), or of a printed Python
 # list (Hydra's "Error executing job with overrides: ['a=1', '+logger.wandb.api_key=...']"). The
 # value runs up to the next item (a comma or space, then another `name=`, each maybe quoted) or the
-# end of the line (a closing quote and bracket left out).
+# end of the line (a closing quote, and the list's bracket after it, left out: a bracket alone is
+# the value's own, `hooks=[...]`).
 ASSIGNMENT = re.compile(
     r"(?:^|(?<=[,\s'\"\[]))(?P<name>[+~]{0,2}[A-Za-z_][\w.\-/@]*)=(?P<value>.*?)"
-    r"(?=['\"]?[,\s]+['\"]?[+~]{0,2}[A-Za-z_][\w.\-/@]*=|['\"]?\]?$)",
+    r"(?=['\"]?[,\s]+['\"]?[+~]{0,2}[A-Za-z_][\w.\-/@]*=|(?:['\"]\]?)?$)",
     re.MULTILINE,
 )
+
+# `key:` of a dict written in an override's value (`{env_vars: {MY_API_TOKEN: x}}`): only a value
+# that has one named like a secret is parsed (Hydra's parser takes about a millisecond an override).
+# The grammar quotes no key: what a quoted string holds (up to its close, or the end of a value a
+# line cut short) is a string's text.
+DICT_KEY = re.compile(r"(?P<key>[^\s{}\[\],:'\"=()]+)\s*:")
+QUOTED = re.compile(r"'(?:\\.|[^'\\])*(?:'|$)|\"(?:\\.|[^\"\\])*(?:\"|$)")
+# The same, as an entry of a dict in text the grammar cannot read: after `{` or `,`.
+DICT_ENTRY = re.compile(r"(?<=[{,])\s*(?P<key>[^\s{}\[\],:'\"=()]+)\s*:\s*")
+# A string Hydra's grammar reads back as that string when written bare; others are written quoted.
+BARE = re.compile(r"[A-Za-z_][\w\-./]*")
+NOT_BARE = {"null", "true", "false", "inf", "nan"}  # words the grammar reads as other types
 
 # A storage URI's credentials: query options (`s3://b/p?access_key=...&secret_key=...`, pyarrow's
 # names) and user info (`s3://ACCESS:SECRET@bucket/p`).
@@ -102,9 +122,145 @@ def _masked(key: Any, value: Any) -> bool:
 
 
 def _mask_assignment(match: re.Match) -> str:
-    if match["value"] and names_a_secret(match["name"]):
-        return f"{match['name']}={MASK}"
+    name, value = match["name"], match["value"]
+    if not value:
+        return match[0]
+    if names_a_secret(name):
+        return f"{name}={MASK}"
+    if any(names_a_secret(key) for key in DICT_KEY.findall(QUOTED.sub("''", value))):
+        return f"{name}={_mask_inside(name, value)}"
     return match[0]
+
+
+def _mask_inside(name: str, value: str) -> str:
+    """An override's value with the values under secret-named keys inside it masked."""
+    override = _parsed(f"{name}={value}")
+    if override is None:
+        return _mask_entries(value)
+    from hydra.core.override_parser.types import ChoiceSweep
+
+    parsed = override.value()
+    if isinstance(parsed, ChoiceSweep):
+        # A sweep over dicts (`a={token: x},{token: y}`): each choice masked, the sweep kept.
+        choices = [_masked_element(_plain(choice)) for choice in parsed.list]
+        if choices == [_plain(choice) for choice in parsed.list]:
+            return value
+        return _sweep_text(parsed, choices)
+    masked = _masked_element(parsed)
+    # Range and interval sweeps hold numbers, a glob names options: nothing in them is masked.
+    return value if masked == parsed else _text(masked)
+
+
+def _parsed(override: str) -> Any:
+    """`override` read by Hydra's own grammar, or None where it is no override in it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        return OverridesParser.create().parse_override(override)
+    except HydraException:
+        return None
+
+
+def _plain(value: Any) -> Any:
+    """A parsed element with its quoted strings as plain strings (what Override.value() gives an element)."""
+    from hydra.core.override_parser.types import QuotedString
+
+    if isinstance(value, QuotedString):
+        return value.text
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _masked_element(value: Any) -> Any:
+    """The config rule, on a value given in an override: a value under a secret-named key is ***."""
+    if isinstance(value, dict):
+        return {k: MASK if _masked(k, v) else _masked_element(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked_element(v) for v in value]
+    return value
+
+
+def _text(value: Any) -> str:
+    """`value` written in Hydra's override grammar, compact as Hydra's sweepers write a job's
+    overrides; it reads back as the same value (a string that would read as another type, or that
+    holds quotes or characters the grammar keeps for itself, is quoted)."""
+    from hydra.core.override_parser.types import Quote, QuotedString, Transformer
+
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{Transformer.str(k)}:{_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_text(v) for v in value) + "]"
+    if isinstance(value, str) and value != MASK and not (BARE.fullmatch(value) and value.lower() not in NOT_BARE):
+        return QuotedString(text=value, quote=Quote.double).with_quotes()
+    return Transformer.str(value)
+
+
+def _sweep_text(sweep: Any, choices: List[Any]) -> str:
+    """A choice sweep over `choices`, in the form it was given (`a,b` or `choice(a,b)`), shuffled and tagged as it was."""
+    text = ",".join(_text(choice) for choice in choices)
+    if not sweep.simple_form:
+        text = f"choice({text})"
+    if sweep.shuffle:
+        text = f"shuffle({text})"
+    if sweep.tags:
+        text = f"tag({','.join(_text(tag) for tag in sorted(sweep.tags))},{text})"
+    return text
+
+
+def _mask_entries(text: str) -> str:
+    """`key: value` entries of dicts in `text` that the grammar cannot read (an override's value
+    and the words after it on a line), each value under a secret-named key masked: a quoted string,
+    a bracketed dict or list, or what runs up to the next `,`, `}` or `]`."""
+    masked, done = [], 0
+    for entry in DICT_ENTRY.finditer(text):
+        if entry.start() < done or not names_a_secret(entry["key"]):
+            continue
+        end = _value_end(text, entry.end())
+        held = text[entry.end() : end].strip()
+        if held and held.lower() not in ("null", "true", "false", "''", '""'):
+            masked.append(text[done : entry.end()] + MASK)
+            done = end
+    return "".join(masked) + text[done:]
+
+
+def _value_end(text: str, start: int) -> int:
+    """Where the value that begins at `start` in `text` ends."""
+    closing = {"{": "}", "[": "]"}
+    depth, quote, i = 0, None, start
+    while i < len(text):
+        char = text[i]
+        if quote:
+            if char == "\\":
+                i += 1
+            elif char == quote:
+                quote = None
+                if depth == 0:
+                    return i + 1
+        elif char in "'\"":
+            quote = char
+        elif char in closing:
+            depth += 1
+        elif char in "}]" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        elif char in ",}]\n" and depth == 0:
+            return i
+        i += 1
+    return len(text)
+
+
+def stands_for_a_secret(override: str) -> bool:
+    """Whether `override` holds *** where a secret goes (`api_key=***`, `{env_vars: {HF_TOKEN: ***}}`):
+    copied from a record, which holds the mask in place of each secret, it would pass *** as one."""
+    # A word in the mask's place is masked by the rule exactly where a secret would be.
+    placeholder = "raydraMaskedSecret"
+    override = override.replace(MASK, placeholder)
+    return redact(override, []).count(placeholder) < override.count(placeholder)
 
 
 class SecretsFilter(logging.Filter):
@@ -152,8 +308,19 @@ def redact_hydra_records(run_dir: Path) -> None:
     """Hydra writes .hydra/{config,overrides,hydra}.yaml before raydra runs; mask secrets there too."""
     secrets = secret_values()
     for path in Path(run_dir, HYDRA_DIR).glob("*.yaml"):
-        text = path.read_text()
-        data = yaml.safe_load(text)
-        cleaned = redact(data, secrets)
-        if cleaned != data:
-            path.write_text(yaml.safe_dump(cleaned, sort_keys=False))
+        redact_yaml(path, secrets)
+
+
+def redact_yaml(path: Path, secrets: Optional[List[str]] = None) -> None:
+    """A YAML record Hydra wrote (.hydra/*.yaml, a multirun's multirun.yaml), rewritten masked if it
+    holds a secret; left as it is otherwise, or where there is none."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return
+    data = yaml.safe_load(text)
+    cleaned = redact(data, secret_values() if secrets is None else secrets)
+    if cleaned != data:
+        # Whole or not at all: the jobs of another launcher may read it as it is rewritten.
+        with replacing(Path(path)) as tmp:
+            Path(tmp).write_text(yaml.safe_dump(cleaned, sort_keys=False))

@@ -67,6 +67,7 @@ BEST_CHECKPOINT = "best_checkpoint.ckpt"
 # outcome, rewritten as each job ends; in each job's directory, the job process's console output.
 MULTIRUN_LOG = "multirun.log"
 JOBS_RECORD = "jobs.json"
+MULTIRUN_CONFIG = "multirun.yaml"  # Hydra's: the multirun's config, written by its sweeper before any job
 CONSOLE = "console.log"
 # A run or multirun that `raydra submit` sent to SLURM: its batch script, and the job's output, one
 # file per SLURM job id (sbatch's %j), every attempt of a requeued job appended to it. Beside them in
