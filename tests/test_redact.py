@@ -275,7 +275,7 @@ def _leaks(done, outputs) -> list:
 
 def test_a_run_refused_at_start_up_prints_and_writes_its_secrets_masked(train_here, tmp_path):
     # A storage that cannot be written: the driver refuses it, quoting the URI, before Ray starts.
-    done = train_here("scale.num_workers=1", "logger=csv", *PLANTED, *NESTED_PLANTED, outputs=tmp_path)
+    done = train_here("scale.num_workers=1", "logger=csv", PLANTED[0], *NESTED_PLANTED, outputs=tmp_path)
     assert done.returncode == 1 and "storage cannot be written" in done.stdout
     assert "secret_key=***" in done.stdout and "secret_key=***" in next(tmp_path.rglob("driver.log")).read_text()
     assert _leaks(done, tmp_path) == []
@@ -290,6 +290,10 @@ def test_a_run_refused_at_start_up_prints_and_writes_its_secrets_masked(train_he
     assert yaml.safe_load((run / "summary.json").read_text())["overrides"] == recorded
     hydra_overrides = yaml.safe_load((run / ".hydra" / "hydra.yaml").read_text())["hydra"]["overrides"]["hydra"]
     assert {"RAYDRA_PROBE": "x", "HOOK_AUTH": MASK} in [_value_of(o) for o in hydra_overrides]
+    # A W&B key given as logger.wandb.api_key: refused by its name, before anything is written of it.
+    done = train_here("scale.num_workers=1", PLANTED[1], outputs=tmp_path / "key")
+    assert done.returncode == 1 and "logger.wandb.api_key cannot be set: set the WANDB_API_KEY environment variable" in done.stdout
+    assert _leaks(done, tmp_path / "key") == []
 
 
 @pytest.mark.parametrize("launcher", ["raydra", "basic"])
@@ -317,11 +321,11 @@ def test_a_run_failing_mid_run_prints_and_writes_its_secrets_masked(train_here, 
     # Hydra reports itself, quoting the job's overrides.
     failing = ("callbacks=early_stopping", "callbacks.early_stopping.monitor=val/nothing", "trainer.max_epochs=1")
     failing += ("trainer.limit_train_batches=2", "trainer.limit_val_batches=1")
-    done = train_here("scale.num_workers=0", "logger=[csv,wandb]", PLANTED[1], *NESTED_PLANTED, *failing, outputs=tmp_path)
+    done = train_here("scale.num_workers=0", "logger=[csv,wandb]", *NESTED_PLANTED, *failing, outputs=tmp_path)
     assert done.returncode == 1 and "Error executing job with overrides" in done.stderr
     (summary,) = tmp_path.rglob("summary.json")
     assert "Early stopping conditioned on metric `val/nothing`" in yaml.safe_load(summary.read_text())["error"]
-    assert f"+logger.wandb.api_key={MASK}" in done.stderr
+    assert f"ray.runtime_env={{env_vars:{{MY_API_TOKEN:{MASK}" in done.stderr
     assert _leaks(done, tmp_path) == []
 
 
