@@ -10,7 +10,18 @@ import psutil
 import pytest
 import yaml
 from conftest import run_train, summary_of
-from helpers import EPOCHS, EVERY_STEP, RUN, epochs_with_val, logged_steps, resumed_at, start_train, wait_for_checkpoint, worker_pids
+from helpers import (
+    EPOCHS,
+    EVERY_STEP,
+    RUN,
+    epochs_with_val,
+    logged_steps,
+    resumed_at,
+    start_train,
+    tensorboard_of,
+    wait_for_checkpoint,
+    worker_pids,
+)
 
 from raydra.checkpoints import checkpoint_meta
 
@@ -22,8 +33,9 @@ SECRET = "s3cr3t-value-9f2c"
 def test_a_worker_killed_after_a_mid_epoch_checkpoint_resumes_inside_the_epoch_on_the_same_batches(ray_cluster, reference, tmp_path):
     # 40 steps an epoch: every checkpoint but the last falls inside an epoch.
     driver = start_train(
-        *EVERY_STEP, "failure.max_failures=1", f"checkpoint.every_n_steps={EVERY_N_STEPS}", outputs=tmp_path, address=ray_cluster
-    )
+        *EVERY_STEP, "failure.max_failures=1", f"checkpoint.every_n_steps={EVERY_N_STEPS}", "logger=[csv,tensorboard]",
+        outputs=tmp_path, address=ray_cluster,
+    )  # fmt: skip
     run_dir = wait_for_checkpoint(tmp_path, driver)
     _kill_worker(worker_pids(run_dir)[0])
     out, _ = driver.communicate(timeout=300)
@@ -39,6 +51,11 @@ def test_a_worker_killed_after_a_mid_epoch_checkpoint_resumes_inside_the_epoch_o
     # Each epoch validated once, and every logged step once, in order: none trained twice or skipped.
     assert epochs_with_val(run_dir) == list(range(EPOCHS))
     assert logged_steps(run_dir) == logged_steps(Path(reference["run_dir"]))
+    # TensorBoard's reader sees the same: one directory, every step once (what the killed group
+    # logged after its checkpoint is purged), and each epoch's validation once.
+    scalars, _ = tensorboard_of(run_dir)
+    assert [step for step, _ in scalars["train/loss_step"]] == logged_steps(run_dir)
+    assert len(scalars["val/acc"]) == EPOCHS
     # The rest of the interrupted epoch trained on the batches an uninterrupted run trains on, in
     # the same order, with the same RNG: the same weights, so the same validation loss.
     assert summary["metrics"]["final"]["val/loss"] == pytest.approx(reference["metrics"]["final"]["val/loss"], rel=1e-4)
