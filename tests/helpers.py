@@ -119,6 +119,31 @@ def epochs_with_val(run_dir: Path) -> list:
     return [int(r["epoch"]) for r in rows if r.get("val/acc")]
 
 
+def tensorboard_of(run_dir: Path) -> Tuple[dict, dict]:
+    """The run's TensorBoard record as TensorBoard's own reader (EventAccumulator) sees it, from the
+    one directory under tensorboard/, named after the run id: every scalar tag's [(step, value)],
+    and the hyperparameters of its HPARAMS entry ({} without one)."""
+    from google.protobuf.json_format import MessageToDict
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import metadata, plugin_data_pb2
+
+    directories = list((run_dir / "tensorboard").iterdir())
+    assert [d.name for d in directories] == [json.loads((run_dir / "summary.json").read_text())["run_id"]], directories
+    accumulator = EventAccumulator(str(directories[0]))
+    accumulator.Reload()
+    scalars = {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]}
+    try:
+        content = accumulator.SummaryMetadata(metadata.SESSION_START_INFO_TAG).plugin_data.content
+    except KeyError:
+        return scalars, {}
+    return scalars, MessageToDict(plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info)["hparams"]
+
+
+def running_best(values: list, mode: str) -> list:
+    best = max if mode == "max" else min
+    return [best(values[: i + 1]) for i in range(len(values))]
+
+
 # ---------------------------------------------------------------------------------------------
 # W&B's files, read with W&B's own reader
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import REPO, bare_trainer, run_dirs, summary_of
-from helpers import raydra_train
+from helpers import raydra_train, tensorboard_of
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf, open_dict
@@ -158,17 +158,17 @@ def test_the_template_project_trains_on_two_workers_with_its_callbacks_and_logge
 @pytest.mark.e2e
 def test_tensorboard_and_mlflow_hold_the_run_as_their_own_readers_see_it(trained):
     from mlflow.tracking import MlflowClient
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run_dir, _ = trained
     summary = summary_of(run_dir)
-    (events,) = {p.parent for p in (run_dir / "tensorboard").glob("version_*/events.out.tfevents.*")}
-    accumulator = EventAccumulator(str(events))
-    accumulator.Reload()
-    scalars = set(accumulator.Tags()["scalars"])
-    assert {"val/acc", "val/loss", "train/loss", "lr-Adam"} <= scalars, scalars
-    (val_acc,) = accumulator.Scalars("val/acc")
-    assert val_acc.value == pytest.approx(summary["metrics"]["final"]["val/acc"], abs=1e-6)
+    scalars, hparams = tensorboard_of(run_dir)
+    assert {"val/acc", "val/loss", "train/loss", "lr-Adam"} <= set(scalars), scalars
+    ((_, val_acc),) = scalars["val/acc"]
+    assert val_acc == pytest.approx(summary["metrics"]["final"]["val/acc"], abs=1e-6)
+    # HPARAMS: the run's config, nested, beside hp_metric, the best of the monitored val/loss (mode min).
+    assert hparams["model/net/lin1_size"] == 64 and hparams["checkpoint/monitor"] == "val/loss"
+    assert scalars["hp_metric"] == scalars["val/loss"]
+    assert scalars["hp_metric"][0][1] == pytest.approx(summary["metrics"]["best"]["val/loss"], abs=1e-6)
 
     client = MlflowClient(tracking_uri=f"sqlite:///{run_dir}/logs/mlflow/mlflow.db")
     (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
@@ -263,7 +263,7 @@ def test_with_storage_what_a_worker_writes_under_the_output_dir_reaches_storage_
     (run_dir,) = run_dirs(tmp_path / "outputs")
     shared = storage / run_dir.relative_to(tmp_path / "outputs")
     for record in (run_dir, shared):
-        assert list(record.glob("tensorboard/version_0/events.out.tfevents.*")), record
+        assert list(record.glob(f"tensorboard/{summary_of(run_dir)['run_id']}/events.out.tfevents.*")), record
         assert json.loads((record / "seen" / "rank_0.json").read_text()) == [0]
 
 

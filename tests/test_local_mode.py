@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import REPO, base_env, run_dirs, run_train, summary_of
-from helpers import held_at_last_epoch
+from helpers import held_at_last_epoch, running_best, tensorboard_of
 
 from raydra.worker.checkpoint_report import LocalCheckpoints
 
@@ -27,7 +28,9 @@ def _val_epochs(run_dir: Path) -> list:
 
 @pytest.mark.e2e
 def test_a_local_mode_run_leaves_the_run_directory_a_ray_run_leaves_without_starting_ray(train_here, tmp_path):
-    done = train_here(*LOCAL, "trainer.max_epochs=3", "checkpoint.num_to_keep=1", outputs=tmp_path)
+    done = train_here(
+        "scale.num_workers=0", "logger=[csv,tensorboard]", "trainer.max_epochs=3", "checkpoint.num_to_keep=1", outputs=tmp_path
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     (run_dir,) = run_dirs(tmp_path)
     summary = summary_of(run_dir)
@@ -57,12 +60,28 @@ def test_a_local_mode_run_leaves_the_run_directory_a_ray_run_leaves_without_star
     assert "GPU available" in (run_dir / "logs" / "worker_0.log").read_text()  # Lightning's notices: the file only
     assert summary["startup"]["to_first_step_s"] > 0
 
+    # Each logger's hyperparameters are the run's config, nested, and nothing else: the digits data
+    # module's save_hyperparameters() (batch_size, num_workers, ...) is not added again at the top.
+    config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
+    hparams = yaml.safe_load((run_dir / "hparams.yaml").read_text())
+    assert set(hparams) == set(config) and hparams["data"]["batch_size"] == config["data"]["batch_size"]
+    scalars, tensorboard_hparams = tensorboard_of(run_dir)
+    assert {key.split("/")[0] for key in tensorboard_hparams} <= set(config)  # (empty nodes, callbacks: {}, are left out)
+    assert "data/num_workers" in tensorboard_hparams and "scale/num_workers" in tensorboard_hparams
+    assert "num_workers" not in tensorboard_hparams and "batch_size" not in tensorboard_hparams
+    # TensorBoard's hp_metric is the best val/acc so far, at each epoch's validation step.
+    val_acc = scalars["val/acc"]
+    assert [step for step, _ in scalars["hp_metric"]] == [step for step, _ in val_acc] and len(val_acc) == 3
+    assert [value for _, value in scalars["hp_metric"]] == running_best([value for _, value in val_acc], "max")
+    assert scalars["hp_metric"][-1][1] == pytest.approx(summary["metrics"]["best"]["val/acc"], abs=1e-6)
+
 
 @pytest.mark.e2e
 def test_sigterm_in_local_mode_records_the_run_interrupted_and_resume_finishes_it_exactly(tmp_path):
     # Held at its last epoch (helpers.held_at_last_epoch) so that the signal finds it training.
     epochs, held = 4, held_at_last_epoch(tmp_path / "release")
-    args = [sys.executable, str(REPO / "train.py"), f"paths.outputs={tmp_path}", *LOCAL, f"trainer.max_epochs={epochs}", *held]
+    local = ("scale.num_workers=0", "logger=[csv,tensorboard]")
+    args = [sys.executable, str(REPO / "train.py"), f"paths.outputs={tmp_path}", *local, f"trainer.max_epochs={epochs}", *held]
     driver = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=base_env())
     deadline = time.time() + 120
     while not list(tmp_path.glob("runs/*/*/checkpoints/*/checkpoint_*/checkpoint.ckpt")):
@@ -78,12 +97,18 @@ def test_sigterm_in_local_mode_records_the_run_interrupted_and_resume_finishes_i
     assert f"resume={run_dir}" in out and "Traceback" not in out
 
     (tmp_path / "release").touch()
-    resumed = run_train(*LOCAL, f"trainer.max_epochs={epochs}", *held, "resume=latest", outputs=tmp_path, timeout=300)
+    resumed = run_train(*local, f"trainer.max_epochs={epochs}", *held, "resume=latest", outputs=tmp_path, timeout=300)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     summary = summary_of(run_dir)
     assert summary["status"] == "completed" and summary["run_id"] == stopped["run_id"] and summary["epochs_completed"] == epochs
     assert "resumed from" in (run_dir / "logs" / "worker_0.log").read_text()
     assert _val_epochs(run_dir) == list(range(epochs))  # every epoch validated once: none retrained, none lost
+    # TensorBoard too: both attempts in the run's one directory, each step once, hp_metric the best so far.
+    scalars, _ = tensorboard_of(run_dir)
+    steps = [step for step, _ in scalars["train/loss_step"]]
+    assert steps == sorted(set(steps)) and len(scalars["val/acc"]) == epochs
+    assert [step for step, _ in scalars["hp_metric"]] == [step for step, _ in scalars["val/acc"]]
+    assert [value for _, value in scalars["hp_metric"]] == running_best([value for _, value in scalars["val/acc"]], "max")
 
 
 @pytest.mark.e2e

@@ -248,6 +248,61 @@ def test_the_csv_writer_replaces_metrics_csv_whole_at_each_save(tmp_path):
     held.close()
 
 
+class _TwoOptimizers(pl.LightningModule):
+    """Manual optimization with two optimizers, as a GAN steps them: two optimizer steps a batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.a, self.b = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+
+    def training_step(self, batch, batch_idx):
+        for optimizer, layer in zip(self.optimizers(), (self.a, self.b)):
+            loss = layer(batch[0]).pow(2).mean()
+            optimizer.zero_grad()
+            self.manual_backward(loss)
+            optimizer.step()
+        self.log("train/loss", loss, on_step=False, on_epoch=True)
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val/loss", self.a(batch[0]).pow(2).mean())
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.a.parameters(), lr=0.1), torch.optim.SGD(self.b.parameters(), lr=0.1)
+
+
+def test_epoch_end_logging_step_is_the_step_an_epochs_end_and_validation_metrics_are_logged_at():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    logged, read = {}, []
+
+    class Steps(pl.loggers.Logger):
+        name, version = "steps", 0
+
+        def log_metrics(self, metrics, step=None):
+            for key in metrics:
+                logged.setdefault(key, []).append(step)
+
+        def log_hyperparams(self, params, *args, **kwargs):
+            pass
+
+    class Read(pl.Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            read.append((private_apis.epoch_end_logging_step(trainer), trainer.global_step))
+
+    loader = DataLoader(TensorDataset(torch.randn(10, 2)), batch_size=2)
+    trainer = bare_trainer(max_epochs=2, logger=Steps(), callbacks=[Read()], num_sanity_val_steps=0)
+    trainer.fit(_TwoOptimizers(), loader, loader)
+    # 5 batches an epoch, two optimizer steps each: global_step is 10 and 20, the logged steps 4 and 9.
+    assert read == [(4, 10), (9, 20)]
+    assert logged["train/loss"] == logged["val/loss"] == [4, 9]
+
+
+def test_tensorboard_logger_keeps_default_hp_metric_as_built(tmp_path):
+    assert private_apis.tensorboard_default_hp_metric(pl.loggers.TensorBoardLogger(str(tmp_path)))
+    assert not private_apis.tensorboard_default_hp_metric(pl.loggers.TensorBoardLogger(str(tmp_path), default_hp_metric=False))
+
+
 # ---------------------------------------------------------------------------------------------
 # Hugging Face
 

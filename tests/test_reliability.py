@@ -19,6 +19,7 @@ from helpers import (
     logged_steps,
     resumed_at,
     start_train,
+    tensorboard_of,
     wait_for_checkpoint,
     worker_pids,
 )
@@ -36,7 +37,7 @@ def test_a_worker_killed_after_a_mid_epoch_checkpoint_resumes_inside_the_epoch_o
         *EVERY_STEP,
         "failure.max_failures=1",
         f"checkpoint.every_n_steps={EVERY_N_STEPS}",
-        "logger=[csv,wandb]",
+        "logger=[csv,wandb,tensorboard]",
         outputs=tmp_path,
         address=ray_cluster,
     )
@@ -55,6 +56,11 @@ def test_a_worker_killed_after_a_mid_epoch_checkpoint_resumes_inside_the_epoch_o
     # Each epoch validated once, and every logged step once, in order: none trained twice or skipped.
     assert epochs_with_val(run_dir) == list(range(EPOCHS))
     assert logged_steps(run_dir) == logged_steps(Path(reference["run_dir"]))
+    # TensorBoard's reader sees the same: one directory, every step once (what the killed group
+    # logged after its checkpoint is purged), and each epoch's validation once.
+    scalars, _ = tensorboard_of(run_dir)
+    assert [step for step, _ in scalars["train/loss_step"]] == logged_steps(run_dir)
+    assert len(scalars["val/acc"]) == EPOCHS
     # The rest of the interrupted epoch trained on the batches an uninterrupted run trains on, in
     # the same order, with the same RNG: the same weights, so the same validation loss.
     assert summary["metrics"]["final"]["val/loss"] == pytest.approx(reference["metrics"]["final"]["val/loss"], rel=1e-4)

@@ -211,7 +211,9 @@ def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_b
         segments = assert_wandb_holds_the_run(trial_dir, summary["status"], retrained_from=retrained)
         # Named for what it sampled, as a trial of its sweep's group.
         sampled = ",".join(f"{k}={v}" for k, v in summary["trial"]["sampled"].items())
-        assert {(s["run"]["name"], s["run"]["job_type"], s["run"]["group"]) for s in segments if s["run"]} == {(sampled, "trial", record.id)}
+        assert {(s["run"]["name"], s["run"]["job_type"], s["run"]["group"]) for s in segments if s["run"]} == {
+            (sampled, "trial", record.id)
+        }
 
     rows = list(csv.DictReader((sweep_dir / "trials.csv").open()))
     assert len(rows) == 4 and {"model.optimizer.lr", "data.batch_size", "val/acc", "status", "wall_s"} <= set(rows[0])

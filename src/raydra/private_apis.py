@@ -647,6 +647,21 @@ def csv_saved(writer: Any) -> None:
     writer.metrics = []
 
 
+def epoch_end_logging_step(trainer: Any) -> int:
+    """The step Lightning logs an epoch's end metrics at, read in on_train_epoch_end: its count of
+    batches that stepped the optimizer, less the one its last batch added (the fit loop takes it off
+    while it logs them, so that they share the step of the epoch's last batch and its validation).
+    Not trainer.global_step, which counts optimizer steps: two a batch for a module with two
+    optimizers under manual optimization. The count has no public handle."""
+    return trainer.fit_loop.epoch_loop._batches_that_stepped - 1
+
+
+def tensorboard_default_hp_metric(logger: Any) -> bool:
+    """Whether a TensorBoardLogger was built with `default_hp_metric=True`, which it keeps only in
+    itself: False is how a user says they log `hp_metric` themselves (Lightning's own advice)."""
+    return bool(logger._default_hp_metric)
+
+
 # ---------------------------------------------------------------------------------------------
 # Hugging Face
 

@@ -130,7 +130,7 @@ class TrainerConfig:
     (raydra.resolve: bf16-mixed or 32-true; cuDNN autotuning on GPU workers) before any worker builds
     its Trainer. The arguments the worker sets from
     other groups or owns (accelerator, devices, strategy, plugins, callbacks, logger, checkpointing,
-    progress bar, model summary, default_root_dir) are not fields: pl.Trainer would refuse the
+    progress bar, model summary, default_root_dir, hyperparameter logging) are not fields: pl.Trainer would refuse the
     duplicate keyword with a TypeError.
     """
 

@@ -3,7 +3,11 @@ and any other Lightning logger by `_target_` (logger=tensorboard, logger=mlflow,
 
 W&B is imported only when a run asks for it, so `logger=csv` runs need no wandb install; the same
 goes for any `_target_` logger's package. Every logger gets the run's config (secrets masked) as
-its hyperparameters, and W&B and MLflow the run's tags.
+its hyperparameters, once, as it is built, and W&B and MLflow the run's tags. Lightning's own
+logging of hyperparameters as a fit starts is off (the worker's Trainer, enable_autolog_hparams):
+it would add the module's and data module's `save_hyperparameters()` values flat at the top level,
+beside the same values under `model.` and `data.` (a top-level `num_workers: 0` beside
+`scale.num_workers: 2`). TensorBoard's directory and hp_metric: raydra.worker.tensorboard.
 """
 
 import contextlib
@@ -41,22 +45,25 @@ def build_loggers(spec: RunSpec, rank: int, resumed_from: Optional[Dict[str, Any
             save_dir=str(run_dir), name="", version="", flush_logs_every_n_steps=settings["csv"].get("flush_logs_every_n_steps", 50)
         )
         _keep_rows_up_to(csv_logger, resumed_from)
+        # Written to hparams.yaml in the run directory at once.
+        csv_logger.log_hyperparams(_logged(spec))
         loggers.append(csv_logger)
     if "wandb" in settings:
         loggers.append(_wandb_logger(spec, settings["wandb"], run_dir))
     for name, node in settings.items():
         if name not in RAYDRA_LOGGERS:
-            loggers.append(_logger_from_config(spec, name, node))
+            loggers.append(_logger_from_config(spec, name, node, resumed_from))
     return loggers
 
 
-def _logger_from_config(spec: RunSpec, name: str, node: Dict[str, Any]) -> Any:
+def _logger_from_config(spec: RunSpec, name: str, node: Dict[str, Any], resumed_from: Optional[Dict[str, Any]] = None) -> Any:
     """logger.<name>: hydra.utils.instantiate of its `_target_`, writing where its settings say (the
     presets: inside the run's record, through ${paths.output_dir} and ${paths.log_dir})."""
     from hydra.utils import get_class, instantiate
 
     from raydra.lightning import pl
     from raydra.worker.contract import check_importable
+    from raydra.worker.tensorboard import arguments as tensorboard_arguments
 
     check_importable(node, f"logger.{name}")
     extra: Dict[str, Any] = {}
@@ -69,8 +76,18 @@ def _logger_from_config(spec: RunSpec, name: str, node: Dict[str, Any]) -> Any:
         extra["tags"] = {**(node.get("tags") or {}), **{str(tag): "" for tag in spec.tags or []}, "raydra.run_id": spec.place.id}
         if not node.get("run_name"):
             extra["run_name"] = spec.place.id
+    tensorboard = issubclass(get_class(node["_target_"]), pl.loggers.TensorBoardLogger)
+    if tensorboard:
+        extra.update(tensorboard_arguments(node, spec.place.id, resumed_from))
     logger = instantiate(node, **extra)
-    logger.log_hyperparams(_logged(spec))
+    if tensorboard:
+        # No metric: Lightning's placeholder hp_metric of -1 is not written; the run's first best
+        # brings its hyperparameters to the HPARAMS view (HpMetric). Saved at once: the directory,
+        # the purge of what an earlier attempt logged after its checkpoint, and hparams.yaml.
+        logger.log_hyperparams(_logged(spec), metrics={})
+        logger.save()
+    else:
+        logger.log_hyperparams(_logged(spec))
     return logger
 
 

@@ -49,6 +49,7 @@ from raydra.worker.loggers import build_loggers
 from raydra.worker.preemption import PreemptionNotice
 from raydra.worker.resumable import Resumable
 from raydra.worker.strategies import build_strategy, check_ray_environment
+from raydra.worker.tensorboard import HpMetric, ModelGraph
 from raydra.worker.throughput import Throughput, model_state_bytes, peak_flops, peak_memory_bytes
 from raydra.worker.watchdog import Heartbeat, Progress, Watchdog
 
@@ -187,7 +188,16 @@ def _train(spec: RunSpec, mirror: WorkerMirror, restored: Optional[str], heartbe
     # The world size is Ray's, at run time: an elastic group ([min, max]) restarts on another size.
     resumable = Resumable(world_size=world_size, elastic=scale.elastic)
     # The contract first: its sentence must come before a callback that trips over the same thing.
-    callbacks = [Contract(monitor=ckpt.monitor), throughput, resumable, report, PlainHyperparameters(model_config, spec.data)]
+    # HpMetric before the report: an epoch's checkpoint keeps the best that epoch logged.
+    callbacks = [
+        Contract(monitor=ckpt.monitor),
+        throughput,
+        resumable,
+        HpMetric(ckpt.monitor, ckpt.mode),
+        report,
+        PlainHyperparameters(model_config, spec.data),
+        ModelGraph(),
+    ]
     if heartbeat:
         # First: its marks come before any other callback's hook can block (and its per-rank step
         # times are logged before the epoch's report).
@@ -219,6 +229,9 @@ def _train(spec: RunSpec, mirror: WorkerMirror, restored: Optional[str], heartbe
         logger=build_loggers(spec, rank, resumed_from=_position_of(restored)) or False,
         # Ray owns checkpointing: TimedReport saves and reports at checkpoint.every_n_epochs/every_n_steps.
         enable_checkpointing=False,
+        # Each logger has the run's config as its hyperparameters (build_loggers); Lightning's own
+        # would add the module's and data module's save_hyperparameters() flat beside it.
+        enable_autolog_hparams=False,
         enable_progress_bar=False,
         enable_model_summary=spec.verbose,
         default_root_dir=str(run_dir),
