@@ -6,7 +6,8 @@ paths.outputs>`: s3://, gs://, NFS, any path) holding Ray's checkpoints and a co
 
     driver                                   storage                         worker node
     run dir/ summary.json, .hydra/,  --push-->  <location>/  <--push--  scratch dir/ metrics.csv,
-             driver.log, logs/ray.log  <-pull--   ...               logs/worker_<rank>.log,
+             driver.log, logs/ray.log, <-pull--   ...               logs/worker_<rank>.log,
+             hf/
              + what workers wrote                                   samples/, pipeline/, wandb/
 
 Each process pushes only the files it writes, and the driver pulls the workers' files while the
@@ -51,6 +52,8 @@ CHECKPOINTS = "checkpoints"
 CHECKPOINT_FILE = "checkpoint.ckpt"
 SAMPLES = "samples"
 PIPELINE = "pipeline"
+# A ViT run's Hugging Face export (raydra.hf_export), written by the driver from the best checkpoint.
+HF_EXPORT = "hf"
 WANDB = "wandb"
 # A tune= sweep's directory: its record, its trials' run directories, Tune's state, the best trial.
 SWEEP = "sweep.json"
