@@ -111,7 +111,7 @@ def test_the_hugging_face_export_is_written_from_the_best_checkpoint_before_the_
         weights = {"net.w": torch.full((2,), float(i)), "loss.x": torch.zeros(1)}
         torch.save({"state_dict": weights}, run_path / f"checkpoint_{i}" / "checkpoint.ckpt")
     result = _result(spec, str(run_path))
-    result.return_value = WorkerOutcome(hf_export=HFExport(config='{"model_type": "vit"}\n', weights={"net.w": "w"}), world_size=2)
+    result.return_value = WorkerOutcome(hf_export=HFExport(config='{"model_type": "vit"}\n', weights=("net.",), strip="net."), world_size=2)
     StandInTrainer.script = lambda trainer: result
     status_as_written = []
     write = hf_export.write

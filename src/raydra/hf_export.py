@@ -42,8 +42,11 @@ class HFExport:
 
     # config.json's text: the Hugging Face config of the model as it was built, with the data's class names.
     config: str
-    # The module's weight names (as its checkpoints hold them) -> their names in the export.
-    weights: Dict[str, str]
+    # Which of the module's weights the export holds, by the start of their names in its checkpoints
+    # (read there, on the driver: a sharded module's rank 0 would gather them to learn the names),
+    # and what is taken off those names in the export.
+    weights: Tuple[str, ...]
+    strip: str = ""
     # raydra.models files the export carries for trust_remote_code (config.json's auto_map names them).
     code: Tuple[str, ...] = ()
     # preprocessor_config.json's settings, or None when the data module does not say how it prepares images.
@@ -61,14 +64,13 @@ def write(export: HFExport, checkpoint: str, run_dir: Path, storage_location: Op
     with tempfile.TemporaryDirectory(prefix="raydra-export-") as scratch:
         # The run's own checkpoint, written moments ago: trusted as resume= trusts it.
         state = state_dict(fetch(checkpoint, scratch), trusted=True)
-    missing = [name for name in export.weights if name not in state]
-    if missing:
-        raise RaydraError(
-            f"{checkpoint} holds no {missing[0]}, which the run's Hugging Face export needs; "
-            "set model.export_hf=false to train without the export."
-        )
     # safetensors stores each tensor whole and alone: a view of a larger one is copied out.
-    tensors = {name: state[key].contiguous() for key, name in export.weights.items()}
+    tensors = {key.removeprefix(export.strip): tensor.contiguous() for key, tensor in state.items() if key.startswith(export.weights)}
+    if not tensors:
+        raise RaydraError(
+            f"{checkpoint} holds no weights named {' or '.join(f'{prefix}*' for prefix in export.weights)}, which the run's "
+            "Hugging Face export is made of; set model.export_hf=false to train without the export."
+        )
     target = Path(run_dir) / HF_EXPORT
     with storage.replacing_tree(target) as partial:
         save_file(tensors, str(Path(partial, WEIGHTS)), metadata={"format": "pt"})

@@ -140,23 +140,17 @@ class ViTClassifier(pl.LightningModule):
         if not hp.export_hf:
             return None
         config = copy.deepcopy(self.net.config)
-        names = inputs.class_names if inputs is not None else None
-        if names:
-            config.id2label = dict(enumerate(names))
-            config.label2id = {name: label for label, name in enumerate(names)}
-        weights = [key for key in self.state_dict() if key.startswith(("stem.", "net."))]
-        if hp.conv_stem:
-            settings = {key: value for key, value in config.to_dict().items() if key not in ("model_type", "architectures")}
-            config = RaydraViTConfig(**{**settings, "num_channels": hp.num_channels, "conv_stem": list(hp.conv_stem)})
-            config.auto_map = AUTO_MAP
-            config.architectures = ["RaydraViTForImageClassification"]
-            renamed, code = {key: key for key in weights}, REMOTE_CODE
-        else:
+        # Hugging Face's own names where the data states none: a pretrained config's would be the
+        # pretraining's labels, as many as its old head had.
+        names = (inputs.class_names if inputs is not None else None) or [f"LABEL_{label}" for label in range(hp.num_classes)]
+        config.id2label = dict(enumerate(names))
+        config.label2id = {name: label for label, name in enumerate(names)}
+        processor = inputs.processor if inputs is not None else None
+        if not hp.conv_stem:
             config.architectures = ["ViTForImageClassification"]
-            renamed, code = {key: key.removeprefix("net.") for key in weights}, ()
-        return HFExport(
-            config=config.to_json_string(use_diff=False),
-            weights=renamed,
-            code=code,
-            preprocessor=inputs.processor if inputs is not None else None,
-        )
+            return HFExport(config.to_json_string(use_diff=False), weights=("net.",), strip="net.", preprocessor=processor)
+        settings = {key: value for key, value in config.to_dict().items() if key not in ("model_type", "architectures")}
+        config = RaydraViTConfig(**{**settings, "num_channels": hp.num_channels, "conv_stem": list(hp.conv_stem)})
+        config.auto_map = AUTO_MAP
+        config.architectures = ["RaydraViTForImageClassification"]
+        return HFExport(config.to_json_string(use_diff=False), weights=("stem.", "net."), code=REMOTE_CODE, preprocessor=processor)
