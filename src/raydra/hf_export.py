@@ -1,9 +1,9 @@
 """A run's Hugging Face export: `<run dir>/hf/`, a folder that `transformers` loads as it is.
 
     rank 0, as the fit ends      the module says what the export holds (ViTClassifier.hf_export:
-                                 config.json, which of its weights under which names, the modeling
-                                 code a model Hugging Face does not know needs, the data module's
-                                 preprocessor_config.json): an HFExport in its WorkerOutcome
+                                 config.json, which of the checkpoint's weights and under what names,
+                                 the modeling code a model Hugging Face does not know needs, the data
+                                 module's preprocessor_config.json): an HFExport in its WorkerOutcome
     the driver, once it knows    write(): the best checkpoint's weights (the ones raydra.load
     the best checkpoint          gives) as model.safetensors beside them, in a hidden folder renamed
                                  into place when whole; then the copy in paths.storage

@@ -7,8 +7,7 @@ paths.outputs>`: s3://, gs://, NFS, any path) holding Ray's checkpoints and a co
     driver                                   storage                         worker node
     run dir/ summary.json, .hydra/,  --push-->  <location>/  <--push--  scratch dir/ metrics.csv,
              driver.log, logs/ray.log, <-pull--   ...               logs/worker_<rank>.log,
-             hf/
-             + what workers wrote                                   samples/, pipeline/, wandb/
+             hf/, + what workers wrote                              samples/, pipeline/, wandb/
 
 Each process pushes only the files it writes, and the driver pulls the workers' files while the
 run goes on (`Follower`) and once more at its end, so the driver's run directory follows the run
