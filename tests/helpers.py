@@ -405,6 +405,42 @@ def compare(capsys, *args):
 # A trained module scored on the digits' test split
 
 
+def digits_test_images():
+    """The digits data module's test split as a model sees it (normalised), and the same images as
+    scikit-learn holds them (n x 8 x 8, values 0..16): what a Hugging Face export's processor is given."""
+    import torch
+    from sklearn.datasets import load_digits
+
+    from raydra.data.digits import DigitsDataModule
+    from raydra.data.splits import stratified_split
+
+    data = DigitsDataModule(batch_size=64, val_fraction=0.15, test_fraction=0.15, split_seed=0, num_workers=0)
+    data.setup("test")
+    digits = load_digits()
+    test = stratified_split(digits.target, {"val": 0.15, "test": 0.15}, 0, "data=digits")["test"]
+    assert torch.equal(data.splits["test"].tensors[1], torch.from_numpy(digits.target[test]).long())
+    return data.splits["test"].tensors[0], digits.images[test]
+
+
+def hf_loaded(folder, trust_remote_code=False):
+    """A Hugging Face export loaded as a user loads it: the model (eval mode) and its image processor
+    (PIL's resize, as raydra's data modules resize)."""
+    from transformers import AutoImageProcessor, AutoModelForImageClassification
+
+    model = AutoModelForImageClassification.from_pretrained(folder, trust_remote_code=trust_remote_code)
+    return model.eval(), AutoImageProcessor.from_pretrained(folder, backend="pil")
+
+
+def hf_processed(inputs, images, folder: Path):
+    """`images` through the Hugging Face image processor an export writes for a data module whose
+    image_inputs are `inputs` (its preprocessor_config.json, loaded by AutoImageProcessor with PIL's resize)."""
+    from transformers import AutoImageProcessor
+
+    folder.mkdir(parents=True)
+    (folder / "preprocessor_config.json").write_text(json.dumps(inputs.processor))
+    return AutoImageProcessor.from_pretrained(folder, backend="pil")(images=images, return_tensors="pt")["pixel_values"]
+
+
 def digits_test_accuracy(module) -> float:
     import torch
 

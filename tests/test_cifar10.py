@@ -60,6 +60,22 @@ def test_worker_shards_cover_the_split_once_and_batches_are_augmented_on_the_dev
     assert sorted(seen) == list(range(10))  # every sample once across the two workers, none twice
 
 
+def test_the_exported_image_processor_prepares_cifar_images_as_the_module_does(tmp_path):
+    """A run's Hugging Face export (raydra.hf_export) carries this processor and CIFAR's class names."""
+    from helpers import hf_processed
+    from PIL import Image
+
+    root = write_cifar(tmp_path / "cifar")
+    data = CIFAR10DataModule(root=str(root), batch_size=40, augment=False)
+    data.setup()
+    seen, _ = next(iter(data.test_dataloader()))  # test_batch's first 40, in order
+    raw, _ = read_batches(root / "cifar-10-batches-py", [TEST_FILE])
+    inputs = CIFAR10DataModule.image_inputs({"root": str(root)})
+    pixels = hf_processed(inputs, [Image.fromarray(image.transpose(1, 2, 0)) for image in raw[:40]], tmp_path / "hf")
+    assert torch.allclose(pixels, seen, atol=1e-5)
+    assert inputs.class_names[:3] == ["airplane", "automobile", "bird"] and len(inputs.class_names) == 10
+
+
 def test_a_missing_root_or_a_corrupt_file_is_named(tmp_path):
     with pytest.raises(RaydraError, match="holds no CIFAR-10 batch files"):
         CIFAR10DataModule(root=str(tmp_path)).setup()

@@ -95,6 +95,37 @@ def test_ray_is_asked_for_the_runs_name_storage_failures_checkpoints_and_workers
     assert done.global_step == 80 and done.hangs == [] and done.watchdog["step_timeout_min_s"] == 90.0
 
 
+def test_the_hugging_face_export_is_written_from_the_best_checkpoint_before_the_record_says_completed(stand_in, tmp_path, monkeypatch):
+    """Rank 0 says what the export holds; the driver writes it with the best checkpoint's weights
+    (what raydra.load gives), not the last one's, and the record says completed once it is there."""
+    import torch
+    from safetensors.torch import load_file
+
+    from raydra import hf_export, record
+    from raydra.hf_export import HFExport
+
+    spec = _spec(tmp_path, "scale.num_workers=2")
+    run_path = tmp_path / "checkpoints" / spec.place.id
+    for i in range(3):  # each checkpoint's weights hold its number
+        (run_path / f"checkpoint_{i}").mkdir(parents=True)
+        weights = {"net.w": torch.full((2,), float(i)), "loss.x": torch.zeros(1)}
+        torch.save({"state_dict": weights}, run_path / f"checkpoint_{i}" / "checkpoint.ckpt")
+    result = _result(spec, str(run_path))
+    result.return_value = WorkerOutcome(hf_export=HFExport(config='{"model_type": "vit"}\n', weights=("net.",), strip="net."), world_size=2)
+    StandInTrainer.script = lambda trainer: result
+    status_as_written = []
+    write = hf_export.write
+    monkeypatch.setattr(hf_export, "write", lambda *args: status_as_written.append(record.read(tmp_path).status) or write(*args))
+
+    started = summary.record_start(spec, summary.new_summary(composed("experiment=vit_digits_smoke"), tmp_path, spec.place.id, []))
+    done = fit.fit_and_record(spec, started, 0.0)
+    assert done.checkpoints.best == f"checkpoints/{spec.place.id}/checkpoint_0/checkpoint.ckpt"
+    exported = load_file(tmp_path / "hf" / "model.safetensors")
+    assert list(exported) == ["w"] and torch.equal(exported["w"], torch.zeros(2))
+    assert (tmp_path / "hf" / "config.json").read_text() == '{"model_type": "vit"}\n'
+    assert status_as_written == ["running"] and record.read(tmp_path).status == "completed"
+
+
 def test_a_tune_trial_asks_for_a_group_that_fails_rather_than_waits(stand_in, tmp_path):
     spec = _spec(tmp_path, "scale.num_workers=1")
     StandInTrainer.script = lambda trainer: _result(spec, str(tmp_path / "c"))

@@ -76,6 +76,16 @@ def test_a_pretrained_models_image_processor_sets_size_and_normalisation(tmp_pat
     raw = data.loaders["val"].images[:8].float() / 255  # the processor's resize, held as uint8
     assert torch_close(images, (raw - 0.2) / 0.1)
 
+    # A run's Hugging Face export (raydra.hf_export) carries the pretrained processor, rescaling and
+    # normalising as the module does: the val split's own images through it are the batch above.
+    from helpers import hf_processed
+
+    config = {"name": data.hparams.name, "label_column": "labels", "processor": str(tmp_path / "vit"), "class_names": list(COLOURS)}
+    inputs = HFImageDataModule.image_inputs(config)
+    parts, _ = hf.splits(config["name"], hf.load(config["name"]), "image", "labels", None, 0.1, 0.1, 0)
+    assert torch_close(hf_processed(inputs, parts["val"]["image"][:8], tmp_path / "hf"), images)
+    assert inputs.class_names == list(COLOURS)
+
 
 def torch_close(a, b):
     import torch

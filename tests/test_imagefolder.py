@@ -34,6 +34,25 @@ def test_stratified_split_and_class_names(tmp_path):
     assert images.shape == (4, 3, 8, 8) and labels.shape == (4,)
 
 
+@pytest.mark.parametrize("channels", [3, 1])
+def test_the_exported_image_processor_prepares_an_image_file_as_the_module_does(tmp_path, channels):
+    """A run's Hugging Face export (raydra.hf_export) carries this processor and the class folders'
+    names: 16x16 files resized to 8x8 as decode resizes them, RGB or greyscale."""
+    from helpers import hf_processed
+
+    from raydra.data.imagefolder import find_splits
+
+    config = dict(root=str(write_folder(tmp_path / "shapes")), num_classes=3, image_size=8, num_channels=channels, augment=False)
+    data = ImageFolderDataModule(**config, batch_size=6, class_names=["circle", "square", "stripe"])
+    data.setup()
+    seen, _ = next(iter(data.test_dataloader()))
+    _, splits = find_splits(config["root"], 0.1, 0.1, 0)
+    raw = [Image.open(path).convert({3: "RGB", 1: "L"}[channels]) for path in splits["test"][0]]
+    inputs = ImageFolderDataModule.image_inputs({**config, "class_names": ["circle", "square", "stripe"]})
+    assert torch.allclose(hf_processed(inputs, raw, tmp_path / "hf"), seen, atol=1e-5)
+    assert inputs.class_names == ["circle", "square", "stripe"]
+
+
 def test_stratified_splits_are_fractions_of_the_whole_and_the_same_per_seed():
     labels = np.repeat([0, 1, 2], [40, 20, 60])
     cut = stratified_split(labels, {"val": 0.1, "test": 0.2}, seed=3, where="data.root=/x")

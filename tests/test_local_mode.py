@@ -53,6 +53,19 @@ def test_a_local_mode_run_leaves_the_run_directory_a_ray_run_leaves_without_star
     module = raydra.load(run_dir, "last")
     assert digits_test_accuracy(module) == pytest.approx(summary["metrics"]["final"]["test/acc"], abs=1e-6)
 
+    # The Hugging Face export, the conv stem's code in it: transformers, given scikit-learn's own
+    # images, predicts what raydra.load's best module predicts on a batch of the test split.
+    import torch
+    from helpers import digits_test_images, hf_loaded
+
+    best = raydra.load(run_dir)
+    model, processor = hf_loaded(run_dir / "hf", trust_remote_code=True)
+    seen, raw = digits_test_images()
+    pixels = processor(images=raw[:64, None], return_tensors="pt")["pixel_values"]
+    assert torch.equal(pixels, seen[:64]) and model.config.id2label[7] == "7"
+    with torch.no_grad():
+        assert torch.allclose(model(pixel_values=pixels).logits, best(seen[:64]), atol=1e-5)
+
     # No Ray: nothing started one, and the console is the driver's own, without worker prefixes.
     driver_log = (run_dir / "driver.log").read_text()
     assert "local mode" in driver_log and "Ray with" not in driver_log and not (run_dir / "logs" / "ray.log").exists()

@@ -55,6 +55,25 @@ def test_replacing_renames_the_whole_new_file_over_and_leaves_the_old_one_if_the
     assert path.read_text() == "new\n" and sorted(p.name for p in tmp_path.iterdir()) == ["metrics.csv"]
 
 
+def test_replacing_tree_puts_a_whole_new_directory_in_place_and_leaves_the_old_one_if_the_write_fails(tmp_path):
+    """How an export (SD's pipeline/, a ViT's hf/) replaces an earlier one: a loader that opens the
+    folder by its name never finds half of it."""
+    import pytest
+
+    target = tmp_path / "hf"
+    target.mkdir()
+    (target / "config.json").write_text("old")
+    with pytest.raises(OSError):
+        with storage.replacing_tree(target) as partial:
+            open(os.path.join(partial, "model.safetensors"), "w").write("ha")
+            raise OSError(28, "No space left on device")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"] and os.listdir(target) == ["config.json"]
+    with storage.replacing_tree(target) as partial:
+        assert os.listdir(partial) == [] and (target / "config.json").read_text() == "old"
+        open(os.path.join(partial, "config.json"), "w").write("new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"] and (target / "config.json").read_text() == "new"
+
+
 def test_workers_restoring_a_checkpoint_from_object_storage_each_read_their_own_download(tmp_path, monkeypatch):
     # Ray's Checkpoint.as_directory gives a node's workers one shared directory, and a worker coming
     # after another's download downloads again over the files it reads (CI, on S3). A filesystem that

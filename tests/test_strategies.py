@@ -6,7 +6,17 @@ import signal
 import pytest
 import torch
 from conftest import run_dirs, run_train, summary_of, tiny_vit
-from helpers import EPOCHS, RUN, composed, digits_test_accuracy, epochs_with_val, start_train, wait_for_checkpoint
+from helpers import (
+    EPOCHS,
+    RUN,
+    composed,
+    digits_test_accuracy,
+    digits_test_images,
+    epochs_with_val,
+    hf_loaded,
+    start_train,
+    wait_for_checkpoint,
+)
 
 import raydra
 from raydra.errors import RaydraError
@@ -140,6 +150,14 @@ def test_fsdp_shards_state_checkpoints_per_worker_resumes_and_loads_into_a_plain
     per_worker = [w["model_state_bytes"] for w in summary["memory_per_worker"]]
     assert len(per_worker) == 2 and max(per_worker) <= 0.6 * full_state
     assert all(w["peak_bytes"] > 0 for w in summary["memory_per_worker"])
+
+    # The Hugging Face export, which the driver read from the sharded best checkpoint: it predicts
+    # what raydra.load's best module predicts.
+    best = raydra.load(run_dir)
+    model, _ = hf_loaded(run_dir / "hf", trust_remote_code=True)
+    seen, _ = digits_test_images()
+    with torch.no_grad():
+        assert torch.allclose(model(pixel_values=seen[:64]).logits, best(seen[:64]), atol=1e-5)
 
 
 def test_a_deepspeed_checkpoint_is_handed_to_lightnings_zero_conversion(monkeypatch, tmp_path):

@@ -193,11 +193,16 @@ def _first_misfit(expected: Dict[str, tuple], found: Dict[str, tuple]) -> Option
 
 def _sharded_shapes(path: Path) -> Dict[str, tuple]:
     """The full shape of every weight in a sharded (torch.distributed.checkpoint) checkpoint, from its metadata."""
+    return {key: tuple(item.size) for key, item in _sharded_weights(path).items()}
+
+
+def _sharded_weights(path: Path) -> Dict[str, Any]:
+    """The metadata (full size, dtype) of every weight in a sharded checkpoint, by the module's name for it."""
     import torch.distributed.checkpoint as dcp
 
     prefix = "state_dict."
     metadata = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
-    return {key[len(prefix) :]: tuple(item.size) for key, item in metadata.items() if key.startswith(prefix) and hasattr(item, "size")}
+    return {key[len(prefix) :]: item for key, item in metadata.items() if key.startswith(prefix) and hasattr(item, "size")}
 
 
 def locate(location: str, which: str = "best") -> str:
@@ -285,16 +290,28 @@ def _unreadable(location: str, error: BaseException) -> RaydraError:
     )
 
 
-def _state_dict(path: Path, module: torch.nn.Module, trusted: bool = False) -> Dict[str, Any]:
+def state_dict(path: PathLike, trusted: bool = False) -> Dict[str, Any]:
+    """The weights of the checkpoint at `path` (a local path, any of the three layouts), named as
+    the module names them, without building the module (the driver writes an export from them
+    without importing the module's libraries). `trusted`: as checkpoint_meta's."""
+    return _state_dict(Path(path), None, trusted)
 
+
+def _state_dict(path: Path, module: Optional[torch.nn.Module], trusted: bool = False) -> Dict[str, Any]:
+    """The checkpoint's weights; a sharded one is read into `module`'s own tensors, or, without a
+    module, into tensors shaped as its metadata says."""
     if path.is_file():
         return _torch_load(path, weights_only=True)["state_dict"]
     if (path / "meta.pt").is_file():
+        import torch
         import torch.distributed.checkpoint as dcp
 
-        # The shards hold the full-size tensors between them; reading into the module's own state
-        # dict reassembles them in this one process.
-        state = module.state_dict()
+        # The shards hold the full-size tensors between them; reading into full-size tensors here
+        # (the module's own state dict, or empty ones of the recorded shapes) reassembles them in this one process.
+        if module is not None:
+            state = module.state_dict()
+        else:
+            state = {key: torch.empty(tuple(item.size), dtype=item.properties.dtype) for key, item in _sharded_weights(path).items()}
         with warnings.catch_warnings():
             # Loading without a process group is the point here, not a mistake to warn about.
             warnings.filterwarnings("ignore", message=".*single process.*")

@@ -303,6 +303,9 @@ def _report(record: RunRecord, spec: RunSpec) -> None:
     lines.append(f"  dir  {record.run_dir}")
     if record.checkpoints.best:
         lines.append(f"  best checkpoint  {record.checkpoint('best')}")
+    exported = Path(record.run_dir) / run_record.HF_EXPORT
+    if exported.is_dir():
+        lines.append(f"  hugging face  {exported}  (transformers' from_pretrained)")
     wandb = (spec.logger or {}).get("wandb")
     if wandb and wandb["mode"] == "offline":
         lines.append(f"  W&B ran offline; upload with: wandb sync {record.run_dir}/wandb/offline-run-*")

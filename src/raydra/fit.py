@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from raydra import run_record, startup, storage, summary
+from raydra import hf_export, run_record, startup, storage, summary
 from raydra.checkpoints import last_checkpoint
 from raydra.cluster import has_no_autoscaler, worker_resources
 from raydra.errors import storage_failure, user_error
@@ -99,6 +99,10 @@ def fit_and_record(
         **found,
         **summary.outcome(result, worker, spec),
     )
+    best = completed.checkpoint("best", spec.place.storage or spec.place.dir)
+    if worker.hf_export is not None and best:
+        # Before the record says completed: a completed run has its export.
+        hf_export.write(worker.hf_export, best, Path(spec.place.dir), spec.place.storage)
     summary.save(spec.place, completed)
     return completed
 

@@ -6,8 +6,8 @@ paths.outputs>`: s3://, gs://, NFS, any path) holding Ray's checkpoints and a co
 
     driver                                   storage                         worker node
     run dir/ summary.json, .hydra/,  --push-->  <location>/  <--push--  scratch dir/ metrics.csv,
-             driver.log, logs/ray.log  <-pull--   ...               logs/worker_<rank>.log,
-             + what workers wrote                                   samples/, pipeline/, wandb/
+             driver.log, logs/ray.log, <-pull--   ...               logs/worker_<rank>.log,
+             hf/, + what workers wrote                              samples/, pipeline/, wandb/
 
 Each process pushes only the files it writes, and the driver pulls the workers' files while the
 run goes on (`Follower`) and once more at its end, so the driver's run directory follows the run
@@ -51,6 +51,8 @@ CHECKPOINTS = "checkpoints"
 CHECKPOINT_FILE = "checkpoint.ckpt"
 SAMPLES = "samples"
 PIPELINE = "pipeline"
+# A ViT run's Hugging Face export (raydra.hf_export), written by the driver from the best checkpoint.
+HF_EXPORT = "hf"
 WANDB = "wandb"
 # The W&B settings and logged config a run's W&B run was started with (raydra.wandb_run.RunSettings).
 WANDB_RUN_FILE = f"{WANDB}/raydra.json"

@@ -17,6 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from raydra.hf_export import HFExport
 from raydra.schema import CheckpointConfig, FailureConfig, PathsConfig, RayConfig, ScaleConfig, TrainerConfig, TuneConfig, data_loader
 
 
@@ -126,3 +127,6 @@ class WorkerOutcome:
     local_record: Optional[Dict[str, Any]] = None
     # raydra.startup's marks as the worker saw them.
     startup_marks: Dict[str, Any] = field(default_factory=dict)
+    # What the run's Hugging Face export holds but its weights, as the module says (raydra.hf_export);
+    # None for a module that exports nothing.
+    hf_export: Optional[HFExport] = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import shutil
 import threading
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -108,6 +109,32 @@ def replacing(path: "str | os.PathLike[str]") -> Iterator[str]:
         os.replace(tmp, path)
     except BaseException:
         _remove(tmp)
+        raise
+
+
+@contextmanager
+def replacing_tree(path: "str | os.PathLike[str]") -> Iterator[str]:
+    """`replacing` for a directory (an export a loader opens by its name): fill the empty
+    directory this yields, a hidden sibling of `path`, and on leaving the block it takes `path`'s
+    place, an older one there (a resumed run's) removed, so a crash never leaves a half-written
+    directory under `path`. If the block raises, the partial directory is removed and `path`
+    stays as it was."""
+    target = os.fspath(path)
+    head, name = os.path.split(target)
+    partial, old = os.path.join(head, f".{name}.partial"), os.path.join(head, f".{name}.old")
+    shutil.rmtree(partial, ignore_errors=True)  # a crashed export's
+    os.makedirs(partial)
+    try:
+        yield partial
+        if os.path.exists(target):
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+            os.replace(partial, target)
+            shutil.rmtree(old)
+        else:
+            os.replace(partial, target)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
         raise
 
 

@@ -14,12 +14,15 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from raydra.data.device_batches import DeviceSplitsDataModule, place_splits
+from raydra.data.images import ImageInputs, settings, vit_processor
 from raydra.data.splits import stratified_split
 from raydra.errors import RaydraError
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
 TEST_FILE = "test_batch"
+# The labels' names, as batches.meta lists them.
+CLASS_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
 
 def read_batches(folder: Path, names: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
@@ -113,6 +116,13 @@ class CIFAR10DataModule(DeviceSplitsDataModule):
             hp.crop_padding,
             hp.flip,
         )
+
+    @classmethod
+    def image_inputs(cls, data: Dict[str, Any]) -> ImageInputs:
+        """CIFAR's class names, and the processor that normalises its 32x32 images as setup does
+        (other images are resized to 32x32 first)."""
+        hp = settings(cls, data)
+        return ImageInputs(CLASS_NAMES, vit_processor(32, 3, hp["mean"], hp["std"]))
 
     @staticmethod
     def ray_datasets(data: Dict[str, Any]) -> Dict[str, Tuple[Any, int, Any]]:

@@ -1,12 +1,13 @@
 """scikit-learn's handwritten digits as a LightningDataModule: real data that ships with the package."""
 
-from typing import Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 import torch
 from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, TensorDataset
 
+from raydra.data.images import ImageInputs, vit_processor
 from raydra.data.splits import stratified_split
 from raydra.errors import RaydraError
 from raydra.lightning import pl
@@ -46,6 +47,13 @@ class DigitsDataModule(pl.LightningDataModule):
         cut = stratified_split(labels, {"val": hp.val_fraction, "test": hp.test_fraction}, hp.split_seed, "data=digits")
         for name, index in cut.items():
             self.splits[name] = TensorDataset(torch.from_numpy(images[index]), torch.from_numpy(labels[index]).long())
+
+    @staticmethod
+    def image_inputs(data: Dict[str, Any]) -> ImageInputs:
+        """The digits' names, and the processor for the images as scikit-learn holds them
+        (`load_digits().images`: 8x8 values 0..16, one channel first): scaled and centred as
+        setup does, never resized."""
+        return ImageInputs([str(digit) for digit in range(10)], vit_processor(8, 1, [0.5], [0.5], rescale=1 / 16, resize=False))
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         return DataLoader(

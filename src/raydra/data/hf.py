@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 import numpy as np
 
 from raydra.data.device_batches import FoundClassesDataModule, FoundSplits
-from raydra.data.images import first_line, image_processor, normalisation, processor_shape, to_uint8
+from raydra.data.images import ImageInputs, first_line, image_processor, normalisation, processor_shape, settings, to_uint8, vit_processor
 from raydra.data.splits import stratified_split
 from raydra.errors import RaydraError
 from raydra.private_apis import hub_offline
@@ -260,6 +260,30 @@ class HFImageDataModule(FoundClassesDataModule):
         super().__init__()
 
     describe = staticmethod(describe)
+
+    @classmethod
+    def image_inputs(cls, data: Dict[str, Any]) -> ImageInputs:
+        """The label column's class names, and the processor that prepares an image as setup does:
+        the pretrained model's own (data.processor: its resize and crop, then rescaled and normalised
+        as `normalisation` says), or a plain bilinear resize to image_size and mean and std."""
+        hp = settings(cls, data)
+        channels = hp["num_channels"]
+        processor = image_processor(hp["processor"])
+        if processor is None:
+            return ImageInputs(hp["class_names"], vit_processor(hp["image_size"], channels, hp["mean"], hp["std"]))
+        mean, std = normalisation(processor, hp["mean"], hp["std"], channels)
+        return ImageInputs(
+            hp["class_names"],
+            {
+                **processor.to_dict(),
+                "do_convert_rgb": channels == 3,
+                "do_rescale": True,
+                "rescale_factor": 1 / 255,
+                "do_normalize": True,
+                "image_mean": mean,
+                "image_std": std,
+            },
+        )
 
     def decoded_splits(self) -> FoundSplits:
         hp = self.hparams

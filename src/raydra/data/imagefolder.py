@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from raydra.data.device_batches import FoundClassesDataModule, FoundSplits
+from raydra.data.images import ImageInputs, settings, vit_processor
 from raydra.data.splits import stratified_split
 from raydra.errors import RaydraError
 
@@ -103,6 +104,14 @@ class ImageFolderDataModule(FoundClassesDataModule):
         super().__init__()
 
     describe = staticmethod(describe)
+
+    @classmethod
+    def image_inputs(cls, data: Dict[str, Any]) -> ImageInputs:
+        """The class folders' names, and the processor that decodes an image as `decode` does:
+        converted to RGB (or given greyscale, with one channel), resized to image_size with PIL's
+        bilinear filter, normalised by mean and std."""
+        hp = settings(cls, data)
+        return ImageInputs(hp["class_names"], vit_processor(hp["image_size"], hp["num_channels"], hp["mean"], hp["std"]))
 
     def decoded_splits(self) -> FoundSplits:
         hp = self.hparams

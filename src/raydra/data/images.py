@@ -2,11 +2,56 @@
 column holds, resized (by a pretrained model's image processor, or plainly) to uint8 arrays."""
 
 import io
-from typing import Any, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from raydra.errors import RaydraError
+
+# PIL's bilinear filter (PIL.Image.BILINEAR), by the number Hugging Face's image processors take.
+BILINEAR = 2
+
+
+@dataclass(frozen=True)
+class ImageInputs:
+    """What a data module says about its images to a model's export (raydra.hf_export): the class
+    names by label, when known, and the Hugging Face image processor settings
+    (preprocessor_config.json) that turn one of its raw images into what the model saw, when it
+    can say. Each raydra image data module gives it from its config: `image_inputs(data)`."""
+
+    class_names: Optional[List[str]]
+    processor: Optional[Dict[str, Any]]
+
+
+def settings(cls: type, data: Dict[str, Any]) -> Dict[str, Any]:
+    """A data config's constructor arguments for `cls`, with the constructor's defaults for those it leaves out."""
+    import inspect
+
+    defaults = {
+        name: p.default for name, p in inspect.signature(cls.__init__).parameters.items() if p.default is not inspect.Parameter.empty
+    }
+    return {**defaults, **{key: value for key, value in data.items() if not key.startswith("_")}}
+
+
+def vit_processor(
+    size: int, channels: int, mean: Sequence[float], std: Sequence[float], rescale: float = 1 / 255, resize: bool = True
+) -> Dict[str, Any]:
+    """The settings of a ViTImageProcessor that does what raydra's image data modules do: convert to
+    RGB (3 channels), resize to size x size with PIL's bilinear filter (`resize`), scale the pixel
+    values by `rescale` and normalise by the channels' `mean` and `std` (DeviceBatches)."""
+    return {
+        "image_processor_type": "ViTImageProcessor",
+        "do_convert_rgb": channels == 3,
+        "do_resize": resize,
+        "size": {"height": size, "width": size},
+        "resample": BILINEAR,
+        "do_rescale": True,
+        "rescale_factor": rescale,
+        "do_normalize": True,
+        "image_mean": list(mean)[:channels],
+        "image_std": list(std)[:channels],
+    }
 
 
 def first_line(error: BaseException) -> str:

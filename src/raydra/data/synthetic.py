@@ -5,11 +5,12 @@ falling loss means the pipeline works end to end. Batches come from the worker's
 real in-memory dataset (raydra.data.device_batches).
 """
 
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
 from raydra.data.device_batches import DeviceBatches, place_splits
+from raydra.data.images import ImageInputs, settings, vit_processor
 from raydra.lightning import pl
 
 
@@ -52,6 +53,14 @@ class SyntheticImagesDataModule(pl.LightningDataModule):
             crop_padding=0,
             flip=False,
         )
+
+    @classmethod
+    def image_inputs(cls, data: Dict[str, Any]) -> ImageInputs:
+        """No class names (the classes are patterns), and the processor that normalises a uint8
+        image as setup does (mean 0.5, std 0.25), never resized."""
+        hp = settings(cls, data)
+        channels = hp["num_channels"]
+        return ImageInputs(None, vit_processor(hp["image_size"], channels, (0.5,) * channels, (0.25,) * channels, resize=False))
 
     def train_dataloader(self) -> DeviceBatches:
         return self.loaders["train"]

@@ -10,8 +10,6 @@ final weights (EMA weights when EMA is on) as a diffusers pipeline folder <run d
 import contextlib
 import copy
 import inspect
-import os
-import shutil
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -29,7 +27,7 @@ from raydra.lightning import pl
 from raydra.models import partial_of
 from raydra.models.stable_diffusion_parts import build_parts, clip_tokenizer, fit_vae, load_parts, train_caption_bpe
 from raydra.run_record import PIPELINE, SAMPLES
-from raydra.storage import replacing
+from raydra.storage import replacing, replacing_tree
 
 
 class StableDiffusion(pl.LightningModule):
@@ -411,18 +409,9 @@ def _host_indices(batch: Dict[str, Any]) -> List[int]:
 
 
 def export(pipe: StableDiffusionPipeline, target: Path) -> None:
-    """save_pretrained into a hidden sibling, then rename: a crashed export never looks complete."""
-    partial = target.with_name(f".{target.name}.partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    pipe.save_pretrained(partial)
-    if target.exists():  # a resumed run replaces its earlier export
-        old = target.with_name(f".{target.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(target, old)
-        os.replace(partial, target)
-        shutil.rmtree(old)
-    else:
-        os.replace(partial, target)
+    """save_pretrained into a hidden sibling, then renamed: a crashed export never looks complete."""
+    with replacing_tree(target) as partial:
+        pipe.save_pretrained(partial)
 
 
 def _grid(images: np.ndarray, columns: int = 4) -> np.ndarray:

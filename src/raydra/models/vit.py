@@ -1,14 +1,30 @@
-"""A Vision Transformer image classifier: Hugging Face's ViTForImageClassification in Lightning."""
+"""A Vision Transformer image classifier: Hugging Face's ViTForImageClassification in Lightning.
 
+A run exports it for `transformers` (`<run dir>/hf/`, raydra.hf_export): a plain ViT as
+ViTForImageClassification, one with a conv stem as RaydraViTForImageClassification, whose code
+(raydra.models.modeling_raydra_vit) the export carries for `trust_remote_code=True`.
+"""
+
+import copy
 from typing import Any, Optional, Sequence
 
 import torch
 import torchmetrics
 from transformers import ViTConfig, ViTForImageClassification
 
+from raydra.data.images import ImageInputs
 from raydra.errors import RaydraError
+from raydra.hf_export import HFExport
 from raydra.lightning import pl
 from raydra.models import partial_of
+from raydra.models.configuration_raydra_vit import RaydraViTConfig
+
+# The files of raydra.models an export with a conv stem carries, and the names config.json's auto_map gives their classes.
+REMOTE_CODE = ("configuration_raydra_vit.py", "modeling_raydra_vit.py")
+AUTO_MAP = {
+    "AutoConfig": "configuration_raydra_vit.RaydraViTConfig",
+    "AutoModelForImageClassification": "modeling_raydra_vit.RaydraViTForImageClassification",
+}
 
 
 class ViTClassifier(pl.LightningModule):
@@ -17,6 +33,8 @@ class ViTClassifier(pl.LightningModule):
     optimizer/scheduler arrive as partials (Hydra builds the `_partial_` nodes of model/vit.yaml),
     completed with the parameters and the run's length in configure_optimizers; the `_partial_`
     configs themselves, as a checkpoint written before keeps them, are taken too.
+
+    `export_hf`: the run ends with its best checkpoint exported for Hugging Face (hf_export).
     """
 
     def __init__(
@@ -35,6 +53,7 @@ class ViTClassifier(pl.LightningModule):
         dropout: float = 0.0,
         label_smoothing: float = 0.0,
         conv_stem: Sequence[int] = (),
+        export_hf: bool = True,
     ) -> None:
         super().__init__()
         # Into every checkpoint (raydra.load builds the module again from them), not to the loggers:
@@ -105,3 +124,33 @@ class ViTClassifier(pl.LightningModule):
             return optimizer
         scheduler = partial_of(self.hparams.scheduler)(optimizer=optimizer, num_training_steps=self.trainer.estimated_stepping_batches)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def hf_export(self, inputs: Optional[ImageInputs]) -> Optional[HFExport]:
+        """What the run's Hugging Face export holds (None with export_hf=false): this network's
+        config with the data's class names (`inputs`, from the data module), the weights that the
+        Hugging Face model holds, and the data's image processor settings. The driver writes it
+        with the best checkpoint's weights (raydra.hf_export).
+
+        A plain ViT is ViTForImageClassification, its weights `net.*` without the prefix. The conv
+        stem is no part of any Hugging Face model, and no folding into the patch embedding is exact
+        (a GELU follows each convolution), so a model with one is RaydraViTForImageClassification:
+        ViTForImageClassification behind the stem, its config and modeling code carried in the export
+        (loaded with trust_remote_code=True), its weights named as here."""
+        hp = self.hparams
+        if not hp.export_hf:
+            return None
+        config = copy.deepcopy(self.net.config)
+        # Hugging Face's own names where the data states none: a pretrained config's would be the
+        # pretraining's labels, as many as its old head had.
+        names = (inputs.class_names if inputs is not None else None) or [f"LABEL_{label}" for label in range(hp.num_classes)]
+        config.id2label = dict(enumerate(names))
+        config.label2id = {name: label for label, name in enumerate(names)}
+        processor = inputs.processor if inputs is not None else None
+        if not hp.conv_stem:
+            config.architectures = ["ViTForImageClassification"]
+            return HFExport(config.to_json_string(use_diff=False), weights=("net.",), strip="net.", preprocessor=processor)
+        settings = {key: value for key, value in config.to_dict().items() if key not in ("model_type", "architectures")}
+        config = RaydraViTConfig(**{**settings, "num_channels": hp.num_channels, "conv_stem": list(hp.conv_stem)})
+        config.auto_map = AUTO_MAP
+        config.architectures = ["RaydraViTForImageClassification"]
+        return HFExport(config.to_json_string(use_diff=False), weights=("stem.", "net."), code=REMOTE_CODE, preprocessor=processor)

@@ -24,7 +24,7 @@ import pyarrow.fs
 import ray.train
 import ray.train.torch
 import torch
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 from ray.train.lightning import RayLightningEnvironment
 
@@ -33,6 +33,7 @@ from raydra import arguments, storage
 from raydra.checkpoints import checkpoint_meta
 from raydra.console import PROGRESS_MARK
 from raydra.errors import WORKER_RANK, RaydraError
+from raydra.hf_export import HFExport
 from raydra.lightning import pl
 from raydra.record import COMPLETED, FAILED, INTERRUPTED
 from raydra.redact import SecretsFilter
@@ -260,6 +261,7 @@ def _train(spec: RunSpec, mirror: WorkerMirror, restored: Optional[str], heartbe
 
     _finish_loggers(trainer)
     return WorkerOutcome(
+        hf_export=_hf_export(model, spec) if rank == 0 else None,
         test_metrics=test_metrics,
         test_skipped=test_skipped,
         throughput=throughput.summary(),
@@ -286,6 +288,18 @@ def _train(spec: RunSpec, mirror: WorkerMirror, restored: Optional[str], heartbe
             "first_step": throughput.first_step_at,
         },
     )
+
+
+def _hf_export(model: Any, spec: RunSpec) -> Optional[HFExport]:
+    """What the run's Hugging Face export holds, from a module that exports (ViTClassifier.hf_export),
+    told the class names and image processor by the data's class (image_inputs of raydra's own,
+    from the data config: the same under data.loader=ray_data, whose worker holds no such module)."""
+    describe = getattr(model, "hf_export", None)
+    if describe is None:
+        return None
+    data_class = get_class(spec.data["_target_"])
+    inputs = data_class.image_inputs(spec.data) if hasattr(data_class, "image_inputs") else None
+    return describe(inputs)
 
 
 @contextlib.contextmanager
