@@ -352,6 +352,11 @@ def test_ray_train_sets_up_the_process_group_through_raydras_backend_whose_store
         assert summed.tolist() == [1.0, 1.0] and dist.get_world_size() == 1
     finally:
         dist.destroy_process_group()
+    # A node address that is none of this machine's (a NAT's) cannot be bound: every interface, as torch's own.
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "203.0.113.9")
+    assert private_apis.rendezvous_listener()[0] == "203.0.113.9"
+    with private_apis._rendezvous_sockets.pop() as listener:
+        assert listener.getsockname()[0] == "0.0.0.0"
 
 
 def test_the_state_api_address_named_in_the_environment_is_the_one_rays_clients_and_train_ask(monkeypatch):

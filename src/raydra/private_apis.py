@@ -440,14 +440,24 @@ _rendezvous_sockets: List[Any] = []
 
 def rendezvous_listener() -> Tuple[str, int]:
     """On rank 0: a socket bound to this node's address (the one Ray gives MASTER_ADDR; an IPv6
-    one as such) on a free port, kept for join_process_group; returns (address, port)."""
+    one as such) on a free port, kept for join_process_group; returns (address, port). A node
+    address that is none of this machine's own (a Ray node started with another machine's
+    --node-ip-address, behind a NAT) cannot be bound: every interface then, as torch's store would."""
+    import errno
+    import logging
     import socket
 
     import ray
 
     address = ray.util.get_node_ip_address()
     listener = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind((address, 0))
+    try:
+        listener.bind((address, 0))
+    except OSError as error:
+        if error.errno != errno.EADDRNOTAVAIL:
+            raise
+        logging.getLogger("raydra").warning(f"the process group's store listens on every interface: {address} is no address of this node's")
+        listener.bind(("", 0))
     _rendezvous_sockets[:] = [listener]
     return address, listener.getsockname()[1]
 
