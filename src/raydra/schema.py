@@ -582,9 +582,10 @@ OPEN_GROUPS = ("model", "data", "logger", "callbacks", "hydra")
 
 
 def _and_parents(key: str) -> List[str]:
-    """`key` and the keys it is inside of below its section: trainer.max_time.hours, trainer.max_time."""
-    parts = key.split(".")
-    return [".".join(parts[:n]) for n in range(2, len(parts) + 1)] or [key]
+    """`key` and the keys it is inside of below its section: trainer.max_time.hours, trainer.max_time;
+    scale.num_workers[1], scale.num_workers."""
+    parts = re.sub(r"\[\d+\]", "", key).split(".")
+    return [key, *(".".join(parts[:n]) for n in range(2, len(parts) + 1))]
 
 
 def _range_problems(cfg: Any) -> Iterator[str]:
