@@ -63,6 +63,21 @@ EVERY_STEP = (*RUN, "trainer.log_every_n_steps=1")
 WORKER_LINE = re.compile(r"\(RayTrainWorker pid=(\d+)\)")
 
 
+# A run with these overrides writes down where each worker listens (tests.probe.Listening).
+LISTENING = ("+callbacks.listening._target_=tests.probe.Listening",)
+
+
+def store_address(run_dir: Path) -> str:
+    """The one address the run's rendezvous store (rank 0's TCPStore, at MASTER_ADDR:MASTER_PORT)
+    listens on, checked to be the address of rank 0's node that Ray named MASTER_ADDR: torch's own
+    store listened on every interface (`::`)."""
+    seen = json.loads((run_dir / "listening" / "rank0.json").read_text())
+    address, port = seen["master"]
+    assert address == seen["node"], seen
+    assert [ip for ip, listened in seen["listening"] if listened == port] == [address], seen
+    return address
+
+
 def start_train(*overrides, outputs, address, env=None):
     args = [sys.executable, str(REPO / "train.py"), f"paths.outputs={outputs}", *overrides, f"ray.address={address}"]
     return subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**base_env(), **(env or {})})

@@ -1,5 +1,6 @@
 """A ViT that writes down which training samples each worker got, for tests that check sharding,
-and a callback that holds a run at its last epoch until the test lets it finish.
+a callback that holds a run at its last epoch until the test lets it finish, and one that writes
+down where each worker listens.
 
 Workers import it as `tests.probe` (Ray puts the driver's working directory, the repository, on
 their path). Each worker appends one fingerprint per training sample to
@@ -55,6 +56,25 @@ class HoldLastEpoch(pl.Callback):
     def on_train_epoch_start(self, trainer, pl_module):
         while trainer.current_epoch >= trainer.max_epochs - 1 and not os.path.exists(self.release):
             time.sleep(0.2)
+
+
+class Listening(pl.Callback):
+    """Writes, on each worker as fit starts (the process group is up: rank 0 serves its rendezvous
+    store), where this worker's process listens: <run dir>/listening/rank<r>.json with the node's
+    address Ray gave it, MASTER_ADDR and MASTER_PORT (the store's), and every (address, port) it
+    listens on."""
+
+    def on_fit_start(self, trainer, pl_module):
+        import json
+
+        import psutil
+        import ray
+
+        listening = sorted({(c.laddr.ip, c.laddr.port) for c in psutil.Process().net_connections("inet") if c.status == psutil.CONN_LISTEN})
+        seen = {"node": ray.util.get_node_ip_address(), "master": [os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])]}
+        folder = Path(trainer.default_root_dir) / "listening"
+        folder.mkdir(exist_ok=True)
+        (folder / f"rank{trainer.global_rank}.json").write_text(json.dumps({**seen, "listening": listening}))
 
 
 def seen_per_epoch(run_dir, world_size=None):

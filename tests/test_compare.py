@@ -160,6 +160,8 @@ def test_failed_running_corrupt_and_bad_paths_are_reported_and_the_table_still_p
     (corrupt / "summary.json").write_text('{"status": "completed", "metrics": {')
     make_run(sweep, "6", lr=0.4, summary=False)
     make_run(sweep, "7", lr=0.6, status="interrupted", error="interrupted by the user", accs=(0.1,))
+    # A status that is no string read as the record's default, running, which this run never was.
+    make_run(sweep, "8", lr=0.7, status=5)
     not_a_run = tmp_path / "notes"
     not_a_run.mkdir()
     (not_a_run / "readme.txt").write_text("nothing here")
@@ -167,15 +169,17 @@ def test_failed_running_corrupt_and_bad_paths_are_reported_and_the_table_still_p
     code, out, err = compare(capsys, sweep, not_a_run, tmp_path / "missing", "--metric", "val/acc", "--metric", "val/acx")
     assert code == 0
     lines = {line.split()[0]: line for line in out.strip().splitlines()[2:]}
-    assert sorted(lines) == ["0", "1", "2", "3", "4", "5", "6", "7"]
+    assert sorted(lines) == ["0", "1", "2", "3", "4", "5", "6", "7", "8"]
     assert "failed: CUDA out of memory while allocating 2 GiB" in lines["3"]
     assert lines["4"].split()[1:5] == ["0.6", "0.6", "0.2", "running"]  # from metrics.csv, the summary has none yet
     assert "unknown (corrupt summary.json)" in lines["5"]
     assert "unknown (no summary.json)" in lines["6"]
     assert lines["7"].split()[1:] == ["0.1", "0.1", "0.6", "interrupted", "by", "the", "user"]
+    assert "unknown (unreadable status in summary.json)" in lines["8"] and "running" not in lines["8"]
 
     err_lines = err.strip().splitlines()
-    assert len(err_lines) == 4, err
+    assert len(err_lines) == 5, err
+    assert any(str(sweep / "8" / "summary.json") in line and "status is not a string (5)" in line for line in err_lines)
     assert any(str(not_a_run) in line and "is not a run or sweep directory" in line for line in err_lines)
     assert any(str(tmp_path / "missing") in line and "does not exist" in line for line in err_lines)
     assert any(str(corrupt / "summary.json") in line and "corrupt" in line for line in err_lines)

@@ -90,7 +90,8 @@ def test_a_worker_count_that_is_no_count_is_refused_by_the_command_in_one_senten
 
 def test_what_hydra_refuses_before_the_run_is_said_in_one_sentence_by_the_command(train_here, tmp_path):
     """Composition and the run's directory fail inside Hydra, before raydra's main: Hydra printed a
-    traceback (95 lines for a YAML error, 103 for a long name); the command says one sentence."""
+    traceback (95 lines for a YAML error, 103 for a long name), or for an override its grammar
+    cannot read four lines that name no key; the command says one sentence."""
     conf = tmp_path / "conf" / "experiment"
     conf.mkdir(parents=True)
     (conf / "broken.yaml").write_text("# @package _global_\nname: broken\ntrainer:\n  max_epochs: [1, 2\n")
@@ -108,6 +109,13 @@ def test_what_hydra_refuses_before_the_run_is_said_in_one_sentence_by_the_comman
             ("scale.num_workerz=2",),
             "error: scale.num_workerz is not a key raydra knows (scale has a fixed set of keys); did you mean scale.num_workers?",
         ),
+        # Hydra's grammar refuses these naming neither the override nor its key.
+        (
+            ("model.optimizer.lr=range(1,",),
+            "error: model.optimizer.lr=range(1, cannot be read as an override of model.optimizer.lr (no viable alternative "
+            "at input 'range(1,'); check that its brackets and quotes close",
+        ),
+        (("model.optimizer.lr=[1e-3,2e-3",), "error: model.optimizer.lr=[1e-3,2e-3 cannot be read as an override of model.optimizer.lr"),
         (("name=" + "x" * 300,), "is a name longer than the filesystem allows (a part of 309 characters; most allow 255)"),
     ]
     for n, (overrides, sentence) in enumerate(cases):
@@ -117,7 +125,7 @@ def test_what_hydra_refuses_before_the_run_is_said_in_one_sentence_by_the_comman
         assert len(said.strip().splitlines()) == 1, said
         assert not run_dirs(tmp_path / str(n))
     assert "the run's directory cannot be created; give the run a shorter name= (it names the directory)." in said
-    assert not list((tmp_path / "3").rglob("*x" * 3))  # nothing half-made is left
+    assert not list((tmp_path / "5").rglob("*x" * 3))  # nothing half-made is left
 
 
 def test_what_raydra_does_not_say_itself_hydra_reports_as_it_did(train_here, tmp_path):

@@ -1,16 +1,18 @@
 """Every fixed key (the schema's sections: scale, trainer, checkpoint, paths, ray, slurm, failure,
-tune, each strategy's, the root's) given a value of the wrong type is refused in one sentence that
-names the full key, whether OmegaConf refuses it as Hydra composes (said by the entry) or raydra's
+tune, each strategy's, the root's) given a value of the wrong type, or a number that is not finite
+(nan, inf, -inf) where it takes a float, is refused in one sentence that names the full key, whether OmegaConf refuses it as Hydra composes (said by the entry) or raydra's
 own checks do (schema.validate): nothing wrong reaches the run. Fast: one composition per base
 config, each wrong value set as Hydra sets an override."""
 
+import contextlib
 import copy
 import dataclasses
+import math
 import typing
 
 import pytest
 from helpers import composed
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from raydra.entry import before_the_run
 from raydra.schema import STRATEGY_SCHEMAS, RaydraConfig, TuneConfig, problems_of, register_schemas
@@ -26,15 +28,19 @@ SECTIONS = [
 # The groups that are a user's classes' arguments (raydra.arguments checks those), and the root keys
 # whose schema is picked by a group option (their sections are walked on their own, above).
 OPEN = {"model", "data", "logger", "callbacks", "strategy", "tune"}
+# Numbers that are not finite: Hydra's grammar reads nan, inf and -inf as floats, and a range check
+# lets nan through (every comparison with it is false); refused for every key that takes a float
+# (an int key refuses them as it refuses any float, as Hydra composes).
+NOT_FINITE = (math.nan, math.inf, -math.inf)
 # Wrong values for the keys typed Any in the schema (each takes more than one type, which raydra checks).
 ANY_KEYS = {
-    "scale.num_workers": ("abc", [1, 2, 3], 1.5),
-    "trainer.fast_dev_run": ("abc", [1, 2, 3], -1),
-    "trainer.max_time": ("abc", [1, 2, 3], 5),
-    "trainer.limit_train_batches": ("abc", [1, 2, 3], -1),
-    "trainer.limit_val_batches": ("abc", [1, 2, 3], 1.5),
-    "trainer.limit_test_batches": ("abc", [1, 2, 3]),
-    "trainer.overfit_batches": ("abc", [1, 2, 3], -2),
+    "scale.num_workers": ("abc", [1, 2, 3], 1.5, *NOT_FINITE),
+    "trainer.fast_dev_run": ("abc", [1, 2, 3], -1, *NOT_FINITE),
+    "trainer.max_time": ("abc", [1, 2, 3], 5, {"hours": math.nan}, {"hours": math.inf}),
+    "trainer.limit_train_batches": ("abc", [1, 2, 3], -1, *NOT_FINITE),
+    "trainer.limit_val_batches": ("abc", [1, 2, 3], 1.5, *NOT_FINITE),
+    "trainer.limit_test_batches": ("abc", [1, 2, 3], *NOT_FINITE),
+    "trainer.overfit_batches": ("abc", [1, 2, 3], -2, *NOT_FINITE),
     "ray.runtime_env": ("abc", [1, 2, 3]),
     "tune.space": ("abc", [1, 2, 3]),
     "strategy.config": ("abc", [1, 2, 3]),
@@ -76,10 +82,14 @@ def wrong_values(key, annotation):
     optional = typing.get_origin(annotation) is typing.Union
     plain = [a for a in typing.get_args(annotation) if a is not type(None)] if optional else [annotation]
     origin = typing.get_origin(plain[0]) or plain[0]
+    if origin is dict and typing.get_args(plain[0])[-1] is float:
+        return ("abc", *({"memory": number} for number in NOT_FINITE))
     if origin in (list, dict):
         return ("abc",)
     if plain[0] is str:
         return ([1, 2, 3],)
+    if plain[0] is float:
+        return ("abc", [1, 2, 3], *NOT_FINITE)
     return ("abc", [1, 2, 3])
 
 
@@ -99,7 +109,9 @@ def refusal(base, key, value) -> list:
     on this CPU machine, whatever its keys)."""
     cfg = base_config(base)
     try:
-        OmegaConf.update(cfg, key, value, merge=True)
+        # A dict's new key is added as Hydra adds `+scale.resources_per_worker.memory=inf`.
+        with open_dict(cfg) if isinstance(value, dict) else contextlib.nullcontext():
+            OmegaConf.update(cfg, key, value, merge=True)
     except Exception as error:  # OmegaConf's type check, as Hydra composes
         said = before_the_run(error)
         assert said is not None, f"{key}={value}: no sentence for {type(error).__name__}: {error}"
@@ -124,5 +136,5 @@ def test_every_fixed_key_is_walked():
 def test_a_wrong_value_for_a_fixed_key_is_refused_in_one_sentence_naming_the_key(base, key, value):
     said = refusal(base, key, value)
     assert len(said) == 1, said
-    assert said[0].startswith((f"{key}=", f"{key} ")), said
+    assert said[0].startswith((f"{key}=", f"{key} ", f"{key}.")), said
     assert "\n" not in said[0] and "Traceback" not in said[0] and said[0].endswith("."), said

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, SMALL_JOB, base_env, own_local_ray_env, ran_side_by_side, run_dirs, run_train, summary_of
+from helpers import LISTENING, store_address
 
 from raydra import jobs_record
 
@@ -102,7 +103,9 @@ def test_jobs_run_side_by_side_as_the_cluster_allows_and_a_failed_job_stops_no_o
 
 @pytest.mark.e2e
 def test_the_basic_launcher_still_runs_jobs_one_after_another_in_one_process(tmp_path):
-    done = run_train("-m", "hydra/launcher=basic", "trainer.max_epochs=1,2", "logger=csv", "trainer.test=false", outputs=tmp_path)
+    done = run_train(
+        "-m", "hydra/launcher=basic", "trainer.max_epochs=1,2", "logger=csv", "trainer.test=false", *LISTENING, outputs=tmp_path
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     jobs = run_dirs(tmp_path, kind="sweeps")
     assert [p.name for p in jobs] == ["0", "1"]
@@ -117,6 +120,8 @@ def test_the_basic_launcher_still_runs_jobs_one_after_another_in_one_process(tmp
     assert began >= _when(summaries[0], "finished_at") - timedelta(seconds=1)  # summary times are whole seconds
     assert "started a local Ray" in (jobs[0] / "driver.log").read_text()
     assert "reusing the Ray" in (jobs[1] / "driver.log").read_text()
+    # The local Ray's process group meets on the loopback address alone, as Ray's own processes listen.
+    assert store_address(jobs[0]) == "127.0.0.1"
 
     # raydra compare on the real sweep: only the swept key differs, metrics come from summary.json.
     table = subprocess.run(

@@ -372,6 +372,48 @@ def test_ray_trains_controller_gives_worker_groups_the_start_timeout_raydra_sets
     assert constants.get_env_vars_to_propagate()[RAY_TRAIN_START_TIMEOUT_ENV] == "45"
 
 
+def test_ray_train_sets_up_the_process_group_through_raydras_backend_whose_store_listens_on_one_address(monkeypatch):
+    """raydra's TorchConfig reaches Ray Train's backend set-up as given (TorchTrainer fills in the
+    backend), which builds the backend from the config's class and starts it on each worker group
+    through the group's execute methods; the backend's own part, rank 0's store served on the
+    socket it bound, listens on that address alone (torch's env:// store: on every interface, `::`),
+    and the process group works over it. tests/test_multirun.py and test_train_e2e.py check the
+    store's address in real runs."""
+    import psutil
+    import ray.train
+    import torch.distributed as dist
+    from ray.train.torch import TorchTrainer
+    from ray.train.v2._internal.callbacks.backend_setup import BackendSetupCallback
+    from ray.train.v2._internal.execution.worker_group.execution_group import ExecutionGroup
+
+    config = private_apis.torch_config(backend=None, timeout_s=60)
+    trainer = TorchTrainer(lambda: None, torch_config=config, scaling_config=ray.train.ScalingConfig(num_workers=1))
+    assert trainer.backend_config is config and config.backend == "gloo" and config.timeout_s == 60
+    assert "backend_config.backend_cls()" in inspect.getsource(BackendSetupCallback.__init__)
+    assert "self._backend.on_start(execution_group, self._backend_config)" in inspect.getsource(BackendSetupCallback)
+    for name in ("execute_single", "execute_single_async"):
+        assert list(inspect.signature(getattr(ExecutionGroup, name)).parameters)[:3] == ["self", "rank", "fn"], name
+
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "127.0.0.1")
+    address, port = private_apis.rendezvous_listener()
+    private_apis.join_process_group("gloo", world_rank=0, world_size=1, address=address, port=port, timeout_s=30)
+    try:
+        listening = [
+            c.laddr.ip for c in psutil.Process().net_connections("inet") if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+        ]
+        assert listening == ["127.0.0.1"]
+        summed = torch.ones(2)
+        dist.all_reduce(summed)
+        assert summed.tolist() == [1.0, 1.0] and dist.get_world_size() == 1
+    finally:
+        dist.destroy_process_group()
+    # A node address that is none of this machine's (a NAT's) cannot be bound: every interface, as torch's own.
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "203.0.113.9")
+    assert private_apis.rendezvous_listener()[0] == "203.0.113.9"
+    with private_apis._rendezvous_sockets.pop() as listener:
+        assert listener.getsockname()[0] == "0.0.0.0"
+
+
 def test_the_state_api_address_named_in_the_environment_is_the_one_rays_clients_and_train_ask(monkeypatch):
     """What a local Ray's processes (Ray Train's placement-group cleaner among them) ask for the
     State API: the dashboard named in the environment, not /tmp/ray/ray_current_cluster's."""

@@ -7,7 +7,9 @@ before the record had a format (a Ray run, local mode from a checkpoint, an elas
 resumed SLURM run, stopped and running trials, a failed run, an interrupted multirun job, a rerun,
 an early-stopped run)."""
 
+import dataclasses
 import json
+import math
 import shutil
 import time
 from pathlib import Path
@@ -17,10 +19,12 @@ import yaml
 from helpers import composed
 from omegaconf import OmegaConf
 
-from raydra import record, trust
+from raydra import jobs_record, record, sweep_record, trust
 from raydra.checkpoints import locate
 from raydra.errors import RaydraError
+from raydra.jobs_record import JobsRecord
 from raydra.record import RunRecord
+from raydra.sweep_record import Best, SweepRecord, TrialCounts
 
 BEFORE = Path(__file__).parent / "records_before_format"
 OLD_RECORDS = sorted(BEFORE.glob("*.json"))
@@ -115,6 +119,43 @@ def test_a_damaged_record_is_refused_in_one_sentence_and_a_bad_field_reads_blank
     assert run.wall_time_s is None and run.monitor == record.Monitor() and run.status == "completed"
     assert [p.split(" ")[0] for p in run.problems] == ["wall_time_s", "monitor"]
     assert run.to_dict()["energy_kwh"] == 1.5
+
+
+def _strict(text: str) -> dict:
+    """JSON as a reader other than Python's parses it: no NaN, Infinity or -Infinity."""
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_number_that_is_not_finite_is_written_as_strict_json_and_read_back_as_that_number(tmp_path):
+    """A diverged loss is a legitimate NaN: summary.json, sweep.json and jobs.json stay JSON that
+    any reader parses (Python wrote NaN and Infinity, which JSON has not), and read back, in
+    `raydra compare` too, as the numbers they were."""
+    from raydra.compare.runs import load_run
+
+    nan, inf = math.nan, math.inf
+    metrics = record.Metrics(final={"train/loss": nan, "val/acc": 0.5}, best={"train/loss": -inf})
+    run = dataclasses.replace(RunRecord.from_dict(old("completed_ray")), metrics=metrics, wall_time_s=inf)
+    record.write(tmp_path, run)
+    written = _strict((tmp_path / "summary.json").read_text())
+    assert written["metrics"]["final"] == {"train/loss": "NaN", "val/acc": 0.5} and written["wall_time_s"] == "Infinity"
+    assert written["metrics"]["best"] == {"train/loss": "-Infinity"}
+    for again in (record.read(tmp_path), load_run(str(tmp_path), notes := []).record):
+        assert math.isnan(again.metrics.final["train/loss"]) and again.metrics.final["val/acc"] == 0.5
+        assert again.metrics.best["train/loss"] == -inf and again.wall_time_s == inf and not again.problems
+    assert not [note for note in notes if "summary.json" in note], notes
+
+    sweep = SweepRecord.started(name="s").completed(time.time(), Best(trial="t1", metric=nan), TrialCounts(completed=1))
+    sweep_record.write(tmp_path, sweep)
+    assert _strict((tmp_path / "sweep.json").read_text())["best"]["metric"] == "NaN"
+    assert math.isnan(sweep_record.read(tmp_path).best.metric)
+    jobs = JobsRecord.started().with_jobs({0: jobs_record.Job(status="completed", return_value=inf)})
+    jobs_record.write(tmp_path, jobs)
+    assert _strict((tmp_path / "jobs.json").read_text())["jobs"]["0"]["return_value"] == "Infinity"
+    assert jobs_record.read(tmp_path).job(0).return_value == inf
 
 
 def test_resume_of_a_run_recorded_before_format_passes_its_config_check(tmp_path):

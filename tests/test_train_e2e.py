@@ -12,7 +12,9 @@ from conftest import run_dirs, run_train, summary_of
 
 @pytest.mark.e2e
 def test_default_run_trains_the_digits_vit_and_leaves_a_self_describing_run_dir(ray_cluster, tmp_path):
-    done = run_train(outputs=tmp_path, address=ray_cluster)
+    from helpers import LISTENING, store_address
+
+    done = run_train(*LISTENING, outputs=tmp_path, address=ray_cluster)
     assert done.returncode == 0, done.stdout + done.stderr
     (run_dir,) = run_dirs(tmp_path)
     summary = summary_of(run_dir)
@@ -73,6 +75,9 @@ def test_default_run_trains_the_digits_vit_and_leaves_a_self_describing_run_dir(
     assert b"val/acc" in recorded and b"test/acc" in recorded
     assert json.dumps(summary["metrics"]["final"]["val/acc"]).encode() in recorded
     assert "wandb sync" in done.stdout
+
+    # The process group meets on the address of rank 0's node alone (a cluster's: not loopback).
+    assert store_address(run_dir) == ray_cluster.rpartition(":")[0]
 
     # A quiet console: rank-0 progress and a final summary, not Ray's or Lightning's notices.
     assert "epoch 30/30" in done.stdout and "done in" in done.stdout

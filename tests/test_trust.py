@@ -45,6 +45,37 @@ def test_a_pickle_in_a_zero_checkpoint_is_refused_and_never_runs(tmp_path):
     assert not marker.exists()
 
 
+def test_a_pickle_in_a_checkpoint_file_is_refused_in_one_sentence_naming_it_wherever_it_is_read(tmp_path):
+    """Was torch's 20-line message under raydra.load, and a worker's traceback through Hydra's (41
+    lines) under resume= and ckpt_path=; the worker raises the sentence now, which the console and
+    the record show (errors.user_error), its traceback kept in logs/worker_<rank>.log."""
+    from raydra.checkpoints import checkpoint_meta, load_weights
+
+    marker = tmp_path / "pwned"
+    planted = tmp_path / "checkpoint.ckpt"
+    torch.save({"module_class": "raydra.models.vit.ViTClassifier", "state_dict": {}, "payload": _RunsCommand(marker)}, planted)
+    sentence = rf"^{planted} holds a pickled posix\.system, which is neither a tensor nor plain data, and unpickling it could run code"
+    for trusted in (False, True):  # trusted=True builds any class; it unpickles nothing but a DeepSpeed folder's
+        with pytest.raises(RaydraError, match=sentence) as refused:
+            raydra.load(planted, trusted=trusted)
+        assert "\n" not in str(refused.value) and str(refused.value).endswith("else use a checkpoint of a run you trust.")
+    # What a worker reads first: resume='s checkpoint (loop._position_of), ckpt_path='s weights (loop._start_from).
+    with pytest.raises(RaydraError, match=sentence):
+        checkpoint_meta(planted, trusted=True)
+    with pytest.raises(RaydraError, match=sentence):
+        load_weights(torch.nn.Linear(2, 2), planted, "ckpt_path=x", "point it elsewhere")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("trusted", [None, 1, "yes", ["ok", 2]], ids=["None", "1", "a_string", "a_list_with_a_number"])
+def test_a_trusted_that_is_no_bool_nor_list_of_names_is_refused_in_one_sentence(trusted, tmp_path):
+    """None and 1 raised a TypeError from deep inside; "yes" was read letter by letter as names."""
+    with pytest.raises(RaydraError) as refused:
+        raydra.load(_checkpoint(tmp_path, "raydra.models.vit.ViTClassifier", {}), trusted=trusted)
+    assert str(refused.value).startswith(f"trusted={trusted!r} is neither True, False nor a list of dotted names; pass")
+    assert "\n" not in str(refused.value)
+
+
 def test_library_loads_inside_a_conversion_are_made_weights_only(tmp_path):
     """DeepSpeed and Lightning call torch.load(weights_only=False) while converting a ZeRO
     checkpoint; inside weights_only_loads that call is refused too."""

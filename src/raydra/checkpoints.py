@@ -33,7 +33,7 @@ from raydra.private_apis import registered_checkpoint_names
 from raydra.run_record import CHECKPOINT_FILE, SUMMARY
 from raydra.spec import Place
 from raydra.storage import is_uri
-from raydra.trust import Trust, buildable, unpickling_refused, weights_only_loads
+from raydra.trust import Trust, buildable, check_trust, unpickling_refused, weights_only_loads
 
 if TYPE_CHECKING:
     import torch
@@ -77,7 +77,8 @@ def _torch_load(path: Path, weights_only: bool) -> Any:
     except Exception as error:
         text = str(error)
         if "Weights only load failed" in text:
-            raise  # what weights_only will not unpickle is no damage; torch says it in its own words
+            # What weights_only will not unpickle is no damage, and no reason for torch's 20 lines.
+            raise unpickling_refused(str(path), error) from None
         if _cut_short(path):
             raise _damaged(path, CUT_SHORT) from None
         if (
@@ -141,7 +142,9 @@ def load(run_or_checkpoint: PathLike, which: str = "best", trusted: Trust = Fals
     optimizers, schedulers and partials from installed packages; anything else is refused by name
     (raydra.trust). A list of dotted names (modules, classes, functions): those too. True: anything,
     and any pickled object in a DeepSpeed checkpoint; only for a run you trust as your own code.
+    Anything else is refused. A pickled object in any other checkpoint file is refused whatever the trust.
     """
+    trusted = check_trust(trusted)
     # The module is built in memory before the scratch copy of a checkpoint in storage is removed.
     with tempfile.TemporaryDirectory(prefix="raydra-load-") as scratch:
         path = fetch(locate(str(run_or_checkpoint), which), scratch)
@@ -327,7 +330,7 @@ def _state_dict(path: Path, module: Optional[torch.nn.Module], trusted: bool = F
             with contextlib.nullcontext() if trusted else weights_only_loads():
                 _zero_to_fp32(path, single)
         except pickle.UnpicklingError as error:
-            raise unpickling_refused(str(path), error) from None
+            raise unpickling_refused(str(path), error, deepspeed=True) from None
         return _load_deepspeed_file(single, trusted)["state_dict"]
 
 
@@ -342,7 +345,7 @@ def _load_deepspeed_file(path: Path, trusted: bool) -> Dict[str, Any]:
         with weights_only_loads():
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        raise unpickling_refused(str(path), error) from None
+        raise unpickling_refused(str(path), error, deepspeed=True) from None
 
 
 def _zero_to_fp32(checkpoint: Path, target: Path) -> None:

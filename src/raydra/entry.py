@@ -100,15 +100,15 @@ def hydra_main() -> None:
 def before_the_run(error: BaseException) -> Optional[str]:
     """An error Hydra met before the run started, as one sentence, when a user can fix it: a
     RaydraError (the run's directory, claimed as hydra.run.dir resolves), a config file that is not
-    YAML, a value or key the schema refuses, a run directory that cannot be written. None for
+    YAML, an override its grammar cannot read, a value or key the schema refuses, a run directory that cannot be written. None for
     anything else."""
-    from raydra.errors import unwritable, yaml_error
+    from raydra.errors import override_error, unwritable, yaml_error
     from raydra.schema import composition_error
 
     for cause in _chain(error):
         if isinstance(cause, RaydraError):
             return str(cause)
-        said = yaml_error(cause) or composition_error(cause)
+        said = yaml_error(cause) or override_error(cause) or composition_error(cause)
         if said:
             return said
         if isinstance(cause, OSError):

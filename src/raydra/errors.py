@@ -2,7 +2,8 @@
 errors into one sentence: a failed worker's own exception (one_line), a RaydraError or a known user
 mistake wrapped in Ray's failure report (user_error), a refused storage write (storage_error,
 storage_failure), a full disk (out_of_space), a path that cannot be written before anything was
-(unwritable), a config file that is not YAML (yaml_error)."""
+(unwritable), a config file that is not YAML (yaml_error), an override Hydra's grammar cannot read
+(override_error)."""
 
 import errno
 import os
@@ -70,6 +71,27 @@ def yaml_error(error: BaseException) -> Optional[str]:
     if error.context and context is not None and context is not mark:
         started = f" ({error.context} that starts at line {context.line + 1}, column {context.column + 1})"
     return f"{where} is not YAML: {problem}{started}; fix the file there."
+
+
+def override_error(error: BaseException) -> Optional[str]:
+    """A command-line override that Hydra's grammar cannot read (`'lr=[1e-3,2e-3'`, `'lr=range(1,'`),
+    as one sentence naming it and its key: Hydra's own words name neither."""
+    from hydra.errors import OverrideParseException
+
+    if not isinstance(error, OverrideParseException):
+        return None
+    override = error.override
+    key = override.partition("=")[0].lstrip("+~") or override
+    # Hydra's first line is its parser's words, or "Error parsing override '...'" above them; the
+    # lexer's is the override again, with a caret under the character it stopped at.
+    lines = [line for line in (error.message or "").splitlines() if line.strip() and not line.startswith("Error parsing override")]
+    first = lines[0].strip().rstrip(".") if lines else "Hydra's grammar refused it"
+    reason = "a character it cannot take" if first.startswith("LexerNoViableAltException") else first
+    return (
+        f"{override} cannot be read as an override of {key} ({reason}); check that its brackets and quotes close, and quote "
+        f"a value that holds spaces, commas or brackets, e.g. '{key}=\"...\"' (Hydra's override grammar: "
+        "https://hydra.cc/docs/advanced/override_grammar/basic/)."
+    )
 
 
 def said(error: BaseException) -> str:

@@ -24,6 +24,7 @@ from raydra.private_apis import (
     FLIGHT_RECORDER_ENV,
     elastic_reacts_quickly,
     poll_workers_often,
+    torch_config,
     torch_trainer_class,
     worker_groups_start_within,
     worker_setup_hook_env,
@@ -138,7 +139,6 @@ def _fit(
     watching: Optional[Watching],
 ) -> Any:
     import ray.train
-    from ray.train.torch import TorchConfig
 
     from raydra.worker import train_loop
 
@@ -158,8 +158,9 @@ def _fit(
         train_loop_config={"spec": spec, "watch": watching.link if watching else None},
         datasets=datasets,
         # The process group's backend and timeout are Ray's to set, not Lightning's; every strategy's
-        # schema carries both (schema.ProcessGroupConfig, where their defaults live).
-        torch_config=TorchConfig(backend=spec.strategy.backend, timeout_s=spec.strategy.timeout_s),
+        # schema carries both (schema.ProcessGroupConfig, where their defaults live). Its rendezvous
+        # store listens on rank 0's node's address alone (Ray's own, on every interface).
+        torch_config=torch_config(backend=spec.strategy.backend, timeout_s=spec.strategy.timeout_s),
         scaling_config=ray.train.ScalingConfig(
             # Ray takes [min, max] as a tuple of ints; it starts once min fit and grows to max.
             num_workers=(scale.min_workers, scale.max_workers) if scale.elastic else scale.num_workers,

@@ -32,6 +32,7 @@ from raydra.record import (
     INTERRUPTED,
     RUNNING,
     Resumption,
+    from_json_number,
     from_json_object,
     now,
     read_record,
@@ -132,7 +133,9 @@ class JobsRecord:
     def from_dict(cls, data: Any) -> "JobsRecord":
         """A record as read from jobs.json (any format so far). Raises RecordError for what is no
         record at all (not a JSON object)."""
-        return from_json_object(cls, data, FORMAT)
+        record = from_json_object(cls, data, FORMAT)
+        jobs = {num: dataclasses.replace(job, return_value=from_json_number(job.return_value)) for num, job in record.jobs.items()}
+        return dataclasses.replace(record, jobs=jobs)
 
 
 def read(sweep_dir: Any) -> JobsRecord:

@@ -373,6 +373,121 @@ def _fixed_policy_without_autoscaling_class() -> Any:
     return FixedScalingPolicyWithoutAutoscaling
 
 
+def torch_config(backend: Any, timeout_s: int) -> Any:
+    """Ray Train's TorchConfig for the run's process group (`backend`, `timeout_s` as Ray's own
+    takes them), whose rendezvous store listens on one address: rank 0's node's, the address Ray
+    names as MASTER_ADDR (127.0.0.1 for the local Ray raydra starts, local_ray_on_loopback).
+
+    Ray Train 2.60's torch backend (ray.train.torch.config._TorchBackend.on_start) sets MASTER_ADDR
+    and MASTER_PORT on every worker and has each call init_process_group(init_method="env://"), where
+    rank 0 starts torch's TCPStore server. That server listens on every interface (`*`: measured
+    with `ss -ltn` during a default run, beside Ray's own listeners on 127.0.0.1) whatever
+    MASTER_ADDR says: torch binds the wildcard address unless TCPStore is handed a socket
+    (`master_listen_fd`, documented), which env:// and tcp:// never do, and no variable or
+    TorchConfig field names the address. So this backend does what Ray's does, with the store made
+    by hand: rank 0 binds a socket to its node's address and hands it to its TCPStore, the other
+    ranks join that store as clients, and each passes its store to init_process_group. The rest is
+    Ray's: the backend by device (TorchTrainer fills it in), MASTER_ADDR/MASTER_PORT (Lightning's and
+    DeepSpeed's environment read them) and the torch variables every worker gets, the shut-down.
+
+    A TorchConfig subclass naming its own backend class is how Ray's own TorchftConfig plugs in;
+    _TorchBackend, its helper for the torch variables and the worker group's execute methods are
+    Ray Train's internals. The classes go to Ray Train's controller by value, as the trainer's
+    scaling policy does (torch_trainer_class)."""
+    config_class, _ = _bound_rendezvous_classes()
+    return config_class(backend=backend, timeout_s=timeout_s)
+
+
+@functools.lru_cache(maxsize=None)
+def _bound_rendezvous_classes() -> Tuple[Any, Any]:
+    from ray.train.torch.config import TorchConfig, _set_torch_distributed_env_vars, _TorchBackend
+
+    class BoundRendezvousBackend(_TorchBackend):
+        def on_start(self, worker_group: Any, backend_config: Any) -> None:
+            address, port = worker_group.execute_single(0, rendezvous_listener)
+            worker_group.execute(_set_master, address=address, port=port)
+            worker_group.execute(_set_torch_distributed_env_vars)
+            size = len(worker_group)
+            joins = [
+                worker_group.execute_single_async(
+                    rank,
+                    join_process_group,
+                    backend=backend_config.backend,
+                    world_rank=rank,
+                    world_size=size,
+                    address=address,
+                    port=port,
+                    timeout_s=backend_config.timeout_s,
+                )
+                for rank in range(size)
+            ]
+            import ray
+
+            ray.get(joins)
+
+    class BoundRendezvousTorchConfig(TorchConfig):
+        @property
+        def backend_cls(self) -> Any:
+            return BoundRendezvousBackend
+
+    return BoundRendezvousTorchConfig, BoundRendezvousBackend
+
+
+# The socket rank 0's worker bound for the rendezvous store, until join_process_group hands it to
+# torch: one per worker group start (a restarted or resized group binds a new one).
+_rendezvous_sockets: List[Any] = []
+
+
+def rendezvous_listener() -> Tuple[str, int]:
+    """On rank 0: a socket bound to this node's address (the one Ray gives MASTER_ADDR; an IPv6
+    one as such) on a free port, kept for join_process_group; returns (address, port). A node
+    address that is none of this machine's own (a Ray node started with another machine's
+    --node-ip-address, behind a NAT) cannot be bound: every interface then, as torch's store would."""
+    import errno
+    import logging
+    import socket
+
+    import ray
+
+    address = ray.util.get_node_ip_address()
+    listener = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.bind((address, 0))
+    except OSError as error:
+        if error.errno != errno.EADDRNOTAVAIL:
+            raise
+        logging.getLogger("raydra").warning(f"the process group's store listens on every interface: {address} is no address of this node's")
+        listener.bind(("", 0))
+    _rendezvous_sockets[:] = [listener]
+    return address, listener.getsockname()[1]
+
+
+def _set_master(address: str, port: int) -> None:
+    os.environ["MASTER_ADDR"] = address
+    os.environ["MASTER_PORT"] = str(port)
+
+
+def join_process_group(backend: str, world_rank: int, world_size: int, address: str, port: int, timeout_s: float) -> None:
+    """torch.distributed's default process group through a TCPStore at address:port: rank 0 serves
+    it on the socket rendezvous_listener bound (torch's store then listens there alone), the
+    others connect to it. As Ray's own set-up does, NCCL's collectives time out as errors unless
+    the user chose otherwise (Ray 2.60's _setup_torch_process_group)."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    timeout = timedelta(seconds=timeout_s)
+    if world_rank == 0:
+        # detach: the store owns the descriptor from here on and closes it with its server.
+        listening = _rendezvous_sockets.pop().detach()
+        store = dist.TCPStore(address, port, world_size, is_master=True, timeout=timeout, master_listen_fd=listening)
+    else:
+        store = dist.TCPStore(address, port, world_size, is_master=False, timeout=timeout)
+    if "nccl" in backend and "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in os.environ and "TORCH_NCCL_BLOCKING_WAIT" not in os.environ:
+        os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
+    dist.init_process_group(backend=backend, store=store, rank=world_rank, world_size=world_size, timeout=timeout)
+
+
 # Read by Ray Train's controller (passed on from the driver's environment, like the poll interval):
 # how long a new worker group waits for its placement group before the start fails and the
 # controller decides again. Named in Ray's own error message; default 60 s.

@@ -20,10 +20,16 @@ named in `problems`, a key this version does not know is kept in `extra` (and wr
 newer raydra's or a damaged record still reads. sweep.json's and jobs.json's typed records
 (raydra.sweep_record, raydra.jobs_record) are read and written by the same rules, from here
 (from_json_object, to_json_object, read_record, write_json).
+
+Record files are strict JSON, which has no NaN or infinity: a number that is not finite (a diverged
+loss) is written as the string "NaN", "Infinity" or "-Infinity" (what Python's float() reads back),
+and read back as that number where the record holds one (a float field, a metric, a job's return
+value: from_json_number).
 """
 
 import dataclasses
 import json
+import math
 import posixpath
 import time
 import typing
@@ -329,7 +335,10 @@ class RunRecord:
         record = from_json_object(cls, data, FORMAT)
         if not isinstance(data.get("format"), int) or data.get("format", 1) < 2:
             record = _from_format_1(record)
-        return record
+        metrics = record.metrics
+        figures = {key: from_json_number(value) for key, value in metrics.final.items()}
+        best = {key: from_json_number(value) for key, value in metrics.best.items()}
+        return dataclasses.replace(record, metrics=Metrics(final=figures, best=best))
 
 
 class RecordError(RaydraError):
@@ -389,15 +398,38 @@ def write_json(path: Path, content: Any) -> None:
     carry a key typed on the command line."""
     from raydra.redact import redact
 
-    content = redact(content)
+    content = to_json_numbers(redact(content))
     try:
         with replacing(path) as tmp:
-            Path(tmp).write_text(json.dumps(content, indent=2, sort_keys=False, default=str) + "\n")
+            # allow_nan=False: Python would write NaN and Infinity, which no other JSON reader takes.
+            Path(tmp).write_text(json.dumps(content, indent=2, sort_keys=False, default=str, allow_nan=False) + "\n")
     except OSError as error:
         full = out_of_space(error, path, path.name)
         if full:
             raise full from None
         raise
+
+
+# The strings a number that is not finite is written as (JSON has no such numbers), and back.
+NOT_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def to_json_numbers(value: Any) -> Any:
+    """`value` (a record file's JSON object) with every number that is not finite written as its
+    string in NOT_FINITE."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, dict):
+        return {key: to_json_numbers(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json_numbers(item) for item in value]
+    return value
+
+
+def from_json_number(value: Any) -> Any:
+    """A value where a record holds a number: one of NOT_FINITE's strings as its number, anything
+    else as it is."""
+    return NOT_FINITE[value] if isinstance(value, str) and value in NOT_FINITE else value
 
 
 def from_json_object(kind: Any, data: Any, format: int) -> Any:
@@ -511,6 +543,7 @@ def _read(kind: Any, value: Any) -> Tuple[Any, bool]:
             return {key: item for key, (item, ok) in read_items.items() if ok}, True
         return value, True
     if kind is float:
+        value = from_json_number(value)
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         return (value, True) if ok else (None, False)
     if kind is int:

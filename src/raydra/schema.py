@@ -537,9 +537,61 @@ def validate(cfg: Any) -> None:
 
 
 def problems_of(cfg: Any) -> Iterator[str]:
-    """Each problem validate() finds in `cfg`, as a sentence that names its key, in a fixed order."""
-    scale, trainer, ckpt = cfg.scale, cfg.trainer, cfg.checkpoint
+    """Each problem validate() finds in `cfg`, as a sentence that names its key, in a fixed order.
+    A number that is not finite is said once, as that: the range checks after it would call
+    `nan` in range or not as their comparisons fall, and say it again."""
+    unfinite = list(_non_finite(cfg))
+    said = tuple(f"{key}=" for key, _ in unfinite for key in _and_parents(key))
     yield from _check_unknown_keys(cfg)
+    for key, value in unfinite:
+        default = _default_of(cfg, key)
+        yield f"{key}={value} is not a finite number; give it one{f', e.g. {key}={default}' if default is not None else ''}."
+    yield from (problem for problem in _range_problems(cfg) if not problem.startswith(said))
+
+
+def _non_finite(cfg: Any) -> Iterator[Tuple[str, float]]:
+    """(key, value) of every number that is not finite (nan, inf, -inf: Hydra's grammar reads
+    them as floats) under the sections the schema types: `failure.step_timeout_min_s=nan` would
+    turn the watchdog's deadlines into NaN, and `inf` reach summary.json as a number JSON has not.
+    The user's groups (model, data, logger, callbacks) are their classes' arguments."""
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    yield from _numbers_not_finite({key: value for key, value in plain.items() if key not in OPEN_GROUPS})
+
+
+def _numbers_not_finite(node: Any, where: str = "") -> Iterator[Tuple[str, float]]:
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        path = f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else str(key)
+        if isinstance(value, float) and not math.isfinite(value):
+            yield path, value
+        else:
+            yield from _numbers_not_finite(value, path)
+
+
+def _default_of(cfg: Any, key: str) -> Optional[float]:
+    """The schema's default number for `key`, if its section is a schema and the default is a number."""
+    parent, _, leaf = key.rpartition(".")
+    schema = OmegaConf.get_type(OmegaConf.select(cfg, parent) if parent else cfg)
+    if not dataclasses.is_dataclass(schema):
+        return None
+    found = {f.name: f.default for f in dataclasses.fields(schema)}.get(leaf)
+    return found if isinstance(found, (int, float)) and not isinstance(found, bool) else None
+
+
+# The root keys that are a user's classes' arguments (raydra.arguments checks those), and Hydra's own node.
+OPEN_GROUPS = ("model", "data", "logger", "callbacks", "hydra")
+
+
+def _and_parents(key: str) -> List[str]:
+    """`key` and the keys it is inside of below its section: trainer.max_time.hours, trainer.max_time;
+    scale.num_workers[1], scale.num_workers."""
+    parts = re.sub(r"\[\d+\]", "", key).split(".")
+    return [key, *(".".join(parts[:n]) for n in range(2, len(parts) + 1))]
+
+
+def _range_problems(cfg: Any) -> Iterator[str]:
+    """problems_of's checks of values, ranges and keys together."""
+    scale, trainer, ckpt = cfg.scale, cfg.trainer, cfg.checkpoint
     yield from _check_template_keys(cfg)
     yield from _check_num_workers(cfg)
     countable = is_worker_count(scale.num_workers)

@@ -62,6 +62,20 @@ def trusted_names(trusted: Trust) -> Tuple[str, ...]:
     return () if isinstance(trusted, bool) else tuple(str(name) for name in trusted)
 
 
+def check_trust(trusted: Any) -> Trust:
+    """`trusted` as raydra.load takes it: True, False, or a list (tuple, set) of dotted names. Anything
+    else is refused in one sentence: None or 1 failed deep inside with a TypeError, and a string
+    was read letter by letter as names ("yes" trusted the modules y, e and s)."""
+    if isinstance(trusted, bool):
+        return trusted
+    if isinstance(trusted, (list, tuple, set, frozenset)) and all(isinstance(name, str) and name for name in trusted):
+        return trusted
+    raise RaydraError(
+        f"trusted={trusted!r} is neither True, False nor a list of dotted names; pass trusted=False (the default rule), "
+        "trusted=['my_project.models'] (those names too) or trusted=True (anything)."
+    )
+
+
 def _named(target: str, names: Sequence[str]) -> bool:
     return any(target == name or target.startswith(name + ".") for name in names)
 
@@ -176,15 +190,24 @@ def weights_only_loads() -> Iterator[None]:
             os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = before
 
 
-def unpickling_refused(source: str, error: BaseException) -> RaydraError:
-    """torch's weights-only refusal, as one sentence naming the object it met."""
+def unpickling_refused(source: str, error: BaseException, deepspeed: bool = False) -> RaydraError:
+    """torch's weights-only refusal (20 lines that name no file), as one sentence naming the file
+    and the object it met. `deepspeed`: a file of a DeepSpeed folder, which raydra.load reads whole
+    when trusted=True; any other checkpoint file is read weights-only whatever the trust (resume=
+    and ckpt_path= included, and Lightning's own restore)."""
     import re
 
     found = re.search(r"GLOBAL ([\w.]+)", str(error))
     what = f"a pickled {found.group(1)}" if found else "a pickled object"
+    if deepspeed:
+        return RaydraError(
+            f"{source} holds {what}, which is neither a tensor nor DeepSpeed's own, and unpickling it could run code; "
+            "load it only if you trust the run: raydra.load(..., trusted=True)."
+        )
     return RaydraError(
-        f"{source} holds {what}, which is neither a tensor nor DeepSpeed's own, and unpickling it could run code; "
-        "load it only if you trust the run: raydra.load(..., trusted=True)."
+        f"{source} holds {what}, which is neither a tensor nor plain data, and unpickling it could run code, so raydra reads "
+        "no checkpoint that holds one; if it is your own module's, keep plain data in its checkpoint (save_hyperparameters, "
+        "on_save_checkpoint), else use a checkpoint of a run you trust."
     )
 
 

@@ -41,6 +41,7 @@ YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 NO_SUMMARY = "unknown (no summary.json)"
 NO_RECORD = RunRecord(status="")
 CORRUPT_SUMMARY = "unknown (corrupt summary.json)"
+UNREADABLE_STATUS = "unknown (unreadable status in summary.json)"
 # What marks a directory as a run's, and the files compare and show read. From storage only these
 # are downloaded; the rest of a run there (checkpoints, logs, samples, wandb: up to gigabytes) is
 # only listed, to say what exists.
@@ -342,14 +343,18 @@ def load_run(run_dir: str, notes: List[str], source: Optional[str] = None, listi
     path = run.dir / run_record.SUMMARY
     if path.is_file():
         try:
-            run.record = RunRecord.from_dict(json.loads(path.read_text()))
+            data = json.loads(path.read_text())
+            run.record = RunRecord.from_dict(data)
         except (OSError, ValueError, RecordError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             notes.append(
                 f"{run.where(run_record.SUMMARY)} is corrupt ({one_line(error)}); the run is listed as unknown. Rewrite or delete it."
             )
             run.status = CORRUPT_SUMMARY
         else:
-            run.status = run.record.status or "unknown"
+            # As written: a status that is missing or no string reads as the record's default,
+            # running, which this run may never have been.
+            status = data.get("status")
+            run.status = status if isinstance(status, str) and status else UNREADABLE_STATUS
             run.error = run.record.error or None
             if run.record.problems:
                 notes.append(f"{run.where(run_record.SUMMARY)}: {'; '.join(run.record.problems)}; those fields are left blank.")
