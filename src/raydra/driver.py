@@ -236,10 +236,19 @@ def _continue(cfg: DictConfig, opening: RunRecord, fresh_dir: Path) -> Any:
     """Switch this invocation over to the run it resumes: its record continued (its directory, run
     id, start and history), and the run's lock (run_record.hold), held until the invocation ends."""
     run_dir = resume.find(cfg)
-    previous = record_module.read(run_dir)
+    location = run_record.location(cfg.paths.storage, cfg.paths.outputs, run_dir)
     # Checked before this invocation takes the run over: a refusal leaves the run's record as it was.
-    _check_same_storage(cfg, previous, run_record.location(cfg.paths.storage, cfg.paths.outputs, run_dir))
+    _check_same_storage(cfg, record_module.read(run_dir), location)
     release = run_record.hold(run_dir, f"resume={cfg.resume}", wait_s=RUN_LOCK_WAIT_S)
+    try:
+        # Read again with the lock held: the driver this one waited for may have completed the run
+        # meanwhile (whose record this one would then rewrite as its own), or changed what else
+        # resume.check reads.
+        previous = resume.check(cfg, run_dir)
+        _check_same_storage(cfg, previous, location)
+    except BaseException:
+        release()
+        raise
     # In the directory where the run is now, wherever it was first written.
     continued = opening.resumed_from(
         previous, log=str(fresh_dir / run_record.DRIVER_LOG), overrides=previous.overrides, run_dir=str(run_dir)
