@@ -307,17 +307,19 @@ def test_help_lists_only_the_groups_a_user_can_pick():
 def test_launches_in_the_same_second_each_get_their_own_run_directory(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
-    from conftest import run_dirs, run_train, summary_of
+    from conftest import run_dirs, run_train
 
     # Refused before Ray starts, so three launches land within the same second.
     with ThreadPoolExecutor(3) as pool:
         results = list(pool.map(lambda _: run_train(f"resume={tmp_path}", outputs=tmp_path / "out"), range(3)))
     assert all(r.returncode == 1 and "is not a raydra run" in r.stdout for r in results)
-    dirs = run_dirs(tmp_path / "out")
+    # A refused resume= leaves no run, only its driver.log with the refusal: one each.
+    assert not run_dirs(tmp_path / "out")
+    dirs = list((tmp_path / "out" / "runs").glob("*/*"))
     assert len(dirs) == 3
-    for run_dir in dirs:
-        assert summary_of(run_dir)["status"] == "failed"
-        assert (run_dir / ".hydra" / "config.yaml").is_file()
+    for invocation in dirs:
+        assert [p.name for p in invocation.iterdir()] == ["driver.log"]
+        assert (invocation / "driver.log").read_text().count("is not a raydra run") == 1
 
 
 def test_a_crashed_worker_group_is_reported_by_the_workers_own_exception():

@@ -19,6 +19,7 @@ import contextlib
 import copy
 import importlib
 import logging
+import shutil
 import threading
 import time
 import uuid
@@ -60,16 +61,23 @@ def train_run(
     the job's own directory to continue in, for a resumed multirun)."""
     started = time.time()
     marks = {"run_began": startup.run_began(), "run_entered": started}
-    run_dir = Path(run_dir).resolve()
+    run_dir = fresh_dir = Path(run_dir).resolve()
     run_id = f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{run_record.ray_safe(cfg.name)}_{uuid.uuid4().hex[:6]}"
     # The run's record as it stands: each stage below replaces it with the next (raydra.record).
     record = summary.new_summary(cfg, run_dir, run_id, list(overrides))
+    # A resumed multirun continues the job's run in its own directory, where this job runs again.
+    continues = job.resume if job and job.resume else None
     # Where a refusal before the spec exists is recorded: this invocation's directory, no storage.
-    place = Place(dir=str(run_dir), id=run_id, storage=None, logged_config={})
+    # None for an invocation that continues another run: the run's record is left as it was until
+    # this invocation has the run running again (summary.record_start), and its own directory is
+    # no run (_no_run_here).
+    place: Optional[Place] = None if cfg.resume or continues else Place(dir=str(run_dir), id=run_id, storage=None, logged_config={})
     release_run = lambda: None  # noqa: E731
 
     def settle(ending: Ending) -> None:
         """The run's record as the lifecycle found it ended; a completed run's fit recorded it."""
+        if place is None and not _continues_here(cfg.resume or continues, fresh_dir):
+            _no_run_here(fresh_dir)
         if ending.status == INTERRUPTED and not ending.final:
             _interrupted(record, place, started, run_dir, run_id, ending.reason, final=False)
         elif ending.status == INTERRUPTED:
@@ -85,19 +93,23 @@ def train_run(
             # Hung (raydra.watch), or failed with the error's sentence (the lifecycle's `reason`).
             _settle(summary.failure(record, ending.error, started), place)
 
+    def continue_with() -> str:
+        # A continuation stopped before it took its run over is continued as it was asked.
+        return f"resume={cfg.resume or continues}" if place is None and run_dir == fresh_dir else f"resume={run_dir}"
+
     redact_hydra_records(run_dir)
-    # A resumed multirun continues the job's run in its own directory, where this job runs again.
-    continues = job.resume if job and job.resume else None
     if not _continues_here(cfg.resume or continues, run_dir):
         # A fresh directory, its config written by Hydra a moment ago: this machine's (raydra.trust).
         # A run continued in place keeps the mark it has, or its lack, which resume= then checks.
         trust.mark_run(run_dir)
     try:
-        with Lifecycle(settle, continue_with=lambda: f"resume={run_dir}", settle_at_once=True) as life:
+        with Lifecycle(settle, continue_with=continue_with, settle_at_once=True) as life:
             requeued = batch_system.requeued()
             if requeued and not cfg.resume and not job:
                 # SLURM runs a requeued job's batch script again: the run it started continues.
                 continues = _run_of_requeued_job(cfg, requeued)
+                if continues:
+                    place = None
             if (run_dir / run_record.SUMMARY).exists() and not _continues_here(cfg.resume or continues, run_dir):
                 raise RaydraError(f"{run_dir} already holds a run; give this one its own hydra.run.dir.")
             # From here on the run reads its prepared config only (read-only: raydra.prepare).
@@ -155,11 +167,18 @@ def train_run(
     return record
 
 
-def _interrupted(record: RunRecord, place: Place, started: float, run_dir: Path, run_id: str, reason: str, final: bool = True) -> None:
+def _interrupted(
+    record: RunRecord, place: Optional[Place], started: float, run_dir: Path, run_id: str, reason: str, final: bool = True
+) -> None:
     """Record the run interrupted (Ctrl-C, SIGTERM, SLURM's time-limit notice), with its last
     checkpoint; `reason` says what stopped it and the command that continues it (raydra.lifecycle).
     `final=False`: summary.json alone, at once, as the run directory stands (the final record
-    follows once the workers are gone)."""
+    follows once the workers are gone). No `place`: a continuation stopped before it took its run
+    over, which records nothing."""
+    if place is None:
+        if final:
+            _settle(record.interrupted(reason, started), None)
+        return
     home = place.storage or str(run_dir)
     if not final:
         if Path(place.dir).exists():
@@ -168,6 +187,15 @@ def _interrupted(record: RunRecord, place: Place, started: float, run_dir: Path,
         return
     last = last_checkpoint(run_dir, run_id, place.storage, settle_s=5.0)
     _settle(record.interrupted(reason, started, record.relative(last, home)), place)
+
+
+def _no_run_here(fresh_dir: Path) -> None:
+    """The directory Hydra made for an invocation that was to continue another run, and was refused
+    or stopped before it took that run over: nothing that makes it look like a run stays (`raydra
+    compare` takes a directory with .hydra/config.yaml for one; this machine's mark). Its driver.log
+    stays: for an invocation run in the background it may be the one place the refusal is written."""
+    shutil.rmtree(fresh_dir / run_record.HYDRA_DIR, ignore_errors=True)
+    (fresh_dir / run_record.MACHINE_MARK).unlink(missing_ok=True)
 
 
 def _run_of_requeued_job(cfg: DictConfig, job_id: str) -> Optional[str]:
@@ -270,10 +298,11 @@ def _check_same_storage(cfg: DictConfig, previous: RunRecord, location: Optional
         )
 
 
-def _settle(ended: RunRecord, place: Place) -> None:
-    """Write the record of a run that ended without completing, and say why."""
+def _settle(ended: RunRecord, place: Optional[Place]) -> None:
+    """Write the record of a run that ended without completing, and say why (only say it, with no
+    `place`: a continuation refused or stopped before it took its run over)."""
     log.error(f"error: {ended.error}")
-    if Path(place.dir).exists():
+    if place is not None and Path(place.dir).exists():
         record_module.write(Path(place.dir), ended)
         try:
             run_record.push_driver_files(place)

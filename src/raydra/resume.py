@@ -7,7 +7,8 @@ metrics.csv and summary.json are extended rather than replaced.
 Hydra has already made a fresh directory for this invocation by the time the driver runs; the
 driver trains in the old one and leaves the fresh one holding only this invocation's driver.log and
 Hydra record (rewriting hydra.run.dir would need the run dir known before Hydra composes, which
-`resume=latest` cannot know without composing `name` and `paths.outputs` first).
+`resume=latest` cannot know without composing `name` and `paths.outputs` first); a refused
+`resume=` leaves its driver.log alone there (raydra.driver).
 """
 
 from pathlib import Path
