@@ -1,16 +1,20 @@
 """resume= refused, and the run it names left as it was: a run that completed while this resume=
-waited for its driver to let go. Seams: a run directory made on the spot as a stopped run leaves
-it, no training, no Ray."""
+waited for its driver to let go, a metrics.csv that cannot be read back; and the refused
+invocation's own directory left holding nothing that looks like a run. Seams and the entry in this
+process: a run directory made on the spot as a stopped run leaves it, no training, no Ray."""
 
+import json
 import logging
 import threading
 import time
 
+import pytest
 import yaml
+from conftest import run_dirs
 from helpers import composed
 from omegaconf import OmegaConf
 
-from raydra import driver, run_record, summary, trust
+from raydra import driver, resume, run_record, summary, trust
 from raydra import record as record_module
 from raydra.errors import RaydraError
 
@@ -69,3 +73,46 @@ def test_a_run_that_completed_while_resume_waited_for_its_driver_is_refused_and_
     assert str(refusal) == f"resume={run_dir}: {run_dir} already completed; start a new run instead of resuming it."
     assert (run_dir / "summary.json").read_bytes() == completed
     run_record.hold(run_dir, "a later driver")()  # the refused driver let go of the run
+
+
+def test_resume_refuses_a_metrics_csv_the_worker_could_not_read_back(tmp_path):
+    run_dir = stopped_run(tmp_path)
+    cfg = composed(*OVERRIDES, f"paths.outputs={tmp_path}", "resume=latest")
+    for content, why in [
+        (b"epoch,step,val/acc\n0,9," + b"7" * 200_000 + b"\n", "not CSV: field larger than field limit (131072)"),
+        (b"epoch,step,val/acc\nzero,9,0.5\n", "row 2's epoch is 'zero', not a number"),
+        (b"epoch,step,val/acc\n0,9,0.5\n0,nan,0.5\n", "row 3's step is 'nan', not a number"),
+    ]:
+        (run_dir / "metrics.csv").write_bytes(content)
+        with pytest.raises(RaydraError) as refused:
+            resume.find(cfg)
+        assert str(refused.value).startswith(f"resume=latest: {run_dir / 'metrics.csv'} cannot be read back as the run's metrics ({why}); ")
+    # What the worker keeps of it is read alike: an empty value and a float-written number are fine.
+    (run_dir / "metrics.csv").write_bytes(b"epoch,step,val/acc\n0,9,\n1.0,19,0.5\n")
+    assert resume.find(cfg) == run_dir
+
+
+def test_a_damaged_metrics_csv_is_refused_in_one_sentence_leaving_the_run_and_no_other_run_behind(train_here, tmp_path):
+    # `head -c 2000 /dev/urandom > <run>/metrics.csv`: a 52-line UnicodeDecodeError from the worker,
+    # once the run had been taken over, left `failed`; and the refused invocation's directory held a
+    # `failed` summary.json of its own.
+    run_dir = stopped_run(tmp_path)
+    metrics = run_dir / "metrics.csv"
+    metrics.write_bytes(bytes(range(128, 256)) * 16)
+    before = {name: (run_dir / name).read_bytes() for name in ("summary.json", "metrics.csv")}
+    done = train_here(*OVERRIDES, f"resume={run_dir}", outputs=tmp_path)
+    said = done.stdout + done.stderr
+    assert done.returncode == 1 and "Traceback" not in said, said
+    sentence = (
+        f"error: resume={run_dir}: {metrics} cannot be read back as the run's metrics (not UTF-8 text: invalid start byte); "
+        "move it aside (e.g. to metrics.csv.damaged) and resume again: the run logs its metrics anew from its checkpoint on, "
+        "the earlier ones staying in the moved file."
+    )
+    assert said.strip().splitlines() == [sentence], said
+    assert {name: (run_dir / name).read_bytes() for name in before} == before
+    assert json.loads(before["summary.json"])["status"] == "interrupted"
+    # The refused invocation's own directory: its driver.log, with the refusal; nothing of a run.
+    assert run_dirs(tmp_path) == [run_dir]
+    (own,) = [p for p in (tmp_path / "runs").glob("*/*") if p != run_dir]
+    assert sorted(p.name for p in own.iterdir()) == ["driver.log"]
+    assert sentence in (own / "driver.log").read_text()

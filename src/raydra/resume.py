@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from raydra import record, run_record, storage, trust
+from raydra import metrics_csv, record, run_record, storage, trust
 from raydra.errors import RaydraError
 from raydra.keys import flatten
 from raydra.redact import redact
@@ -47,8 +47,8 @@ def find(cfg: DictConfig) -> Path:
 
 def check(cfg: DictConfig, run_dir: Path) -> record.RunRecord:
     """The record of the run in `run_dir`, checked to be one `cfg` can continue: a raydra run, made
-    on this machine (or trusted), not completed, started with the same config (or resume_force).
-    The driver checks once more with the run's lock held (driver._continue):
+    on this machine (or trusted), not completed, started with the same config (or resume_force),
+    its metrics.csv readable. The driver checks once more with the run's lock held (driver._continue):
     a run it waited for may have completed meanwhile."""
     if not (run_dir / run_record.SUMMARY).is_file() or not (run_dir / run_record.CONFIG).is_file():
         raise RaydraError(
@@ -67,6 +67,13 @@ def check(cfg: DictConfig, run_dir: Path) -> record.RunRecord:
             f"resume={cfg.resume}: the config differs from the one {run_dir} started with ({'; '.join(changes)}); "
             "resume with the original settings, or add resume_force=true to continue with the new ones."
         )
+    metrics = run_dir / run_record.METRICS
+    if metrics.is_file():
+        # Read as the worker will (raydra.worker.loggers), before anything of the run is changed.
+        try:
+            metrics_csv.read(metrics)
+        except RaydraError as error:
+            raise RaydraError(f"resume={cfg.resume}: {error}") from None
     return previous
 
 
