@@ -85,10 +85,11 @@ def train_run(
             # checkpoint they register after the one named here deletes it under
             # checkpoint.num_to_keep (seen in the suite: summary.json named a checkpoint gone a
             # moment later). Leave first, then give a checkpoint that was being registered as Ray
-            # stopped them a moment.
+            # stopped them a moment (unless a second stop signal hurries the stop: ending.hurried).
+            # A SIGTERM during Ray's shutdown still reaches raydra's handler (cluster.connect).
             if ray.is_initialized():
                 ray.shutdown()
-            _interrupted(record, place, started, run_dir, run_id, ending.reason)
+            _interrupted(record, place, started, run_dir, run_id, ending.reason, hurried=ending.hurried)
         elif ending.status == FAILED:
             # Hung (raydra.watch), or failed with the error's sentence (the lifecycle's `reason`).
             _settle(summary.failure(record, ending.error, started), place)
@@ -103,7 +104,7 @@ def train_run(
         # A run continued in place keeps the mark it has, or its lack, which resume= then checks.
         trust.mark_run(run_dir)
     try:
-        with Lifecycle(settle, continue_with=continue_with, settle_at_once=True) as life:
+        with Lifecycle(settle, continue_with=continue_with, settle_at_once=True, process_ends_with_it=process_ends_with_run) as life:
             requeued = batch_system.requeued()
             if requeued and not cfg.resume and not job:
                 # SLURM runs a requeued job's batch script again: the run it started continues.
@@ -168,12 +169,20 @@ def train_run(
 
 
 def _interrupted(
-    record: RunRecord, place: Optional[Place], started: float, run_dir: Path, run_id: str, reason: str, final: bool = True
+    record: RunRecord,
+    place: Optional[Place],
+    started: float,
+    run_dir: Path,
+    run_id: str,
+    reason: str,
+    final: bool = True,
+    hurried: Optional[threading.Event] = None,
 ) -> None:
     """Record the run interrupted (Ctrl-C, SIGTERM, SLURM's time-limit notice), with its last
     checkpoint; `reason` says what stopped it and the command that continues it (raydra.lifecycle).
     `final=False`: summary.json alone, at once, as the run directory stands (the final record
-    follows once the workers are gone). No `place`: a continuation stopped before it took its run
+    follows once the workers are gone). `hurried`: set by a second stop signal, which ends the wait
+    for a checkpoint being registered. No `place`: a continuation stopped before it took its run
     over, which records nothing."""
     if place is None:
         if final:
@@ -185,7 +194,7 @@ def _interrupted(
             last = last_checkpoint(run_dir, run_id, place.storage) if place.storage is None else None
             record_module.write(Path(place.dir), record.interrupted(reason, started, record.relative(last, home)))
         return
-    last = last_checkpoint(run_dir, run_id, place.storage, settle_s=5.0)
+    last = last_checkpoint(run_dir, run_id, place.storage, settle_s=5.0, hurried=hurried)
     _settle(record.interrupted(reason, started, record.relative(last, home)), place)
 
 
