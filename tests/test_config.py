@@ -108,6 +108,12 @@ def test_what_hydra_refuses_before_the_run_is_said_in_one_sentence_by_the_comman
             ("scale.num_workerz=2",),
             "error: scale.num_workerz is not a key raydra knows (scale has a fixed set of keys); did you mean scale.num_workers?",
         ),
+        # Nested the run's directory one level deeper, where this resume=latest (and any other) did not find it.
+        (
+            ("name=ablation/lr", "resume=latest"),
+            "error: name=ablation/lr holds a '/', which would nest the run's directory where resume=latest does not look for it; "
+            "name it without one, e.g. name=ablation_lr.",
+        ),
         (("name=" + "x" * 300,), "is a name longer than the filesystem allows (a part of 309 characters; most allow 255)"),
     ]
     for n, (overrides, sentence) in enumerate(cases):
@@ -117,7 +123,8 @@ def test_what_hydra_refuses_before_the_run_is_said_in_one_sentence_by_the_comman
         assert len(said.strip().splitlines()) == 1, said
         assert not run_dirs(tmp_path / str(n))
     assert "the run's directory cannot be created; give the run a shorter name= (it names the directory)." in said
-    assert not list((tmp_path / "3").rglob("*x" * 3))  # nothing half-made is left
+    assert not list((tmp_path / "4").rglob("*x" * 3))  # nothing half-made is left
+    assert not list((tmp_path / "3").rglob("*"))  # nor for a name with a '/'
 
 
 def test_what_raydra_does_not_say_itself_hydra_reports_as_it_did(train_here, tmp_path):
