@@ -1,7 +1,8 @@
 """resume= refused, and the run it names left as it was: a run that completed while this resume=
-waited for its driver to let go, a metrics.csv that cannot be read back; and the refused
-invocation's own directory left holding nothing that looks like a run. Seams and the entry in this
-process: a run directory made on the spot as a stopped run leaves it, no training, no Ray."""
+waited for its driver to let go, a metrics.csv that cannot be read back; the refused invocation's
+own directory left holding nothing that looks like a run, and a run continued in its own directory
+keeping its record. Seams and the entry in this process: a run directory made on the spot as a
+stopped run leaves it, no training, no Ray."""
 
 import json
 import logging
@@ -116,3 +117,20 @@ def test_a_damaged_metrics_csv_is_refused_in_one_sentence_leaving_the_run_and_no
     (own,) = [p for p in (tmp_path / "runs").glob("*/*") if p != run_dir]
     assert sorted(p.name for p in own.iterdir()) == ["driver.log"]
     assert sentence in (own / "driver.log").read_text()
+
+
+def test_a_run_continued_in_its_own_directory_that_is_refused_keeps_its_record_and_says_why_there(train_here, tmp_path):
+    # A resumed multirun's job continues its run in the run's own directory, and its launcher reads
+    # the job's outcome from there. A refusal before the takeover replaced the run's record with a
+    # new one (another run id, no history, no checkpoints), which a later resume could not continue.
+    run_dir = stopped_run(tmp_path)
+    (run_dir / "metrics.csv").write_bytes(b"epoch,step,val/acc\nzero,9,0.5\n")
+    before = json.loads((run_dir / "summary.json").read_text())
+    # Hydra writes this invocation's config over the run's .hydra/ in place, and this machine's mark
+    # was made over the run's: trusted, so that what is refused is its metrics.csv.
+    done = train_here(*OVERRIDES, f"resume={run_dir}", f"hydra.run.dir={run_dir}", "resume_trusted=true", outputs=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    after = json.loads((run_dir / "summary.json").read_text())
+    assert after["status"] == "failed" and f"{run_dir / 'metrics.csv'} cannot be read back as the run's metrics" in after["error"]
+    kept = ("run_id", "started_at", "wall_time_s", "config_hash", "resumed", "checkpoints")
+    assert {key: after[key] for key in kept} == {key: before[key] for key in kept}

@@ -76,7 +76,8 @@ def train_run(
 
     def settle(ending: Ending) -> None:
         """The run's record as the lifecycle found it ended; a completed run's fit recorded it."""
-        if place is None and not _continues_here(cfg.resume or continues, fresh_dir):
+        in_place = _continues_here(cfg.resume or continues, fresh_dir)
+        if place is None and not in_place:
             _no_run_here(fresh_dir)
         if ending.status == INTERRUPTED and not ending.final:
             _interrupted(record, place, started, run_dir, run_id, ending.reason, final=False)
@@ -90,6 +91,8 @@ def train_run(
             if ray.is_initialized():
                 ray.shutdown()
             _interrupted(record, place, started, run_dir, run_id, ending.reason, hurried=ending.hurried)
+        elif ending.status == FAILED and place is None and in_place:
+            _refused_in_place(fresh_dir, ending.reason)
         elif ending.status == FAILED:
             # Hung (raydra.watch), or failed with the error's sentence (the lifecycle's `reason`).
             _settle(summary.failure(record, ending.error, started), place)
@@ -205,6 +208,16 @@ def _no_run_here(fresh_dir: Path) -> None:
     stays: for an invocation run in the background it may be the one place the refusal is written."""
     shutil.rmtree(fresh_dir / run_record.HYDRA_DIR, ignore_errors=True)
     (fresh_dir / run_record.MACHINE_MARK).unlink(missing_ok=True)
+
+
+def _refused_in_place(run_dir: Path, reason: Optional[str]) -> None:
+    """A run to continue in its own directory (a resumed multirun's job, whose launcher reads the
+    job's outcome from its summary.json; a requeued SLURM job with a fixed hydra.run.dir), refused
+    before it was taken over: the refusal is recorded on the run's own record, which keeps its id,
+    history, wall time and checkpoints, and so can still be continued once the cause is fixed."""
+    own = record_module.try_read(run_dir)
+    place = Place(dir=str(run_dir), id=own.run_id, storage=None, logged_config={}) if own else None
+    _settle(own.failed(reason) if own else RunRecord(error=reason), place)
 
 
 def _run_of_requeued_job(cfg: DictConfig, job_id: str) -> Optional[str]:
