@@ -11,6 +11,7 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -199,6 +200,9 @@ def train_here(monkeypatch, capfd):
         loggers = [logging.getLogger(), logging.getLogger("raydra")]
         before = [(logger.handlers[:], logger.level) for logger in loggers]
         environ = dict(os.environ)
+        # A run stopped by a signal, whose process ends with it, leaves its stop signals in place for its
+        # way out (raydra.lifecycle): this process goes on, with the handlers it had.
+        signal_handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
         capfd.readouterr()
         GlobalHydra.instance().clear()
         try:
@@ -220,6 +224,8 @@ def train_here(monkeypatch, capfd):
             # with it: a later test's own cluster, started in this process, would inherit it.
             os.environ.clear()
             os.environ.update(environ)
+            for signum, handler in signal_handlers.items():
+                signal.signal(signum, handler)
         out = capfd.readouterr()
         if started_ray:
             pytest.fail(f"{' '.join(argv)} started Ray inside the test's process; run it with run_train\n{out.out[-2000:]}")

@@ -116,6 +116,12 @@ def test_what_hydra_refuses_before_the_run_is_said_in_one_sentence_by_the_comman
             "at input 'range(1,'); check that its brackets and quotes close",
         ),
         (("model.optimizer.lr=[1e-3,2e-3",), "error: model.optimizer.lr=[1e-3,2e-3 cannot be read as an override of model.optimizer.lr"),
+        # Nested the run's directory one level deeper, where this resume=latest (and any other) did not find it.
+        (
+            ("name=ablation/lr", "resume=latest"),
+            "error: name=ablation/lr holds a '/', which would nest the run's directory where resume=latest does not look for it; "
+            "name it without one, e.g. name=ablation_lr.",
+        ),
         (("name=" + "x" * 300,), "is a name longer than the filesystem allows (a part of 309 characters; most allow 255)"),
     ]
     for n, (overrides, sentence) in enumerate(cases):
@@ -125,7 +131,8 @@ def test_what_hydra_refuses_before_the_run_is_said_in_one_sentence_by_the_comman
         assert len(said.strip().splitlines()) == 1, said
         assert not run_dirs(tmp_path / str(n))
     assert "the run's directory cannot be created; give the run a shorter name= (it names the directory)." in said
-    assert not list((tmp_path / "5").rglob("*x" * 3))  # nothing half-made is left
+    assert not list((tmp_path / "6").rglob("*x" * 3))  # nothing half-made is left
+    assert not list((tmp_path / "5").rglob("*"))  # nor for a name with a '/'
 
 
 def test_what_raydra_does_not_say_itself_hydra_reports_as_it_did(train_here, tmp_path):
@@ -315,17 +322,19 @@ def test_help_lists_only_the_groups_a_user_can_pick():
 def test_launches_in_the_same_second_each_get_their_own_run_directory(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
-    from conftest import run_dirs, run_train, summary_of
+    from conftest import run_dirs, run_train
 
     # Refused before Ray starts, so three launches land within the same second.
     with ThreadPoolExecutor(3) as pool:
         results = list(pool.map(lambda _: run_train(f"resume={tmp_path}", outputs=tmp_path / "out"), range(3)))
     assert all(r.returncode == 1 and "is not a raydra run" in r.stdout for r in results)
-    dirs = run_dirs(tmp_path / "out")
+    # A refused resume= leaves no run, only its driver.log with the refusal: one each.
+    assert not run_dirs(tmp_path / "out")
+    dirs = list((tmp_path / "out" / "runs").glob("*/*"))
     assert len(dirs) == 3
-    for run_dir in dirs:
-        assert summary_of(run_dir)["status"] == "failed"
-        assert (run_dir / ".hydra" / "config.yaml").is_file()
+    for invocation in dirs:
+        assert [p.name for p in invocation.iterdir()] == ["driver.log"]
+        assert (invocation / "driver.log").read_text().count("is not a raydra run") == 1
 
 
 def test_a_crashed_worker_group_is_reported_by_the_workers_own_exception():

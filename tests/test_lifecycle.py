@@ -326,3 +326,59 @@ def test_a_driver_stopped_with_the_shell_that_started_it_ends_at_once_after_its_
         time.sleep(0.05)
     # Its record says interrupted (the at-once one); the final one, a minute away, was not waited for.
     assert endings.read_text() == "interrupted final=False\n"
+
+
+# A driver's interrupted run settling as the driver's does: it waits for a checkpoint in flight, then
+# writes its final record and says how to continue; its process ends with the run, exit code 130 as
+# the entry's. (That Ray's shutdown, the driver's first step, leaves raydra's SIGTERM handler in
+# place is test_private_apis.py's lean local Ray probe.)
+STOPPED_TWICE = """
+import logging, sys, time
+from pathlib import Path
+from raydra.lifecycle import Lifecycle
+logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+endings = Path(sys.argv[1])
+def settle(ending):
+    if ending.final:
+        ending.hurried.wait(30)  # the wait for a checkpoint in flight, which a second signal ends
+        logging.getLogger("raydra").error(f"error: {ending.reason}")
+    with endings.open("a") as file:
+        file.write(f"{ending.status} final={ending.final}\\n")
+try:
+    with Lifecycle(settle, continue_with=lambda: "resume=/r", settle_at_once=True, process_ends_with_it=True) as life:
+        life.take_stop_signals()
+        Path(sys.argv[2]).write_text("ready")
+        time.sleep(60)
+except KeyboardInterrupt:
+    raise SystemExit(130)
+"""
+
+
+def test_sigterms_while_the_run_stops_hurry_it_to_its_record_its_continue_command_and_exit_code_130(tmp_path):
+    # Two SIGTERMs 0.3 s apart ended the driver with no final record and no line saying how to
+    # continue (the second raised KeyboardInterrupt into the code writing them), or as killed, exit
+    # code 143 (the handler put back on its way out). Here a SIGTERM every 0.1 s until the process
+    # ends reaches every stage of its stop: the stop itself, the wait for a checkpoint, the record,
+    # and the way out.
+    endings, ready = tmp_path / "endings", tmp_path / "ready"
+    driver = subprocess.Popen(
+        [sys.executable, "-c", STOPPED_TWICE, str(endings), str(ready)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    deadline = time.time() + 60
+    while not ready.exists():
+        assert time.time() < deadline and driver.poll() is None, "the driver did not start"
+        time.sleep(0.05)
+    began = time.time()
+    while driver.poll() is None and time.time() - began < 20:
+        driver.send_signal(signal.SIGTERM)
+        time.sleep(0.1)
+    out, _ = driver.communicate(timeout=10)
+    assert driver.returncode == 130, out
+    assert "error: interrupted (Ctrl-C or SIGTERM); continue it with resume=/r" in out and "already stopping" in out, out
+    # Hurried: the wait for a checkpoint in flight ended with the second signal, not after its 30 s.
+    assert time.time() - began < 10
+    assert endings.read_text() == "interrupted final=False\ninterrupted final=True\n"

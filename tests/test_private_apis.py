@@ -12,6 +12,7 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -811,12 +812,14 @@ def test_installed_versions_are_inside_the_caps_this_file_was_run_against(packag
 
 
 LOCAL_RAY_PROBE = """
-import contextlib, glob, json, os, sys, time
+import contextlib, glob, json, os, signal, sys, time
 import psutil
 import ray
 from raydra import private_apis
 
 lean = private_apis.lean_local_ray() if sys.argv[1] == "lean" else {}
+if sys.argv[1] == "lean":
+    private_apis.keep_sigterm_through_ray_shutdown()
 # raydra's local Ray (lean) listens on the loopback address only; a plain one on the machine's too.
 with private_apis.local_ray_on_loopback() if sys.argv[1] == "lean" else contextlib.nullcontext():
     ray.init(address="local", num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[2], **lean)
@@ -842,7 +845,12 @@ seen = ray.get(Probe.options(runtime_env={"env_vars": hook_env}).remote().report
 # Every address a process of this Ray (the driver's, the GCS, the raylet, its workers and agents) listens on.
 mine = {p.pid for p in [psutil.Process(), *psutil.Process().children(recursive=True)]}
 listening = sorted({c.laddr.ip for c in psutil.net_connections("inet") if c.status == psutil.CONN_LISTEN and c.pid in mine})
-print(json.dumps({"prestarted": prestarted, "listening": listening, **seen}))
+print(json.dumps({"prestarted": prestarted, "listening": listening, **seen}), flush=True)
+# The driver's own SIGTERM handler (raydra's stop signals), then Ray's shutdown, then a SIGTERM.
+signal.signal(signal.SIGTERM, lambda signum, frame: print("SIGTERM reached the driver's handler", flush=True))
+ray.shutdown()
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(0.1)
 """
 
 
@@ -851,8 +859,10 @@ print(json.dumps({"prestarted": prestarted, "listening": listening, **seen}))
 def test_a_lean_local_ray_prestarts_no_idle_workers_and_an_actors_setup_hook_runs_first(mode, tmp_path):
     """lean_local_ray's system config stops the idle workers Ray starts for the first driver (the
     plain start shows them), an actor whose env carries worker_setup_hook_env runs the hook in
-    its own process before its first method, and a Ray started inside local_ray_on_loopback
-    listens on the loopback address alone (the plain start on others too)."""
+    its own process before its first method, a Ray started inside local_ray_on_loopback
+    listens on the loopback address alone (the plain start on others too), and after
+    keep_sigterm_through_ray_shutdown a SIGTERM after ray.shutdown() still reaches the driver's
+    handler (the plain driver is ended by it: Ray's shutdown set SIGTERM to the kernel's default)."""
     import ipaddress
     import json
     import subprocess
@@ -870,16 +880,19 @@ def test_a_lean_local_ray_prestarts_no_idle_workers_and_an_actors_setup_hook_run
         )
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)  # the probe's Ray ended with it
-    assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    lines = done.stdout.strip().splitlines()
+    at = next(n for n, line in enumerate(lines) if line.startswith("{"))
+    seen, after = json.loads(lines[at]), lines[at + 1 :]
     assert seen["hook_pid"] == str(seen["pid"])
     loopback = [ip for ip in seen["listening"] if ipaddress.ip_address(ip).is_loopback or ip == "::ffff:127.0.0.1"]
     if mode == "lean":
         assert seen["prestarted"] == 0
         assert seen["listening"] and loopback == seen["listening"], seen["listening"]
+        assert done.returncode == 0 and after == ["SIGTERM reached the driver's handler"], done.stdout + done.stderr[-3000:]
     else:
         assert seen["prestarted"] >= 1
         assert loopback != seen["listening"], seen["listening"]  # the machine's address, or every interface
+        assert done.returncode == -signal.SIGTERM and after == [], done.stdout + done.stderr[-3000:]
 
 
 REREAD_AUTH_PROBE = """

@@ -12,23 +12,23 @@ from raydra.signals import sigterm_interrupts
 
 def test_sigterm_raises_keyboard_interrupt_until_the_previous_handler_is_put_back():
     before = signal.getsignal(signal.SIGTERM)
-    restore = sigterm_interrupts()
+    taken = sigterm_interrupts()
     try:
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGTERM)
     finally:
-        restore()
+        taken.put_back()
     assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_as_sigint_hands_sigterm_to_the_processs_own_ctrl_c_handler():
     seen = []
     previous_int = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
-    restore = sigterm_interrupts(as_sigint=True)
+    taken = sigterm_interrupts(as_sigint=True)
     try:
         os.kill(os.getpid(), signal.SIGTERM)
     finally:
-        restore()
+        taken.put_back()
         signal.signal(signal.SIGINT, previous_int)
     assert seen == [signal.SIGINT]
 
@@ -40,7 +40,7 @@ def test_off_the_main_thread_nothing_is_installed():
     thread.start()
     thread.join()
     assert signal.getsignal(signal.SIGTERM) is before
-    restores[0]()
+    restores[0].put_back()
     assert signal.getsignal(signal.SIGTERM) is before
 
 
@@ -56,7 +56,7 @@ def test_at_once_runs_as_sigterm_comes_while_the_main_thread_is_still_inside_a_c
     hashlib.pbkdf2_hmac("sha256", b"raydra", b"salt", 100_000)
     rounds = int(100_000 * 2.0 / max(time.perf_counter() - tick, 1e-3))
     called = []
-    restore = sigterm_interrupts(at_once=lambda: called.append(time.monotonic()))
+    taken = sigterm_interrupts(at_once=lambda: called.append(time.monotonic()))
     sender = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM))
     try:
         sender.start()
@@ -66,7 +66,7 @@ def test_at_once_runs_as_sigterm_comes_while_the_main_thread_is_still_inside_a_c
         back = time.monotonic()
     finally:
         sender.join()
-        restore()
+        taken.put_back()
     assert back - began > 1.0, "the C call ended too soon to tell"
     assert len(called) == 1 and called[0] < began + 0.7 < back
 
@@ -75,11 +75,30 @@ def test_without_sigterm_at_once_is_not_called_and_the_wakeup_fd_is_put_back():
     called = []
     before = signal.set_wakeup_fd(-1)
     signal.set_wakeup_fd(before)
-    restore = sigterm_interrupts(at_once=lambda: called.append(True))
+    taken = sigterm_interrupts(at_once=lambda: called.append(True))
     previous_usr1 = signal.signal(signal.SIGUSR1, lambda signum, frame: None)
     try:
         os.kill(os.getpid(), signal.SIGUSR1)  # another signal, which the wakeup fd also carries
     finally:
         signal.signal(signal.SIGUSR1, previous_usr1)
-    restore()
+    taken.put_back()
     assert called == [] and signal.set_wakeup_fd(before) == before
+
+
+def test_once_stopping_a_further_sigterm_or_ctrl_c_hurries_the_stop_instead_of_interrupting_it():
+    # Two SIGTERMs 0.3 s apart: the second raised KeyboardInterrupt into the code writing the run's
+    # record, which then had neither its final form nor the line saying how to continue it.
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    hurried = []
+    taken = sigterm_interrupts(again=lambda: hurried.append(True))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)  # the second: no KeyboardInterrupt
+        assert hurried == [True]
+        taken.stopping()  # the record is being written: Ctrl-C hurries too
+        os.kill(os.getpid(), signal.SIGINT)
+        assert hurried == [True, True]
+    finally:
+        taken.put_back()
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before

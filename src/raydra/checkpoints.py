@@ -21,6 +21,7 @@ import io
 import pickle
 import posixpath
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -367,14 +368,17 @@ def _zero_to_fp32(checkpoint: Path, target: Path) -> None:
         ) from None
 
 
-def last_checkpoint(run_dir: Path, run_id: str, storage_location: Optional[str] = None, settle_s: float = 0.0) -> Optional[str]:
+def last_checkpoint(
+    run_dir: Path, run_id: str, storage_location: Optional[str] = None, settle_s: float = 0.0, hurried: Optional[threading.Event] = None
+) -> Optional[str]:
     """The newest checkpoint Ray wrote for this run (a path or a storage URI): what resume= will
     continue from. Ray numbers its checkpoint directories in order.
 
     Under Ray only a checkpoint it registered counts: a copy cut short by a full disk or a kill is a
     directory too. `settle_s`: the run may still be going (the driver was interrupted, its workers
     not yet stopped); while a newer directory than the latest registered one exists, wait up to this
-    long for Ray to register it (and drop the one before, under checkpoint.num_to_keep)."""
+    long for Ray to register it (and drop the one before, under checkpoint.num_to_keep); `hurried`,
+    once set, ends the wait (a second stop signal: the registered one is named)."""
     where = storage.join(
         run_record.checkpoints_location(Place(dir=str(run_dir), id=run_id, storage=storage_location, logged_config={})), run_id
     )
@@ -388,8 +392,11 @@ def last_checkpoint(run_dir: Path, run_id: str, storage_location: Optional[str] 
         if registered is None:
             break
         kept = [name for name in registered if name in found]
-        if not (found and (not kept or found[-1] > kept[-1])) or time.time() >= deadline:
+        if not (found and (not kept or found[-1] > kept[-1])) or time.time() >= deadline or (hurried and hurried.is_set()):
             found = kept
             break
-        time.sleep(0.2)
+        if hurried:
+            hurried.wait(0.2)
+        else:
+            time.sleep(0.2)
     return storage.join(where, found[-1], CHECKPOINT_FILE) if found else None

@@ -17,7 +17,13 @@ import ray
 from raydra import batch_system
 from raydra.console import take_over_worker_output
 from raydra.errors import RaydraError
-from raydra.private_apis import lean_local_ray, leave_out_preemption_watcher, local_ray_on_loopback, state_api_address_env
+from raydra.private_apis import (
+    keep_sigterm_through_ray_shutdown,
+    lean_local_ray,
+    leave_out_preemption_watcher,
+    local_ray_on_loopback,
+    state_api_address_env,
+)
 from raydra.ray_node import free_port
 from raydra.schema import ScaleConfig, SlurmConfig
 
@@ -79,6 +85,9 @@ def connect(
     lean = lean_local_ray() if not address else {}
     if not address:
         _private_token_file()
+    # A driver stopping its run leaves Ray first: a second SIGTERM meanwhile must still reach raydra's
+    # stop signals (raydra.signals), not the kernel's default.
+    keep_sigterm_through_ray_shutdown()
     try:
         # A local Ray is this process's own, or its multirun's, on one machine: it listens on the
         # loopback address, which a job joining its launcher's Ray must be let keep (Ray would turn

@@ -19,6 +19,7 @@ import contextlib
 import copy
 import importlib
 import logging
+import shutil
 import threading
 import time
 import uuid
@@ -66,17 +67,25 @@ def train_run(
     any Hydra multirun, what sets it apart from the others (its W&B name, its job type "job")."""
     started = time.time()
     marks = {"run_began": startup.run_began(), "run_entered": started}
-    run_dir = Path(run_dir).resolve()
+    run_dir = fresh_dir = Path(run_dir).resolve()
     run_id = f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{run_record.ray_safe(cfg.name)}_{uuid.uuid4().hex[:6]}"
     # The run's record as it stands: each stage below replaces it with the next (raydra.record).
     record = summary.new_summary(cfg, run_dir, run_id, list(overrides))
+    # A resumed multirun continues the job's run in its own directory, where this job runs again.
+    continues = job.resume if job and job.resume else None
     # Where a refusal before the spec exists is recorded: this invocation's directory, no storage.
-    place = Place(dir=str(run_dir), id=run_id, storage=None, logged_config={})
+    # None for an invocation that continues another run: the run's record is left as it was until
+    # this invocation has the run running again (summary.record_start), and its own directory is
+    # no run (_no_run_here).
+    place: Optional[Place] = None if cfg.resume or continues else Place(dir=str(run_dir), id=run_id, storage=None, logged_config={})
     release_run = lambda: None  # noqa: E731
     fitted = False  # whether this invocation trained: only then may it add to the run's W&B run
 
     def settle(ending: Ending) -> None:
         """The run's record as the lifecycle found it ended; a completed run's fit recorded it."""
+        in_place = _continues_here(cfg.resume or continues, fresh_dir)
+        if place is None and not in_place:
+            _no_run_here(fresh_dir)
         if ending.status == INTERRUPTED and not ending.final:
             _interrupted(record, place, started, run_dir, run_id, ending.reason, final=False)
         elif ending.status == INTERRUPTED:
@@ -84,27 +93,34 @@ def train_run(
             # checkpoint they register after the one named here deletes it under
             # checkpoint.num_to_keep (seen in the suite: summary.json named a checkpoint gone a
             # moment later). Leave first, then give a checkpoint that was being registered as Ray
-            # stopped them a moment.
+            # stopped them a moment (unless a second stop signal hurries the stop: ending.hurried).
+            # A SIGTERM during Ray's shutdown still reaches raydra's handler (cluster.connect).
             if ray.is_initialized():
                 ray.shutdown()
-            _interrupted(record, place, started, run_dir, run_id, ending.reason)
+            _interrupted(record, place, started, run_dir, run_id, ending.reason, hurried=ending.hurried)
+        elif ending.status == FAILED and place is None and in_place:
+            _refused_in_place(fresh_dir, ending.reason)
         elif ending.status == FAILED:
             # Hung (raydra.watch), or failed with the error's sentence (the lifecycle's `reason`).
             _settle(summary.failure(record, ending.error, started), place)
 
+    def continue_with() -> str:
+        # A continuation stopped before it took its run over is continued as it was asked.
+        return f"resume={cfg.resume or continues}" if place is None and run_dir == fresh_dir else f"resume={run_dir}"
+
     redact_hydra_records(run_dir)
-    # A resumed multirun continues the job's run in its own directory, where this job runs again.
-    continues = job.resume if job and job.resume else None
     if not _continues_here(cfg.resume or continues, run_dir):
         # A fresh directory, its config written by Hydra a moment ago: this machine's (raydra.trust).
         # A run continued in place keeps the mark it has, or its lack, which resume= then checks.
         trust.mark_run(run_dir)
     try:
-        with Lifecycle(settle, continue_with=lambda: f"resume={run_dir}", settle_at_once=True) as life:
+        with Lifecycle(settle, continue_with=continue_with, settle_at_once=True, process_ends_with_it=process_ends_with_run) as life:
             requeued = batch_system.requeued()
             if requeued and not cfg.resume and not job:
                 # SLURM runs a requeued job's batch script again: the run it started continues.
                 continues = _run_of_requeued_job(cfg, requeued)
+                if continues:
+                    place = None
             if (run_dir / run_record.SUMMARY).exists() and not _continues_here(cfg.resume or continues, run_dir):
                 raise RaydraError(f"{run_dir} already holds a run; give this one its own hydra.run.dir.")
             # From here on the run reads its prepared config only (read-only: raydra.prepare).
@@ -173,19 +189,53 @@ def train_run(
     return record
 
 
-def _interrupted(record: RunRecord, place: Place, started: float, run_dir: Path, run_id: str, reason: str, final: bool = True) -> None:
+def _interrupted(
+    record: RunRecord,
+    place: Optional[Place],
+    started: float,
+    run_dir: Path,
+    run_id: str,
+    reason: str,
+    final: bool = True,
+    hurried: Optional[threading.Event] = None,
+) -> None:
     """Record the run interrupted (Ctrl-C, SIGTERM, SLURM's time-limit notice), with its last
     checkpoint; `reason` says what stopped it and the command that continues it (raydra.lifecycle).
     `final=False`: summary.json alone, at once, as the run directory stands (the final record
-    follows once the workers are gone)."""
+    follows once the workers are gone). `hurried`: set by a second stop signal, which ends the wait
+    for a checkpoint being registered. No `place`: a continuation stopped before it took its run
+    over, which records nothing."""
+    if place is None:
+        if final:
+            _settle(record.interrupted(reason, started), None)
+        return
     home = place.storage or str(run_dir)
     if not final:
         if Path(place.dir).exists():
             last = last_checkpoint(run_dir, run_id, place.storage) if place.storage is None else None
             record_module.write(Path(place.dir), record.interrupted(reason, started, record.relative(last, home)))
         return
-    last = last_checkpoint(run_dir, run_id, place.storage, settle_s=5.0)
+    last = last_checkpoint(run_dir, run_id, place.storage, settle_s=5.0, hurried=hurried)
     _settle(record.interrupted(reason, started, record.relative(last, home)), place)
+
+
+def _no_run_here(fresh_dir: Path) -> None:
+    """The directory Hydra made for an invocation that was to continue another run, and was refused
+    or stopped before it took that run over: nothing that makes it look like a run stays (`raydra
+    compare` takes a directory with .hydra/config.yaml for one; this machine's mark). Its driver.log
+    stays: for an invocation run in the background it may be the one place the refusal is written."""
+    shutil.rmtree(fresh_dir / run_record.HYDRA_DIR, ignore_errors=True)
+    (fresh_dir / run_record.MACHINE_MARK).unlink(missing_ok=True)
+
+
+def _refused_in_place(run_dir: Path, reason: Optional[str]) -> None:
+    """A run to continue in its own directory (a resumed multirun's job, whose launcher reads the
+    job's outcome from its summary.json; a requeued SLURM job with a fixed hydra.run.dir), refused
+    before it was taken over: the refusal is recorded on the run's own record, which keeps its id,
+    history, wall time and checkpoints, and so can still be continued once the cause is fixed."""
+    own = record_module.try_read(run_dir)
+    place = Place(dir=str(run_dir), id=own.run_id, storage=None, logged_config={}) if own else None
+    _settle(own.failed(reason) if own else RunRecord(error=reason), place)
 
 
 def _run_of_requeued_job(cfg: DictConfig, job_id: str) -> Optional[str]:
@@ -254,10 +304,19 @@ def _continue(cfg: DictConfig, opening: RunRecord, fresh_dir: Path) -> Any:
     """Switch this invocation over to the run it resumes: its record continued (its directory, run
     id, start and history), and the run's lock (run_record.hold), held until the invocation ends."""
     run_dir = resume.find(cfg)
-    previous = record_module.read(run_dir)
+    location = run_record.location(cfg.paths.storage, cfg.paths.outputs, run_dir)
     # Checked before this invocation takes the run over: a refusal leaves the run's record as it was.
-    _check_same_storage(cfg, previous, run_record.location(cfg.paths.storage, cfg.paths.outputs, run_dir))
+    _check_same_storage(cfg, record_module.read(run_dir), location)
     release = run_record.hold(run_dir, f"resume={cfg.resume}", wait_s=RUN_LOCK_WAIT_S)
+    try:
+        # Read again with the lock held: the driver this one waited for may have completed the run
+        # meanwhile (whose record this one would then rewrite as its own), or changed what else
+        # resume.check reads.
+        previous = resume.check(cfg, run_dir)
+        _check_same_storage(cfg, previous, location)
+    except BaseException:
+        release()
+        raise
     # In the directory where the run is now, wherever it was first written.
     continued = opening.resumed_from(
         previous, log=str(fresh_dir / run_record.DRIVER_LOG), overrides=previous.overrides, run_dir=str(run_dir)
@@ -279,10 +338,11 @@ def _check_same_storage(cfg: DictConfig, previous: RunRecord, location: Optional
         )
 
 
-def _settle(ended: RunRecord, place: Place) -> None:
-    """Write the record of a run that ended without completing, and say why."""
+def _settle(ended: RunRecord, place: Optional[Place]) -> None:
+    """Write the record of a run that ended without completing, and say why (only say it, with no
+    `place`: a continuation refused or stopped before it took its run over)."""
     log.error(f"error: {ended.error}")
-    if Path(place.dir).exists():
+    if place is not None and Path(place.dir).exists():
         record_module.write(Path(place.dir), ended)
         try:
             run_record.push_driver_files(place)

@@ -20,8 +20,10 @@ notice and decides how the work ended, so a new stop signal or notice is added h
                                         error's first line
 
 An interrupted record's reason says what stopped the work (the notice's words, or Ctrl-C/SIGTERM)
-and the command that continues it. Nothing here exits the process: the entry turns the exceptions
-into exit codes (1, 130).
+and the command that continues it. A stop signal that comes while the work is being stopped (a
+second SIGTERM, Ctrl-C while the record is written) hurries the stop (Ending.hurried) and never
+interrupts it: the record and the line that says how to continue still come. Nothing here exits the
+process: the entry turns the exceptions into exit codes (1, 130).
 """
 
 import contextlib
@@ -36,7 +38,7 @@ from typing import Any, Callable, ContextManager, Optional
 from raydra import batch_system
 from raydra.errors import said
 from raydra.record import COMPLETED, FAILED, INTERRUPTED
-from raydra.signals import sigterm_interrupts
+from raydra.signals import StopSignals, sigterm_interrupts
 
 log = logging.getLogger("raydra")
 
@@ -58,6 +60,9 @@ class Ending:
     final: bool = True
     # What failed it, for a record that says more than its sentence (a hung run's, raydra.watch).
     error: Optional[BaseException] = dataclasses.field(default=None, compare=False)
+    # Set when a further stop signal comes while the work is being stopped: the settle waits for
+    # nothing it can do without (a checkpoint still being registered).
+    hurried: threading.Event = dataclasses.field(default_factory=threading.Event, compare=False)
 
 
 class Lifecycle:
@@ -74,6 +79,10 @@ class Lifecycle:
     blocked in Ray gets back to Python only after a while, and one whose Ray node went with the
     signal (scancel's SIGTERM reaches the Ray head too) may never; the final record replaces it,
     and the at-once one is never written after the final one has begun.
+    `process_ends_with_it`: the process exits once the block ends. Stopped, it ignores further
+    stop signals on its way out rather than putting the previous handlers back (StopSignals.put_back):
+    they have nothing left to stop, and the previous one (the kernel's default, where no Ray put one
+    in) would end it as killed, exit code 143 instead of 130.
     """
 
     def __init__(
@@ -82,12 +91,17 @@ class Lifecycle:
         continue_with: Callable[[], str],
         sigterm_as_sigint: bool = False,
         settle_at_once: bool = False,
+        process_ends_with_it: bool = False,
     ) -> None:
         self._settle, self._continue_with = settle, continue_with
         self._sigterm_as_sigint, self._settle_at_once = sigterm_as_sigint, settle_at_once
-        self._restore_signals: Optional[Callable[[], None]] = None
+        self._process_ends_with_it = process_ends_with_it
+        self._signals: Optional[StopSignals] = None
+        self._hurried = threading.Event()
         self._settling = threading.Lock()
         self._final_begun = False
+        # The non-final record is written once, by whichever of SIGTERM's thread and the main thread comes first.
+        self._settled_at_once = False
         # The process that started this one, and the block's end (_end_with_parent watches until it).
         self._parent = os.getppid()
         self._done = threading.Event()
@@ -136,9 +150,9 @@ class Lifecycle:
         """From now on SIGTERM stops the work as Ctrl-C does (raydra.signals), until the block ends.
         After connecting: ray.init installs a SIGTERM handler of its own, which would end the
         process at once, without a record. Taken once; a second call changes nothing."""
-        if self._restore_signals is None:
+        if self._signals is None:
             at_once = self._interrupted_at_once if self._settle_at_once else None
-            self._restore_signals = sigterm_interrupts(as_sigint=self._sigterm_as_sigint, at_once=at_once)
+            self._signals = sigterm_interrupts(as_sigint=self._sigterm_as_sigint, at_once=at_once, again=self._hurry)
 
     def stops_on_notice(self, action: Optional[Callable[[], bool]] = None) -> ContextManager[None]:
         """Around the work: the batch system's stop notice stops it. `action` (run in a thread of its
@@ -167,17 +181,25 @@ class Lifecycle:
             # First: SIGTERM's thread may be watching the parent (_end_with_parent), and putting the
             # signals back waits for that thread.
             self._done.set()
-            if self._restore_signals is not None:
-                self._restore_signals()
-                self._restore_signals = None
+            if self._signals is not None:
+                self._signals.put_back(leaving=self._process_ends_with_it and self._signals.is_stopping)
+                self._signals = None
         return False  # the exception goes on to the caller's caller
 
+    def _hurry(self) -> None:
+        """A stop signal while the work is being stopped (StopSignals.stopping)."""
+        if not self._hurried.is_set():
+            log.warning("already stopping: the record is being written as things stand, without waiting any longer")
+        self._hurried.set()
+
     def _interrupted(self) -> None:
-        ending = Ending(INTERRUPTED, self.reason())
+        if self._signals is not None:
+            self._signals.stopping()
+        ending = Ending(INTERRUPTED, self.reason(), hurried=self._hurried)
         with self._settling:
             # Recorded at once, as things stand, before the final record's slower way (a driver
             # leaving Ray): one that never gets past it still leaves the work interrupted.
-            if self._settle_at_once and not self._final_begun:
+            if self._settle_at_once and not self._settled_at_once:
                 self._settle(dataclasses.replace(ending, final=False))
             self._final_begun = True
         self._settle(ending)
@@ -186,7 +208,8 @@ class Lifecycle:
         """SIGTERM's thread, as the signal comes; then this process ends with the one that started it."""
         with self._settling:
             if not self._final_begun:
-                self._settle(Ending(INTERRUPTED, self.reason(), final=False))
+                self._settle(Ending(INTERRUPTED, self.reason(), final=False, hurried=self._hurried))
+                self._settled_at_once = True
         self._end_with_parent()
 
     def _end_with_parent(self) -> None:

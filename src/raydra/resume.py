@@ -7,7 +7,8 @@ metrics.csv and summary.json are extended rather than replaced.
 Hydra has already made a fresh directory for this invocation by the time the driver runs; the
 driver trains in the old one and leaves the fresh one holding only this invocation's driver.log and
 Hydra record (rewriting hydra.run.dir would need the run dir known before Hydra composes, which
-`resume=latest` cannot know without composing `name` and `paths.outputs` first).
+`resume=latest` cannot know without composing `name` and `paths.outputs` first); a refused
+`resume=` leaves its driver.log alone there (raydra.driver).
 """
 
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from raydra import record, run_record, storage, trust
+from raydra import metrics_csv, record, run_record, storage, trust
 from raydra.errors import RaydraError
 from raydra.keys import flatten
 from raydra.redact import redact
@@ -26,7 +27,7 @@ NOT_THE_RUN = {"resume", "resume_force", "resume_trusted", "ray", "slurm", "verb
 
 
 def find(cfg: DictConfig) -> Path:
-    """The run directory `cfg.resume` names, checked to be a raydra run that can be continued."""
+    """The run directory `cfg.resume` names, checked to be a raydra run that can be continued (check)."""
     if cfg.resume == "latest":
         # The newest run of this name that started training.
         root = Path(cfg.paths.outputs, "runs")
@@ -40,6 +41,15 @@ def find(cfg: DictConfig) -> Path:
         run_dir = _fetch(cfg)
     else:
         run_dir = Path(cfg.resume).expanduser().resolve()
+    check(cfg, run_dir)
+    return run_dir
+
+
+def check(cfg: DictConfig, run_dir: Path) -> record.RunRecord:
+    """The record of the run in `run_dir`, checked to be one `cfg` can continue: a raydra run, made
+    on this machine (or trusted), not completed, started with the same config (or resume_force),
+    its metrics.csv readable. The driver checks once more with the run's lock held (driver._continue):
+    a run it waited for may have completed meanwhile."""
     if not (run_dir / run_record.SUMMARY).is_file() or not (run_dir / run_record.CONFIG).is_file():
         raise RaydraError(
             f"resume={cfg.resume}: {run_dir} is not a raydra run directory (no summary.json and .hydra/config.yaml); "
@@ -57,7 +67,14 @@ def find(cfg: DictConfig) -> Path:
             f"resume={cfg.resume}: the config differs from the one {run_dir} started with ({'; '.join(changes)}); "
             "resume with the original settings, or add resume_force=true to continue with the new ones."
         )
-    return run_dir
+    metrics = run_dir / run_record.METRICS
+    if metrics.is_file():
+        # Read as the worker will (raydra.worker.loggers), before anything of the run is changed.
+        try:
+            metrics_csv.read(metrics)
+        except RaydraError as error:
+            raise RaydraError(f"resume={cfg.resume}: {error}") from None
+    return previous
 
 
 def of_slurm_job(cfg: DictConfig, job_id: str) -> Optional[Path]:

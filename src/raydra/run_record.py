@@ -95,6 +95,21 @@ def ray_safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", plain)
 
 
+def name_in_directory(name: str) -> str:
+    """`name` as it ends a run's or a sweep's directory (<time>_<name>: conf/hydra/default.yaml),
+    refused in one sentence if it holds a `/`, before any directory is made. A `/` would nest the
+    directory one level deeper than <date>/<time>_<name>, where resume=latest (and a requeued SLURM
+    job) look for a run of that name, or with `..` after it outside paths.outputs; turned into
+    another character, it would name the directory otherwise than the run, whose record and W&B
+    keep the name as typed."""
+    if "/" in str(name):
+        raise RaydraError(
+            f"name={name} holds a '/', which would nest the run's directory where resume=latest does not look for it; "
+            f"name it without one, e.g. name={str(name).replace('/', '_')}."
+        )
+    return name
+
+
 def slurm_node_log(node: str) -> str:
     """The output of an allocation node's `ray start`, relative to the run (or multirun) directory."""
     return f"{LOGS}/slurm-ray-{node}.log"

@@ -25,7 +25,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from raydra.errors import RaydraError
-from raydra.run_record import claim_directory
+from raydra.run_record import claim_directory, name_in_directory
 from raydra.wandb_run import problems as wandb_problems
 
 
@@ -447,6 +447,8 @@ def register_schemas() -> None:
     OmegaConf.register_new_resolver("raydra.runs_or_sweeps", lambda tune: "runs" if tune is None else "sweeps", replace=True)
     # Cached so the run directory resolves once per invocation, as Hydra's own ${now:} does.
     OmegaConf.register_new_resolver("raydra.unclaimed", claim_directory, use_cache=True, replace=True)
+    # The run's name as its directory ends, refused with a '/' before the directory is made.
+    OmegaConf.register_new_resolver("raydra.name_in_directory", name_in_directory, replace=True)
     # paths.root_dir: the directory the command runs from, where the driver resolves the config.
     OmegaConf.register_new_resolver("raydra.cwd", os.getcwd, replace=True)
 

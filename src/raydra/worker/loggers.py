@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from raydra import private_apis
+from raydra import metrics_csv, private_apis
 from raydra.errors import out_of_space
 from raydra.project import RAYDRA_LOGGERS
 from raydra.redact import redact
@@ -98,10 +98,9 @@ def _keep_rows_up_to(csv_logger: Any, position: Optional[Dict[str, Any]]) -> Non
     path = Path(csv_logger.log_dir) / METRICS
     rows, fields = [], None
     if position is not None and path.exists():
-        with path.open(newline="") as file:
-            reader = csv.DictReader(file)
-            fields = reader.fieldnames
-            rows = [r for r in reader if _before(r, position)]
+        # resume= refused a damaged file before taking the run over; a restart's copy (from storage) is read alike.
+        fields, logged = metrics_csv.read(path)
+        rows = [r for r in logged if _before(r, position)]
     # Opening the writer removes an existing metrics.csv: moved aside first, so that until the kept
     # rows are whole on disk (a full disk may refuse them) the old file is there to put back.
     aside = path.with_name(f".{METRICS}.before-restart")
