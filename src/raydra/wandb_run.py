@@ -25,7 +25,6 @@ nothing but the run directory. Reading W&B's files goes through raydra.private_a
 """
 
 import contextlib
-import csv
 import json
 import logging
 import math
@@ -35,7 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
+from raydra import metrics_csv
 from raydra import record as record_module
+from raydra.errors import RaydraError
 from raydra.run_record import METRICS, WANDB, WANDB_RUN_FILE
 from raydra.storage import replacing
 
@@ -277,23 +278,24 @@ class Row:
 
 
 def rows(run_dir: Path) -> List[Row]:
-    """metrics.csv's rows with a step, in file order; [] where it is missing or not a CSV."""
+    """metrics.csv's rows with a step, in file order (raydra.metrics_csv reads it); [] where it is
+    missing or damaged (W&B then keeps what it holds: the run's record says why elsewhere)."""
     path = Path(run_dir, METRICS)
     try:
-        with path.open(newline="", encoding="utf-8") as file:
-            found = []
-            for raw in csv.DictReader(file):
-                step = _number(raw.get(CSV_STEP))
-                if step is None:
-                    continue
-                values = {k: v for k, v in ((k, _number(v)) for k, v in raw.items() if k and k != CSV_STEP) if v is not None}
-                found.append(Row(step=int(step), values=values))
-            return found
+        _, found = metrics_csv.read(path)
     except FileNotFoundError:
         return []
-    except (OSError, UnicodeDecodeError, csv.Error) as error:
-        log.warning(f"{path} could not be read ({error}); W&B keeps what it holds")
+    except (OSError, RaydraError) as error:
+        log.warning(f"W&B keeps what it holds: {error}")
         return []
+    out = []
+    for raw in found:
+        step = _number(raw.get(CSV_STEP))
+        if step is None:
+            continue
+        values = {k: v for k, v in ((k, _number(v)) for k, v in raw.items() if k and k != CSV_STEP) if v is not None}
+        out.append(Row(step=int(step), values=values))
+    return out
 
 
 def _number(text: Optional[str]) -> Optional[float]:
