@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from raydra.entry import CONF_DIR
-from raydra.redact import MASK, names_a_secret, redact, redact_hydra_records
+from raydra.redact import MASK, _plain, names_a_secret, redact, redact_hydra_records
 
 ORDINARY = [
     "tokenizer",
@@ -175,18 +175,6 @@ def _value_of(override: str):
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     return OverridesParser.create().parse_override(override).value()
-
-
-def _plain(value):
-    from hydra.core.override_parser.types import QuotedString
-
-    if isinstance(value, QuotedString):
-        return value.text
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
 
 
 def test_mask_in_a_secrets_place_is_told_from_a_secret_and_from_an_ordinary_value():
