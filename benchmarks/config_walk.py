@@ -32,9 +32,9 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "raydra"
 
 LAYERS = [
     ("raydra.entry", "raydra.cli", "raydra.__main__"),
-    ("raydra.sweep", "raydra.launcher", "raydra.multirun_job", "raydra.job_process", "raydra.rerun"),
-    ("raydra.driver",),
-    ("raydra.fit",),
+    ("raydra.sweep", "raydra.multirun.launcher", "raydra.multirun.job", "raydra.multirun.job_process", "raydra.rerun"),
+    ("raydra.run.driver",),
+    ("raydra.run.fit",),
     ("raydra.worker",),
 ]
 

@@ -397,7 +397,7 @@ for name, extras in roots:
 print(json.dumps({"imports": bad, "needs": sorted(set(unmet))}))
 """
 
-REQUIRED = {"ray", "ray.train", "hydra", "omegaconf", "raydra.worker.loop", "raydra.driver"}
+REQUIRED = {"ray", "ray.train", "hydra", "omegaconf", "raydra.worker.loop", "raydra.run.driver"}
 IMPORT_CHECK = [
     "ray",
     "ray.train",
@@ -408,7 +408,7 @@ IMPORT_CHECK = [
     "diffusers",
     "deepspeed",
     "raydra.worker.loop",
-    "raydra.driver",
+    "raydra.run.driver",
 ]
 
 

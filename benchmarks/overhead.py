@@ -159,7 +159,7 @@ def raydra(epochs: int, workers: int, *extra: str) -> dict:
         "samples_per_s": throughput["samples_per_s"],
         "workers": max(1, workers),
         "wall_s": wall,
-        # Where the time to the first step went (summary.json's startup, raydra.startup).
+        # Where the time to the first step went (summary.json's startup, raydra.run.startup).
         "phases": {p["phase"]: p["s"] for p in summary["startup"]["phases"]},
     }
 
@@ -187,7 +187,7 @@ def watchdog_parts() -> None:
 
     import ray
 
-    from raydra.watch import Watch, WatchLink
+    from raydra.run.hang_watch import Watch, WatchLink
     from raydra.worker.watchdog import Heartbeat, Progress
 
     failure = types.SimpleNamespace(startup_timeout_s=900.0, step_timeout_factor=20.0, step_timeout_min_s=90.0, checkpoint_timeout_s=600.0)

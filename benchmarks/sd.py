@@ -111,9 +111,9 @@ def unet_flops_per_image(overrides: list) -> int:
     from omegaconf import OmegaConf
     from torch.utils.flop_counter import FlopCounterMode
 
+    from raydra.config.schema import register_schemas
     from raydra.entry import CONF_DIR
     from raydra.models.stable_diffusion_parts import unet_from
-    from raydra.schema import register_schemas
 
     register_schemas()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

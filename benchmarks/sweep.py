@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from raydra import sweep_record
+from raydra.records import sweep
 from raydra.testing import start_ray_head, stop_process_tree
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,7 +57,7 @@ def main() -> None:
         common.append(f"ray.address={address}")
         sweep_s = train("tune=asha", f"tune.num_samples={args.samples}", *common)
         (sweep_dir,) = [p.parent for p in out.glob("sweeps/*/*/sweep.json")]
-        record = sweep_record.read(sweep_dir)
+        record = sweep.read(sweep_dir)
         trials = list(csv.DictReader((sweep_dir / "trials.csv").open()))
         keys = list(record.space)
         one_by_one = []

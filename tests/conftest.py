@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from raydra import ray_node
+from raydra.cluster import ray_node
 from raydra.testing import free_port, start_ray_head, start_s3_server, stop_process_tree, stop_ray_node
 
 REPO = Path(__file__).resolve().parents[1]
@@ -201,7 +201,7 @@ def train_here(monkeypatch, capfd):
         before = [(logger.handlers[:], logger.level) for logger in loggers]
         environ = dict(os.environ)
         # A run stopped by a signal, whose process ends with it, leaves its stop signals in place for its
-        # way out (raydra.lifecycle): this process goes on, with the handlers it had.
+        # way out (raydra.run.lifecycle): this process goes on, with the handlers it had.
         signal_handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
         capfd.readouterr()
         GlobalHydra.instance().clear()
@@ -388,7 +388,7 @@ def start_private_node(cluster: "PrivateDiskCluster", num_cpus: int, temp_dir: P
     private` (its own mount namespace, whose mounts do not propagate back), a private tmpfs mounted
     over the cluster's outputs, then `ray start --address=<head> --block` with its own --temp-dir (so
     its log monitor reads only its own workers' logs: two monitors on one session dir publish every
-    line twice) and free ports. unshare execs sh, which execs the node's keeper (raydra.ray_node),
+    line twice) and free ports. unshare execs sh, which execs the node's keeper (raydra.cluster.ray_node),
     the parent of `ray start`: the pid Popen holds is the one stop_ray_node signals, and the keeper
     passes the signal on; the tmpfs lives as long as the namespace's processes."""
     node = _start_node(

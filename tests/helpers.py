@@ -22,8 +22,8 @@ from conftest import REPO, base_env
 from hydra import compose, initialize_config_dir
 
 from raydra.cli import main
+from raydra.config.schema import register_schemas
 from raydra.entry import CONF_DIR
-from raydra.schema import register_schemas
 
 register_schemas()
 
@@ -498,7 +498,7 @@ def on_a_private_tmpfs(directory: Path, command: list, mount_options: str, then:
 
 
 # ---------------------------------------------------------------------------------------------
-# A batch system's stand-in (raydra.batch_system's interface; test_batch_system, test_lifecycle)
+# A batch system's stand-in (raydra.cluster.batch_system's interface; test_batch_system, test_lifecycle)
 
 STAND_IN_NOTICE = "interrupted: the stand-in batch system's job is ending"
 

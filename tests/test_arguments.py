@@ -8,10 +8,10 @@ from conftest import run_dirs, summary_of
 from helpers import composed
 from omegaconf import OmegaConf
 
-from raydra import arguments
-from raydra.callbacks import resolve_and_validate
+from raydra.config import arguments
+from raydra.config.schema import register_schemas
+from raydra.config.user_callbacks import resolve_and_validate
 from raydra.errors import RaydraError
-from raydra.schema import register_schemas
 
 register_schemas()
 
@@ -245,10 +245,11 @@ def test_a_ray_run_refuses_a_wrong_optimizer_argument_before_its_workers_start(t
     """model.optimizer.lr=fast started Ray and a worker, and failed there after 12 s. The check runs
     alongside Ray's start (it imports torch and transformers, which held Ray's start back by ~1.5 s)
     and refuses before the run is recorded running or any worker starts."""
-    from raydra import cluster, driver
+    from raydra.cluster import ray_cluster
+    from raydra.run import driver
 
     connected = []
-    monkeypatch.setattr(cluster, "connect", lambda *args, **kwargs: connected.append(True))
+    monkeypatch.setattr(ray_cluster, "connect", lambda *args, **kwargs: connected.append(True))
     monkeypatch.setattr(driver.fit, "fit_and_record", lambda *args, **kwargs: pytest.fail("a refused run reached its workers"))
     monkeypatch.setattr(driver.resolve, "resolve", lambda *args, **kwargs: pytest.fail("a refused run was resolved"))
     done = train_here("model.optimizer.lr=fast", "scale.num_workers=2", "logger=csv", outputs=tmp_path)
@@ -264,7 +265,7 @@ def test_the_workers_of_a_ray_run_check_raydras_own_classes_before_building_them
     their arguments from the run's spec before building them, in the sentence the driver would say."""
     from types import SimpleNamespace
 
-    from raydra import resolve
+    from raydra.run import resolve
     from raydra.worker import loop
 
     spec = resolve.resolve(composed("model.hidden_size=abc", "scale.num_workers=2", "logger=csv"), tmp_path / "run", "r1")

@@ -1,4 +1,4 @@
-"""The batch system seam (raydra.batch_system): SLURM is found through its entry point by the job's
+"""The batch system seam (raydra.cluster.batch_system): SLURM is found through its entry point by the job's
 environment, no module outside raydra.slurm imports it, and a run takes any batch system's stop
 notice the same way. A stand-in system here plays SLURM's part without a SLURM: its notice has
 come before the run starts, so the run trains nothing and ends interrupted with the system's words.
@@ -11,7 +11,7 @@ from pathlib import Path
 from conftest import run_dirs
 from helpers import StandInBatchSystem
 
-from raydra import batch_system
+from raydra.cluster import batch_system
 from raydra.slurm import SYSTEM as SLURM
 
 SRC = Path(__file__).parent.parent / "src" / "raydra"

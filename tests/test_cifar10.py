@@ -61,7 +61,7 @@ def test_worker_shards_cover_the_split_once_and_batches_are_augmented_on_the_dev
 
 
 def test_the_exported_image_processor_prepares_cifar_images_as_the_module_does(tmp_path):
-    """A run's Hugging Face export (raydra.hf_export) carries this processor and CIFAR's class names."""
+    """A run's Hugging Face export (raydra.records.hf_export) carries this processor and CIFAR's class names."""
     from helpers import hf_processed
     from PIL import Image
 

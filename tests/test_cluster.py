@@ -1,4 +1,4 @@
-"""raydra.cluster: the local Ray a run starts for itself, and what a run on a one-node cluster leaves out."""
+"""raydra.cluster.ray_cluster: the local Ray a run starts for itself, and what a run on a one-node cluster leaves out."""
 
 import json
 import subprocess
@@ -7,14 +7,14 @@ import sys
 import pytest
 from conftest import own_local_ray_env
 
-# Starts a local Ray through raydra.cluster.connect, told it has no use for the dashboard, and says
+# Starts a local Ray through raydra.cluster.ray_cluster.connect, told it has no use for the dashboard, and says
 # whether raydra pointed Ray's processes at a State API and how many of the dashboard's module
 # processes run. (With the dashboard, as by default, the State API answers: test_private_apis's
 # helper-actor test asks it.)
 LOCAL_RAY = """
 import glob, json, os, re, sys, time
 import psutil
-from raydra.cluster import connect
+from raydra.cluster.ray_cluster import connect
 
 connect(None, 1, False, dashboard=False)
 # The dashboard's head logs how many module processes it starts ("Loaded N subprocess modules")
@@ -52,11 +52,11 @@ def test_a_local_ray_for_a_run_whose_process_ends_with_it_starts_no_dashboard(tm
     assert seen["token_mode"] == "0o600"
 
 
-# Joins a cluster through raydra.cluster.connect and says what Ray Train's preemption-watcher
+# Joins a cluster through raydra.cluster.ray_cluster.connect and says what Ray Train's preemption-watcher
 # switch is for the runs this process starts.
 JOIN = """
 import os, sys
-from raydra.cluster import connect
+from raydra.cluster.ray_cluster import connect
 
 connect(sys.argv[1], None, False)
 print("WATCHER", os.environ.get("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"))
@@ -82,7 +82,7 @@ def test_runs_on_a_cluster_of_one_node_the_drivers_own_start_no_preemption_watch
 def test_a_head_is_started_once_it_has_printed_the_address_nodes_join(tmp_path):
     # `ray start --head` prints "Ray runtime started" a few lines before the address (a read between
     # the two ended a SLURM job's start in CI): a stand-in that pauses between them.
-    from raydra import ray_node
+    from raydra.cluster import ray_node
 
     log = tmp_path / "head.log"
     script = "echo '--- Ray runtime started. ---'; sleep 1; echo \"  ray start --address='192.0.2.7:6380'\"; sleep 60"
@@ -99,7 +99,7 @@ def test_the_ports_handed_out_for_ray_nodes_never_repeat():
     """Each port `ray start` is given must differ from every other it is given: one process picks
     them all (a head takes nine), and the kernel hands a released port out again (2000 plain
     picks here repeated 131 and 152 times)."""
-    from raydra import ray_node
+    from raydra.cluster import ray_node
 
     ports = [ray_node.free_port() for _ in range(2000)]
     assert len(set(ports)) == len(ports)
@@ -110,7 +110,7 @@ def test_the_ports_handed_out_for_ray_nodes_never_repeat():
 def test_a_port_ray_takes_by_default_is_never_handed_out(monkeypatch):
     """A head's dashboard was handed 52365, the port its own dashboard agent takes by default, and
     the head refused to start (the suite's session cluster, once): Ray's default ports are skipped."""
-    from raydra import ray_node
+    from raydra.cluster import ray_node
 
     kernel = iter([52365, 8265, 6379, 10001, 41234])
 

@@ -23,9 +23,11 @@ from conftest import REPO, S3_ENV, _short_temp_dir, base_env, run_dirs, run_trai
 from helpers import EPOCHS as REFERENCE_EPOCHS
 from helpers import OWN_PROJECT, OWN_PROJECT_QUICK, raydra_train, resumed_at
 
-from raydra import record, storage, sweep_record
+from raydra import storage
 from raydra.errors import RaydraError
-from raydra.run_record import check_writable
+from raydra.records import summary as summary_record
+from raydra.records import sweep as sweep_record
+from raydra.records.sync import check_writable
 from raydra.testing import stop_ray_node
 
 # Epochs of about a second: six, so the run is still going when the test kills a worker and then
@@ -224,7 +226,7 @@ def test_a_run_on_s3_survives_a_worker_and_a_driver_kill_and_ends_whole_on_the_d
     checkpoints = summary["checkpoints"]
     # Named relative to the run's home, its storage location: where raydra.load and resume= find them.
     assert checkpoints["best"].startswith("checkpoints/") and checkpoints["last"].startswith("checkpoints/")
-    assert record.read(run_dir).checkpoint("best").startswith(run_storage.split("?")[0])
+    assert summary_record.read(run_dir).checkpoint("best").startswith(run_storage.split("?")[0])
     assert checkpoints["upload"] == "background" and checkpoints["upload_s_mean"] is not None
     assert (run_dir / ".hydra" / "config.yaml").is_file() and (run_dir / "driver.log").is_file()
     rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
@@ -257,7 +259,7 @@ def test_an_asha_sweep_on_s3_records_every_trial_on_the_drivers_disk(private_dis
     assert done.returncode == 0, done.stdout + done.stderr
     (sweep_dir,) = [p.parent for p in outputs.glob("sweeps/*/*/sweep.json")]
     record = sweep_record.read(sweep_dir)
-    assert record.status == "completed" and record.storage.startswith("s3://")
+    assert record.status == "completed" and summary_record.storage.startswith("s3://")
     trials = sorted(sweep_dir.glob("trials/*/summary.json"))
     assert len(trials) == 2
     for path in trials:
@@ -320,7 +322,7 @@ def test_a_bad_storage_uri_fails_the_run_before_ray_starts(s3_server, tmp_path):
 
 
 def test_the_storage_location_mirrors_the_run_directory_under_outputs(tmp_path):
-    from raydra.run_record import location
+    from raydra.records.layout import location
 
     run_dir = tmp_path / "out" / "runs" / "2026-11-23" / "20-41-00_vit"
     assert location("s3://b/p?scheme=http", str(tmp_path / "out"), run_dir) == "s3://b/p/runs/2026-11-23/20-41-00_vit?scheme=http"
@@ -405,7 +407,9 @@ def test_an_elastic_run_on_s3_shrinks_when_a_private_disk_node_is_lost_and_grows
     # The console said each resize in one line.
     assert "resized from 3 to 2 workers" in out and "resized from 2 to 3 workers" in out
     # The record came through storage: the workers could not see this directory.
-    assert summary["storage"].startswith("s3://") and record.read(run_dir).checkpoint("last").startswith(summary["storage"].split("?")[0])
+    assert summary["storage"].startswith("s3://") and summary_record.read(run_dir).checkpoint("last").startswith(
+        summary["storage"].split("?")[0]
+    )
 
 
 @pytest.mark.e2e

@@ -11,10 +11,11 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 from omegaconf.errors import ReadonlyConfigError, ValidationError
 
+from raydra.config.checks import validate
+from raydra.config.schema import register_schemas
 from raydra.entry import CONF_DIR
 from raydra.errors import RaydraError
-from raydra.prepare import Invocation, prepare, writable
-from raydra.schema import register_schemas, validate
+from raydra.run.prepare import Invocation, prepare, writable
 
 register_schemas()
 
@@ -214,8 +215,8 @@ def test_the_trainer_group_reaches_lightnings_trainer_as_it_is(tmp_path):
     """Every trainer.* key but raydra's own is a pl.Trainer argument, passed through by name."""
     import inspect
 
+    from raydra.config.schema import RAYDRA_TRAINER_KEYS, TEMPLATE_TRAINER_KEYS, TrainerConfig, lightning_trainer_arguments
     from raydra.lightning import pl
-    from raydra.schema import RAYDRA_TRAINER_KEYS, TEMPLATE_TRAINER_KEYS, TrainerConfig, lightning_trainer_arguments
 
     parameters = set(inspect.signature(pl.Trainer.__init__).parameters)
     fields = set(TrainerConfig.__dataclass_fields__)
@@ -233,7 +234,7 @@ def test_the_trainer_group_reaches_lightnings_trainer_as_it_is(tmp_path):
     )
     import dataclasses
 
-    from raydra.resolve import resolve
+    from raydra.run.resolve import resolve
 
     # As a worker gets them: resolved (precision and benchmark "auto" decided), then by name.
     arguments = lightning_trainer_arguments(dataclasses.asdict(resolve(cfg, tmp_path, "run").trainer))
@@ -252,7 +253,7 @@ def test_the_trainer_group_reaches_lightnings_trainer_as_it_is(tmp_path):
     ],
 )
 def test_cudnn_autotuning_is_on_for_gpu_workers_unless_asked_otherwise(tmp_path, overrides, benchmark):
-    from raydra.resolve import resolve
+    from raydra.run.resolve import resolve
 
     assert resolve(composed(*overrides), tmp_path, "run").trainer.benchmark is benchmark
 
@@ -368,7 +369,7 @@ def test_a_crashed_worker_group_is_reported_by_the_workers_own_exception():
 def test_group_options_set_only_what_they_change_from_the_schema():
     """The schema dataclasses are the one home of the fixed groups' defaults: an option file that
     repeats one would leave two places to change it, and they drift."""
-    from raydra import schema
+    from raydra.config import schema
 
     def leaves(node, prefix=""):
         for key, value in node.items():
@@ -407,7 +408,7 @@ from hydra import compose, initialize_config_dir
 import ray.cloudpickle
 from raydra import resolve, worker
 from raydra.entry import CONF_DIR
-from raydra.schema import register_schemas
+from raydra.config.schema import register_schemas
 
 register_schemas()
 with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -432,11 +433,12 @@ def test_a_data_root_without_the_data_is_refused_on_the_driver_before_the_worker
     """data=cifar10 data.root=/nonexistent was refused by the workers, 31 s after the run started; the
     driver checks it as it resolves the run (local mode, and a local Ray: the workers read this
     disk), before the record says running, and without importing the data module."""
-    from raydra import cluster, driver
-    from raydra.resolve import check_data_paths
+    from raydra.cluster import ray_cluster
+    from raydra.run import driver
+    from raydra.run.resolve import check_data_paths
 
-    # Ray is not started: the lifecycle connects through raydra.cluster.connect.
-    monkeypatch.setattr(cluster, "connect", lambda *args, **kwargs: None)
+    # Ray is not started: the lifecycle connects through raydra.cluster.ray_cluster.connect.
+    monkeypatch.setattr(ray_cluster, "connect", lambda *args, **kwargs: None)
     monkeypatch.setattr(driver.fit, "fit_and_record", lambda *args, **kwargs: pytest.fail("a refused run reached the fit"))
     sentence = (
         "error: data.root=/nonexistent does not exist on this machine, whose disk the workers read; point it at your data, "
@@ -455,7 +457,7 @@ def test_a_data_root_without_the_data_is_refused_on_the_driver_before_the_worker
 
 
 def test_data_whose_classes_are_left_null_is_asked_to_describe_itself():
-    from raydra.resolve import data_to_describe
+    from raydra.run.resolve import data_to_describe
 
     assert data_to_describe(composed("data=imagefolder", "data.root=/x")) == "raydra.data.imagefolder.ImageFolderDataModule"
     # A stated count is still checked against the data: class_names is left null.

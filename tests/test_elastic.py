@@ -15,8 +15,8 @@ from helpers import composed, epochs_with_val, logged_steps, node_of, start_trai
 from omegaconf import OmegaConf
 from probe import seen_per_epoch
 
+from raydra.config.checks import validate
 from raydra.errors import RaydraError
-from raydra.schema import validate
 from raydra.testing import free_port
 
 EPOCHS = 10

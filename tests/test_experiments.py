@@ -10,8 +10,9 @@ from conftest import REPO
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
+from raydra.config.checks import validate
+from raydra.config.schema import register_schemas
 from raydra.entry import CONF_DIR
-from raydra.schema import register_schemas, validate
 
 register_schemas()
 

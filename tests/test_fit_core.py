@@ -1,4 +1,4 @@
-"""The fit core (raydra.fit) against a stand-in for Ray Train's TorchTrainer, as Ray Train tests its
+"""The fit core (raydra.run.fit) against a stand-in for Ray Train's TorchTrainer, as Ray Train tests its
 controller against a dummy worker group: what Ray is asked for (the run's name and storage, the
 failures allowed, the checkpoints kept, the workers and their resources), what the record says of
 a result, and how a failure and a hang end the fit. No Ray: the stand-in's scripted workers speak to
@@ -11,9 +11,9 @@ import pandas
 import pytest
 from helpers import composed
 
-from raydra import fit, resolve, summary, watch
-from raydra.prepare import Invocation, prepare
-from raydra.spec import WorkerOutcome
+from raydra.config.spec import WorkerOutcome
+from raydra.run import fit, hang_watch, recording, resolve
+from raydra.run.prepare import Invocation, prepare
 from raydra.worker.checkpoint_report import UNVALIDATED
 from raydra.worker.watchdog import END, ENDED
 
@@ -43,7 +43,7 @@ def stand_in(monkeypatch):
     StandInTrainer.made = []
     monkeypatch.setattr(fit, "torch_trainer_class", trainer_class)
     # The run's watch in this process (no Ray to hold it as an actor).
-    monkeypatch.setattr(fit, "Watching", lambda failure, run_dir, local: watch.Watching(failure, run_dir, True))
+    monkeypatch.setattr(fit, "Watching", lambda failure, run_dir, local: hang_watch.Watching(failure, run_dir, True))
     return made
 
 
@@ -76,7 +76,7 @@ def test_ray_is_asked_for_the_runs_name_storage_failures_checkpoints_and_workers
     spec = _spec(tmp_path, "scale.num_workers=2", "failure.max_failures=3", "checkpoint.num_to_keep=1")
     run_path = str(tmp_path / "checkpoints" / spec.place.id)
     StandInTrainer.script = lambda trainer: _result(spec, run_path)
-    started = summary.record_start(spec, summary.new_summary(composed("experiment=vit_digits_smoke"), tmp_path, spec.place.id, []))
+    started = recording.record_start(spec, recording.new_summary(composed("experiment=vit_digits_smoke"), tmp_path, spec.place.id, []))
     done = fit.fit_and_record(spec, started, 0.0, process_ends_with_run=True)
 
     (trainer,) = StandInTrainer.made
@@ -101,8 +101,8 @@ def test_the_hugging_face_export_is_written_from_the_best_checkpoint_before_the_
     import torch
     from safetensors.torch import load_file
 
-    from raydra import hf_export, record
-    from raydra.hf_export import HFExport
+    from raydra.records import hf_export, summary
+    from raydra.records.hf_export import HFExport
 
     spec = _spec(tmp_path, "scale.num_workers=2")
     run_path = tmp_path / "checkpoints" / spec.place.id
@@ -115,21 +115,21 @@ def test_the_hugging_face_export_is_written_from_the_best_checkpoint_before_the_
     StandInTrainer.script = lambda trainer: result
     status_as_written = []
     write = hf_export.write
-    monkeypatch.setattr(hf_export, "write", lambda *args: status_as_written.append(record.read(tmp_path).status) or write(*args))
+    monkeypatch.setattr(hf_export, "write", lambda *args: status_as_written.append(summary.read(tmp_path).status) or write(*args))
 
-    started = summary.record_start(spec, summary.new_summary(composed("experiment=vit_digits_smoke"), tmp_path, spec.place.id, []))
+    started = recording.record_start(spec, recording.new_summary(composed("experiment=vit_digits_smoke"), tmp_path, spec.place.id, []))
     done = fit.fit_and_record(spec, started, 0.0)
     assert done.checkpoints.best == f"checkpoints/{spec.place.id}/checkpoint_0/checkpoint.ckpt"
     exported = load_file(tmp_path / "hf" / "model.safetensors")
     assert list(exported) == ["w"] and torch.equal(exported["w"], torch.zeros(2))
     assert (tmp_path / "hf" / "config.json").read_text() == '{"model_type": "vit"}\n'
-    assert status_as_written == ["running"] and record.read(tmp_path).status == "completed"
+    assert status_as_written == ["running"] and summary.read(tmp_path).status == "completed"
 
 
 def test_a_tune_trial_asks_for_a_group_that_fails_rather_than_waits(stand_in, tmp_path):
     spec = _spec(tmp_path, "scale.num_workers=1")
     StandInTrainer.script = lambda trainer: _result(spec, str(tmp_path / "c"))
-    fit.fit_and_record(spec, summary.new_summary(composed(), tmp_path, spec.place.id, []), 0.0, tune_trial=True)
+    fit.fit_and_record(spec, recording.new_summary(composed(), tmp_path, spec.place.id, []), 0.0, tune_trial=True)
     (trainer,) = StandInTrainer.made
     assert trainer.run_config.failure_config.controller_failure_limit == 0
     assert stand_in["placement_group_cleaner"] is True
@@ -150,7 +150,7 @@ def _workers_hang(trainer, rank_behind=1):
 
 def test_a_hang_in_the_last_worker_group_ends_the_fit_hung_and_one_in_an_earlier_group_is_recorded_restarted(stand_in, tmp_path):
     spec = _spec(tmp_path, "scale.num_workers=2", "failure.max_failures=1")
-    opening = summary.new_summary(composed(), tmp_path, spec.place.id, [])
+    opening = recording.new_summary(composed(), tmp_path, spec.place.id, [])
 
     def hang_then_restart(trainer):
         link = _workers_hang(trainer)
@@ -169,9 +169,9 @@ def test_a_hang_in_the_last_worker_group_ends_the_fit_hung_and_one_in_an_earlier
         raise RuntimeError("Worker group failed: the actor died unexpectedly")  # Ray Train, of the ended workers
 
     StandInTrainer.script = hang_then_die
-    with pytest.raises(watch.RunHung) as ended:
+    with pytest.raises(hang_watch.RunHung) as ended:
         fit.fit_and_record(spec, opening, 0.0)
-    record = summary.failure(opening, ended.value, 0.0)
+    record = recording.failure(opening, ended.value, 0.0)
     assert record.status == "failed" and record.error.startswith("hung: rank 0 (node-0) made no progress in train after step 25")
     assert record.hangs[-1].outcome == "ended"
 
@@ -182,4 +182,4 @@ def test_a_failure_without_a_hang_is_the_fits_own_error(stand_in, tmp_path):
     result.error = RuntimeError("CUDA error: an illegal memory access")
     StandInTrainer.script = lambda trainer: result
     with pytest.raises(RuntimeError, match="illegal memory access"):
-        fit.fit_and_record(spec, summary.new_summary(composed(), tmp_path, spec.place.id, []), 0.0)
+        fit.fit_and_record(spec, recording.new_summary(composed(), tmp_path, spec.place.id, []), 0.0)

@@ -14,8 +14,9 @@ import pytest
 from helpers import composed
 from omegaconf import OmegaConf, open_dict
 
+from raydra.config.checks import problems_of
+from raydra.config.schema import STRATEGY_SCHEMAS, RaydraConfig, TuneConfig, register_schemas
 from raydra.entry import before_the_run
-from raydra.schema import STRATEGY_SCHEMAS, RaydraConfig, TuneConfig, problems_of, register_schemas
 
 register_schemas()
 
@@ -25,7 +26,7 @@ SECTIONS = [
     *(("strategy", schema, (f"strategy={name}",)) for name, schema in STRATEGY_SCHEMAS.items()),
     ("tune", TuneConfig, ("tune=asha",)),
 ]
-# The groups that are a user's classes' arguments (raydra.arguments checks those), and the root keys
+# The groups that are a user's classes' arguments (raydra.config.arguments checks those), and the root keys
 # whose schema is picked by a group option (their sections are walked on their own, above).
 OPEN = {"model", "data", "logger", "callbacks", "strategy", "tune"}
 # Numbers that are not finite: Hydra's grammar reads nan, inf and -inf as floats, and a range check

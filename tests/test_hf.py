@@ -76,7 +76,7 @@ def test_a_pretrained_models_image_processor_sets_size_and_normalisation(tmp_pat
     raw = data.loaders["val"].images[:8].float() / 255  # the processor's resize, held as uint8
     assert torch_close(images, (raw - 0.2) / 0.1)
 
-    # A run's Hugging Face export (raydra.hf_export) carries the pretrained processor, rescaling and
+    # A run's Hugging Face export (raydra.records.hf_export) carries the pretrained processor, rescaling and
     # normalising as the module does: the val split's own images through it are the batch above.
     from helpers import hf_processed
 
@@ -201,8 +201,8 @@ def test_shard_lengths_match_what_an_equal_split_gives_each_worker():
 
 
 def test_classes_flow_from_the_data_into_the_model_and_the_beans_experiment_composes(tmp_path):
-    from raydra.resolve import describe_data
-    from raydra.schema import validate
+    from raydra.config.checks import validate
+    from raydra.run.resolve import describe_data
 
     cfg = composed("data=hf", f"data.name={save_to_disk(tmp_path / 'disk', n=30)}", "data.label_column=labels")
     assert cfg.data.num_classes is None
@@ -229,7 +229,7 @@ def test_classes_flow_from_the_data_into_the_model_and_the_beans_experiment_comp
     ],
 )
 def test_ray_data_settings_are_checked(override, message):
-    from raydra.schema import validate
+    from raydra.config.checks import validate
 
     with pytest.raises(RaydraError, match=message):
         validate(composed("data=cifar10", "data.root=/x", "data.loader=ray_data", override))

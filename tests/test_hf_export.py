@@ -1,4 +1,4 @@
-"""A ViT run's Hugging Face export (`<run dir>/hf/`, raydra.hf_export): what the module describes and
+"""A ViT run's Hugging Face export (`<run dir>/hf/`, raydra.records.hf_export): what the module describes and
 the driver writes from a checkpoint loads with transformers' Auto classes, and predicts what the
 module predicts on the same images; the real run's export against raydra.load is
 test_local_mode's."""
@@ -11,8 +11,9 @@ import torch
 from conftest import tiny_vit
 from helpers import digits_test_images, hf_loaded
 
-from raydra import hf_export, storage
+from raydra import storage
 from raydra.data.digits import DigitsDataModule
+from raydra.records import hf_export
 
 DIGITS = [str(digit) for digit in range(10)]
 
@@ -50,13 +51,13 @@ def test_a_vit_export_loads_with_transformers_and_predicts_what_the_module_predi
 def test_the_export_reads_a_sharded_checkpoint_replaces_an_earlier_one_and_reaches_storage(tmp_path):
     """FSDP's layout (shards beside Lightning's meta.pt) read without building the module; a second
     export replaces the first whole; the storage copy loads as the run directory's does."""
-    from raydra import private_apis
+    from raydra.private_apis.lightning import save_distributed_checkpoint
 
     torch.manual_seed(0)
     module = tiny_vit(conv_stem=[4], hidden_size=16, num_layers=1, num_heads=2, mlp_size=32).eval()
     sharded = tmp_path / "checkpoint.ckpt"
     sharded.mkdir()
-    private_apis.save_distributed_checkpoint({"state_dict": module.state_dict()}, sharded)
+    save_distributed_checkpoint({"state_dict": module.state_dict()}, sharded)
     torch.save({"epoch": 0}, sharded / "meta.pt")
     described = module.hf_export(DigitsDataModule.image_inputs({}))
     run_dir, home = tmp_path / "run", tmp_path / "storage" / "runs" / "r"

@@ -36,7 +36,7 @@ def test_stratified_split_and_class_names(tmp_path):
 
 @pytest.mark.parametrize("channels", [3, 1])
 def test_the_exported_image_processor_prepares_an_image_file_as_the_module_does(tmp_path, channels):
-    """A run's Hugging Face export (raydra.hf_export) carries this processor and the class folders'
+    """A run's Hugging Face export (raydra.records.hf_export) carries this processor and the class folders'
     names: 16x16 files resized to 8x8 as decode resizes them, RGB or greyscale."""
     from helpers import hf_processed
 

@@ -1,4 +1,4 @@
-"""raydra.job_process: a multirun job's process, forked from a server that has imported what a
+"""raydra.multirun.job_process: a multirun job's process, forked from a server that has imported what a
 job imports, runs the job through Hydra's run_job as a process of its own and sends back its
 JobReturn; what the launcher relies on, checked without Ray."""
 
@@ -19,8 +19,8 @@ from hydra.core.utils import JobStatus, setup_globals
 from hydra.types import HydraContext, RunMode
 from omegaconf import open_dict
 
-from raydra import job_process
-from raydra.multirun_job import JobPayload
+from raydra.multirun import job_process
+from raydra.multirun.job import JobPayload
 
 
 def report(cfg):

@@ -8,7 +8,7 @@ import sys
 import pytest
 from conftest import REPO, base_env
 
-from raydra import jobs_record
+from raydra.records import jobs
 
 
 @pytest.mark.e2e
@@ -87,7 +87,7 @@ def test_an_apps_multirun_keeps_its_completed_jobs_and_reruns_the_failed_one_whe
     # Hydra reports the failed job's own exception, with its traceback from the job's process.
     assert "RuntimeError: x=2 fails this time" in out and "in app\n    raise RuntimeError" in out, out
     assert "1 of 3 jobs did not complete: #1 (x=2) failed" in first.stdout
-    record = jobs_record.read(sweep_dir)
+    record = jobs.read(sweep_dir)
     assert [record.job(n).status for n in (0, 1, 2)] == ["completed", "failed", "completed"]
     assert [record.job(n).return_value for n in (0, 2)] == [2, 4]  # the script's resolver, in each job
 
@@ -96,7 +96,7 @@ def test_an_apps_multirun_keeps_its_completed_jobs_and_reruns_the_failed_one_whe
     assert again.returncode == 0, again.stdout + again.stderr
     assert {p.name: p.read_text().count("ran") for p in runs.iterdir()} == {"x1.txt": 1, "x2.txt": 2, "x3.txt": 1}
     assert "2 completed before, kept" in again.stdout
-    record = jobs_record.read(sweep_dir)
+    record = jobs.read(sweep_dir)
     assert [(record.job(n).status, record.job(n).return_value) for n in (0, 1, 2)] == [("completed", 2), ("completed", 3), ("completed", 4)]
 
     # A job too large for any node is refused before any job starts.

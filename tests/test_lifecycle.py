@@ -1,4 +1,4 @@
-"""raydra.lifecycle: the one lifecycle of a single run, a Tune sweep and a multirun's jobs. Seams, no
+"""raydra.run.lifecycle: the one lifecycle of a single run, a Tune sweep and a multirun's jobs. Seams, no
 Ray: a stand-in connect that puts in a SIGTERM handler of its own as ray.init does, the stop signals
 sent to this test's own process, a stand-in batch system's stop notice (as test_batch_system's).
 
@@ -22,9 +22,13 @@ from helpers import STAND_IN_NOTICE, StandInBatchSystem, composed
 from omegaconf import OmegaConf
 
 from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
-from raydra import batch_system, cluster, fit, jobs_record, launcher, lifecycle, run_record, sweep_record
+from raydra.cluster import batch_system, ray_cluster
 from raydra.errors import RaydraError
-from raydra.lifecycle import Ending, Lifecycle
+from raydra.multirun import launcher
+from raydra.records import jobs as jobs_record
+from raydra.records import sweep, sync
+from raydra.run import fit, lifecycle
+from raydra.run.lifecycle import Ending, Lifecycle
 from raydra.sweep import tuner
 
 SIGNALLED = "interrupted (Ctrl-C or SIGTERM); continue it with "
@@ -60,7 +64,7 @@ def stand_in_connect(monkeypatch):
         calls.append({"address": address, "handler": rays, **settings})
         signal.signal(signal.SIGTERM, rays)
 
-    monkeypatch.setattr(cluster, "connect", connect)
+    monkeypatch.setattr(ray_cluster, "connect", connect)
     return calls
 
 
@@ -165,7 +169,7 @@ def test_the_notice_ends_the_work_interrupted_with_its_words_before_connecting_o
 def test_a_run_settles_interrupted_with_its_resume_command_or_failed_with_its_sentence(
     train_here, stand_in_connect, sigterm_unhandled_fails, monkeypatch, tmp_path, mode, stop
 ):
-    from raydra import driver
+    from raydra.run import driver
 
     work = {"sigterm": stop_with(signal.SIGTERM), "ctrl_c": stop_with(signal.SIGINT), "error": fail_with(RuntimeError("the fit broke"))}
     monkeypatch.setattr(fit, "fit_and_record", work[stop])
@@ -173,7 +177,7 @@ def test_a_run_settles_interrupted_with_its_resume_command_or_failed_with_its_se
         # What asks the Ray the stand-in did not start.
         monkeypatch.setattr(driver, "_check_and_import_in_background", lambda cfg, target: lambda: None)
         monkeypatch.setattr(driver, "check_fits", lambda scale: None)
-        monkeypatch.setattr(run_record, "check_shared", lambda run_dir: None)
+        monkeypatch.setattr(sync, "check_shared", lambda run_dir: None)
     workers = "0" if mode == "local" else "1"
     done = train_here("experiment=vit_digits_smoke", "logger=csv", f"scale.num_workers={workers}", "ray.address=auto", outputs=tmp_path)
     (run_dir,) = run_dirs(tmp_path)
@@ -195,7 +199,7 @@ def test_a_run_settles_interrupted_with_its_resume_command_or_failed_with_its_se
 def _sweep_on_stand_ins(monkeypatch, work):
     monkeypatch.setattr(tuner, "check_fits", lambda scale: None)
     monkeypatch.setattr(tuner, "_concurrency", lambda cfg: 1)
-    monkeypatch.setattr(run_record, "check_shared", lambda sweep_dir: None)
+    monkeypatch.setattr(sync, "check_shared", lambda sweep_dir: None)
 
     class Tuner:
         fit = staticmethod(work)
@@ -216,7 +220,7 @@ def test_a_sweep_settles_interrupted_with_its_tune_resume_command_or_failed_with
         notice("before")
     done = train_here(*SWEEP, outputs=tmp_path)
     (sweep_dir,) = [p.parent for p in tmp_path.glob("sweeps/*/*/sweep.json")]
-    record = sweep_record.read(sweep_dir)
+    record = sweep.read(sweep_dir)
     # Connected before the search; not at all when the notice had come.
     assert len(stand_in_connect) == (stop != "notice")
     if stop == "error":
@@ -286,7 +290,7 @@ def test_the_lifecycle_module_is_the_one_that_connects_and_takes_the_stop_signal
 SLOW_TO_LEAVE = """
 import sys, time
 from pathlib import Path
-from raydra.lifecycle import Lifecycle
+from raydra.run.lifecycle import Lifecycle
 endings = Path(sys.argv[1])
 def settle(ending):
     if ending.final:
@@ -335,7 +339,7 @@ def test_a_driver_stopped_with_the_shell_that_started_it_ends_at_once_after_its_
 STOPPED_TWICE = """
 import logging, sys, time
 from pathlib import Path
-from raydra.lifecycle import Lifecycle
+from raydra.run.lifecycle import Lifecycle
 logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
 endings = Path(sys.argv[1])
 def settle(ending):

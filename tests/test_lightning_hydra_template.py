@@ -23,13 +23,13 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf, open_dict
 
-from raydra import resolve
-from raydra.callbacks import resolve as resolve_callbacks
+from raydra.config.checks import validate as validate_schema
+from raydra.config.project import check_classes, shadowed_configs
+from raydra.config.schema import register_schemas
+from raydra.config.user_callbacks import resolve as resolve_callbacks
 from raydra.entry import CONF_DIR
 from raydra.errors import RaydraError, user_error
-from raydra.project import check_classes, shadowed_configs
-from raydra.schema import register_schemas
-from raydra.schema import validate as validate_schema
+from raydra.run import resolve
 
 register_schemas()
 
@@ -215,7 +215,7 @@ def test_ckpt_path_starts_a_new_local_run_from_the_weights_and_both_runs_load_an
     assert not torch.allclose(fresh.net.model[0].weight, before.net.model[0].weight, atol=1e-3)
     # A checkpoint of another architecture is refused in one sentence naming the first key that differs.
     narrower = instantiate(OmegaConf.to_container(composed(project, "model=mnist", "data=mnist", "model.net.lin1_size=32").model))
-    from raydra.checkpoints import load_weights
+    from raydra.records.checkpoints import load_weights
 
     with pytest.raises(RaydraError) as error:
         load_weights(narrower, str(trained[0] / source["checkpoints"]["best"]), "ckpt_path=x", "point ckpt_path at a run of this model")

@@ -171,7 +171,7 @@ def test_a_fit_leaves_the_run_spec_as_it_was_made(tmp_path):
 
     from helpers import composed
 
-    from raydra import fit, resolve, summary
+    from raydra.run import fit, recording, resolve
 
     cfg = composed(
         *LOCAL, f"paths.outputs={tmp_path}", "trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=2"
@@ -180,7 +180,7 @@ def test_a_fit_leaves_the_run_spec_as_it_was_made(tmp_path):
     run_dir.mkdir(parents=True)
     spec = resolve.resolve(cfg, run_dir, "spec_run")
     before = copy.deepcopy(spec)
-    record = summary.record_start(spec, summary.new_summary(cfg, run_dir, "spec_run", []))
+    record = recording.record_start(spec, recording.new_summary(cfg, run_dir, "spec_run", []))
     record = fit.fit_and_record(spec, record, time.time())
     assert record.status == "completed" and spec == before
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -195,7 +195,7 @@ def test_a_run_that_a_driver_trains_is_not_taken_by_a_second_one(train_here, tmp
     import json
     import os
 
-    from raydra import run_record
+    from raydra.records import lock
 
     quick = (*LOCAL, "trainer.max_epochs=2", "trainer.limit_train_batches=2", "trainer.limit_val_batches=2")
     assert train_here(*quick, outputs=tmp_path).returncode == 0
@@ -205,10 +205,10 @@ def test_a_run_that_a_driver_trains_is_not_taken_by_a_second_one(train_here, tmp
     (run_dir / "summary.json").write_text(json.dumps({**record, "status": "interrupted"}))
     before = (run_dir / "summary.json").read_bytes()
 
-    release = run_record.hold(run_dir, "the first driver")  # the first driver, still training it
+    release = lock.hold(run_dir, "the first driver")  # the first driver, still training it
     # A second driver waits this long for the first to let go (30 s by default: a driver that has
     # recorded its run interrupted still leaves Ray for a few seconds).
-    monkeypatch.setattr("raydra.driver.RUN_LOCK_WAIT_S", 1.0)
+    monkeypatch.setattr("raydra.run.driver.RUN_LOCK_WAIT_S", 1.0)
     try:
         second = train_here(*quick, f"resume={run_dir}", outputs=tmp_path)
     finally:

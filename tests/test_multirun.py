@@ -15,7 +15,7 @@ import yaml
 from conftest import REPO, SMALL_JOB, base_env, own_local_ray_env, ran_side_by_side, run_dirs, run_train, summary_of
 from helpers import LISTENING, store_address
 
-from raydra import jobs_record
+from raydra.records import jobs as jobs_record
 
 
 def _when(summary: dict, key: str) -> datetime:

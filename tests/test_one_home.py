@@ -8,7 +8,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from raydra import schema
+from raydra.config import schema
 from raydra.entry import CONF_DIR
 
 REPO = Path(__file__).resolve().parents[1]

@@ -16,11 +16,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 from torch.utils.data import DataLoader, TensorDataset
 
+from raydra.config.project import check_classes, runtime_env
+from raydra.config.schema import register_schemas
 from raydra.entry import CONF_DIR
 from raydra.errors import RaydraError
 from raydra.lightning import pl
-from raydra.project import check_classes, runtime_env
-from raydra.schema import register_schemas
 from raydra.worker.contract import Contract
 
 register_schemas()
@@ -136,7 +136,7 @@ def test_auto_ships_the_project_only_when_joining_a_cluster(project, monkeypatch
 def test_only_a_run_of_raydras_and_its_libraries_classes_has_its_workers_import_lean(project):
     """Workers leave torchmetrics' optional integrations out (raydra.worker.preload) only when
     nothing of the user's is built there: a user's class might use them."""
-    from raydra.project import builds_only_known_classes
+    from raydra.config.project import builds_only_known_classes
 
     def groups(cfg):
         plain = OmegaConf.to_container(cfg, resolve=False)

@@ -20,15 +20,55 @@ import pytest
 import torch
 from conftest import bare_trainer
 
-from raydra import private_apis
+import raydra.private_apis
 from raydra.lightning import pl
+from raydra.private_apis.hugging_face import hub_offline
+from raydra.private_apis.hydra import report_as_hydra_does
+from raydra.private_apis.lightning import (
+    csv_columns,
+    csv_pending,
+    csv_saved,
+    distributed_checkpoint_metadata_file,
+    epoch_end_logging_step,
+    materialize_distributed_module,
+    optimizers_to_device,
+    restart_train_iterator,
+    save_distributed_checkpoint,
+    set_csv_columns,
+    tensorboard_default_hp_metric,
+)
+from raydra.private_apis.ray import (
+    RAY_NODE_DRAIN_TIMEOUT_ENV,
+    RAY_PRINT_LOGS_HANDLER,
+    RAY_STATE_API_ADDRESS_ENV,
+    _rendezvous_sockets,
+    import_main_module,
+    state_api_address_env,
+    submitted_job_working_dir,
+    worker_stdstream_dispatcher,
+)
+from raydra.private_apis.ray_train import (
+    RAY_TRAIN_WORKER_MODULE,
+    join_process_group,
+    ray_train_worker_imported,
+    registered_checkpoint_names,
+    rendezvous_listener,
+    torch_config,
+)
+from raydra.private_apis.ray_tune import (
+    replace_restored_tuner_callbacks,
+    restore_scheduler_rungs,
+    restored_tuner_scheduler,
+    tune_stop_probe,
+)
+from raydra.private_apis.torch import FLIGHT_RECORDER_ENV, apply_activation_checkpointing, flight_record
 
 # ---------------------------------------------------------------------------------------------
 # Ray
 
 
 def test_the_worker_stream_dispatcher_hands_every_line_to_each_handler_until_removed():
-    dispatcher = private_apis.worker_stdstream_dispatcher()
+    dispatcher = worker_stdstream_dispatcher()
     seen = []
     dispatcher.add_handler("raydra-test", seen.append)
     try:
@@ -43,15 +83,15 @@ def test_ray_init_registers_its_worker_printer_under_the_name_raydra_removes():
     import ray._private.worker
 
     source = inspect.getsource(ray._private.worker)
-    assert f'name="{private_apis.RAY_PRINT_LOGS_HANDLER}"' in source
-    assert f'remove_handler("{private_apis.RAY_PRINT_LOGS_HANDLER}")' in source
+    assert f'name="{RAY_PRINT_LOGS_HANDLER}"' in source
+    assert f'remove_handler("{RAY_PRINT_LOGS_HANDLER}")' in source
 
 
 def test_the_tune_stop_probe_reads_the_session_stop_event_it_took_at_the_start(monkeypatch):
     from ray.train._internal import session as train_session
 
     # Outside a trial there is no session: never "stopped".
-    assert private_apis.tune_stop_probe()() is False
+    assert tune_stop_probe()() is False
 
     class FakeSession:  # only the attribute raydra reads; the real class needs a running trial
         def __init__(self):
@@ -61,7 +101,7 @@ def test_the_tune_stop_probe_reads_the_session_stop_event_it_took_at_the_start(m
 
     held = FakeSession()
     monkeypatch.setattr(train_session, "get_session", lambda: held)
-    probe = private_apis.tune_stop_probe()
+    probe = tune_stop_probe()
     # Tune drops the session when it stops a trial; the probe still answers from the one it held.
     monkeypatch.setattr(train_session, "get_session", lambda: None)
     assert probe() is False
@@ -85,9 +125,9 @@ def test_a_tuners_callbacks_and_scheduler_are_reachable_after_construction(tmp_p
         tune_config=tune.TuneConfig(metric="x", mode="max", scheduler=scheduler),
         run_config=tune.RunConfig(name="t", storage_path=str(tmp_path), callbacks=[tune.Callback()]),
     )
-    assert private_apis.restored_tuner_scheduler(tuner) is scheduler
+    assert restored_tuner_scheduler(tuner) is scheduler
     mine = tune.Callback()
-    private_apis.replace_restored_tuner_callbacks(tuner, [mine])
+    replace_restored_tuner_callbacks(tuner, [mine])
     assert tuner._local_tuner.get_run_config().callbacks == [mine]
 
 
@@ -105,7 +145,7 @@ def test_restored_asha_rungs_keep_the_new_schedulers_metric_and_mode(tmp_path):
     before.save(str(tmp_path / "asha.pkl"))
 
     after = asha()
-    private_apis.restore_scheduler_rungs(after, str(tmp_path / "asha.pkl"))
+    restore_scheduler_rungs(after, str(tmp_path / "asha.pkl"))
     assert after._brackets[0]._rungs[-1][1] == {"trial_a": 0.9}
     # Tune refuses to set metric and mode on a scheduler that already has them, so they must be
     # this process's own: still settable through the public call without an error.
@@ -124,7 +164,7 @@ def test_activation_checkpointing_wraps_the_chosen_blocks_and_keeps_their_output
     plain = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     wrapped = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     wrapped.load_state_dict(plain.state_dict())
-    private_apis.apply_activation_checkpointing(wrapped, check_fn=lambda m: isinstance(m, nn.Linear))
+    apply_activation_checkpointing(wrapped, check_fn=lambda m: isinstance(m, nn.Linear))
     assert [type(m).__name__ for m in wrapped] == ["CheckpointWrapper", "ReLU", "CheckpointWrapper"]
     x = torch.randn(3, 4)
     plain(x).sum().backward()
@@ -139,22 +179,22 @@ def test_model_parallel_helpers_materialize_move_and_save_shards_that_load_back(
 
     with torch.device("meta"):
         module = torch.nn.Linear(3, 2)
-    private_apis.materialize_distributed_module(module, torch.device("cpu"))
+    materialize_distributed_module(module, torch.device("cpu"))
     assert module.weight.device.type == "cpu" and module.weight.is_meta is False
 
     optimizer = torch.optim.AdamW(module.parameters())
     module(torch.ones(1, 3)).sum().backward()
     optimizer.step()
-    private_apis.optimizers_to_device([optimizer], torch.device("cpu"))
+    optimizers_to_device([optimizer], torch.device("cpu"))
     assert all(v.device.type == "cpu" for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v))
 
     # Single-process save: no process group, as torch.distributed.checkpoint allows.
-    private_apis.save_distributed_checkpoint({"state_dict": module.state_dict()}, tmp_path)
+    save_distributed_checkpoint({"state_dict": module.state_dict()}, tmp_path)
     loaded = {"state_dict": {k: torch.zeros_like(v) for k, v in module.state_dict().items()}}
     dcp.load(loaded, checkpoint_id=str(tmp_path))
     assert torch.equal(loaded["state_dict"]["weight"], module.state_dict()["weight"])
-    # raydra.checkpoints reads the non-tensor state of a sharded checkpoint from this file.
-    assert private_apis.distributed_checkpoint_metadata_file() == "meta.pt"
+    # raydra.records.checkpoints reads the non-tensor state of a sharded checkpoint from this file.
+    assert distributed_checkpoint_metadata_file() == "meta.pt"
 
 
 class _Tiny(pl.LightningModule):
@@ -184,7 +224,7 @@ def test_restarting_the_train_iterator_at_train_start_takes_the_loaders_new_posi
         def on_train_start(self, trainer, pl_module):
             loader = trainer.train_dataloader
             loader.batch_sampler.sampler = list(range(4, 8))
-            private_apis.restart_train_iterator(trainer)
+            restart_train_iterator(trainer)
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             first.append(batch[0][0].tolist())
@@ -203,7 +243,7 @@ def test_csv_columns_set_on_the_writer_make_it_append_under_the_kept_header(tmp_
         kept = csv.DictWriter(file, fieldnames=["epoch", "step", "val/acc"])
         kept.writeheader()
         kept.writerow({"epoch": 0, "step": 9, "val/acc": 0.5})
-    private_apis.set_csv_columns(writer, ["epoch", "step", "val/acc"])
+    set_csv_columns(writer, ["epoch", "step", "val/acc"])
     logger.log_metrics({"val/acc": 0.75, "epoch": 1}, step=19)
     logger.save()
     rows = list(csv.DictReader(path.open()))
@@ -214,14 +254,14 @@ def test_the_csv_writer_hands_over_its_pending_rows_and_columns_and_forgets_the_
     logger = pl.loggers.CSVLogger(save_dir=str(tmp_path), name="", version="")
     writer = logger.experiment
     logger.log_metrics({"train/loss": 1.0, "epoch": 0}, step=0)
-    path, pending, before, new_columns = private_apis.csv_pending(writer)
+    path, pending, before, new_columns = csv_pending(writer)
     assert path == str(tmp_path / "metrics.csv") and before == [] and new_columns
     assert pending == [{"train/loss": 1.0, "epoch": 0, "step": 0}]
     # The new rows' keys are the writer's columns now, sorted, as its own save() has them.
-    assert private_apis.csv_columns(writer) == ["epoch", "step", "train/loss"]
-    private_apis.csv_saved(writer)
+    assert csv_columns(writer) == ["epoch", "step", "train/loss"]
+    csv_saved(writer)
     logger.log_metrics({"train/loss": 0.5, "epoch": 0}, step=1)
-    path, pending, before, new_columns = private_apis.csv_pending(writer)
+    path, pending, before, new_columns = csv_pending(writer)
     assert pending == [{"train/loss": 0.5, "epoch": 0, "step": 1}] and before == ["epoch", "step", "train/loss"] and not new_columns
     # The writer's own save appends under the columns it holds: what replace_csv_whole stands in for.
     assert "_record_new_keys()" in inspect.getsource(type(writer).save)
@@ -289,7 +329,7 @@ def test_epoch_end_logging_step_is_the_step_an_epochs_end_and_validation_metrics
 
     class Read(pl.Callback):
         def on_train_epoch_end(self, trainer, pl_module):
-            read.append((private_apis.epoch_end_logging_step(trainer), trainer.global_step))
+            read.append((epoch_end_logging_step(trainer), trainer.global_step))
 
     loader = DataLoader(TensorDataset(torch.randn(10, 2)), batch_size=2)
     trainer = bare_trainer(max_epochs=2, logger=Steps(), callbacks=[Read()], num_sanity_val_steps=0)
@@ -300,8 +340,8 @@ def test_epoch_end_logging_step_is_the_step_an_epochs_end_and_validation_metrics
 
 
 def test_tensorboard_logger_keeps_default_hp_metric_as_built(tmp_path):
-    assert private_apis.tensorboard_default_hp_metric(pl.loggers.TensorBoardLogger(str(tmp_path)))
-    assert not private_apis.tensorboard_default_hp_metric(pl.loggers.TensorBoardLogger(str(tmp_path), default_hp_metric=False))
+    assert tensorboard_default_hp_metric(pl.loggers.TensorBoardLogger(str(tmp_path)))
+    assert not tensorboard_default_hp_metric(pl.loggers.TensorBoardLogger(str(tmp_path), default_hp_metric=False))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,7 +353,7 @@ def test_hub_offline_switches_both_libraries_for_the_block_only():
     import huggingface_hub.constants
 
     before = datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE
-    with private_apis.hub_offline():
+    with hub_offline():
         assert datasets.config.HF_HUB_OFFLINE is True and huggingface_hub.constants.HF_HUB_OFFLINE is True
         # datasets decides offline-ness from this constant when it resolves a hub id.
         assert "HF_HUB_OFFLINE" in inspect.getsource(datasets.load)
@@ -326,18 +366,18 @@ def test_a_submitted_jobs_working_dir_is_read_from_the_variable_ray_hands_its_dr
     from ray.job_config import JobConfig
 
     monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR", raising=False)
-    assert private_apis.submitted_job_working_dir() is None
+    assert submitted_job_working_dir() is None
     # What Ray's job supervisor puts there for `ray job submit --working-dir .`.
     job = JobConfig(runtime_env={"working_dir": "gcs://_ray_pkg_abc.zip"})
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps({"runtime_env": job.runtime_env}))
-    assert private_apis.submitted_job_working_dir() == "gcs://_ray_pkg_abc.zip"
+    assert submitted_job_working_dir() == "gcs://_ray_pkg_abc.zip"
 
 
 def test_ray_trains_controller_polls_at_the_interval_raydra_sets_and_sends_it_on(monkeypatch):
     from ray.train.v2._internal import constants
     from ray.train.v2._internal.execution.controller import controller
 
-    from raydra.private_apis import RAY_TRAIN_POLL_INTERVAL_ENV, poll_workers_often
+    from raydra.private_apis.ray_train import RAY_TRAIN_POLL_INTERVAL_ENV, poll_workers_often
 
     # setenv first: monkeypatch then puts the variable back as it was, whatever the test sets.
     monkeypatch.setenv(RAY_TRAIN_POLL_INTERVAL_ENV, "unset")
@@ -356,7 +396,7 @@ def test_ray_trains_controller_polls_at_the_interval_raydra_sets_and_sends_it_on
 def test_ray_trains_controller_gives_worker_groups_the_start_timeout_raydra_sets_and_sends_it_on(monkeypatch):
     from ray.train.v2._internal import constants
 
-    from raydra.private_apis import RAY_TRAIN_START_TIMEOUT_ENV, worker_groups_start_within
+    from raydra.private_apis.ray_train import RAY_TRAIN_START_TIMEOUT_ENV, worker_groups_start_within
 
     monkeypatch.setenv(RAY_TRAIN_START_TIMEOUT_ENV, "unset")
     monkeypatch.delenv(RAY_TRAIN_START_TIMEOUT_ENV)
@@ -387,7 +427,7 @@ def test_ray_train_sets_up_the_process_group_through_raydras_backend_whose_store
     from ray.train.v2._internal.callbacks.backend_setup import BackendSetupCallback
     from ray.train.v2._internal.execution.worker_group.execution_group import ExecutionGroup
 
-    config = private_apis.torch_config(backend=None, timeout_s=60)
+    config = torch_config(backend=None, timeout_s=60)
     trainer = TorchTrainer(lambda: None, torch_config=config, scaling_config=ray.train.ScalingConfig(num_workers=1))
     assert trainer.backend_config is config and config.backend == "gloo" and config.timeout_s == 60
     assert "backend_config.backend_cls()" in inspect.getsource(BackendSetupCallback.__init__)
@@ -396,8 +436,8 @@ def test_ray_train_sets_up_the_process_group_through_raydras_backend_whose_store
         assert list(inspect.signature(getattr(ExecutionGroup, name)).parameters)[:3] == ["self", "rank", "fn"], name
 
     monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "127.0.0.1")
-    address, port = private_apis.rendezvous_listener()
-    private_apis.join_process_group("gloo", world_rank=0, world_size=1, address=address, port=port, timeout_s=30)
+    address, port = rendezvous_listener()
+    join_process_group("gloo", world_rank=0, world_size=1, address=address, port=port, timeout_s=30)
     try:
         listening = [
             c.laddr.ip for c in psutil.Process().net_connections("inet") if c.status == psutil.CONN_LISTEN and c.laddr.port == port
@@ -410,8 +450,8 @@ def test_ray_train_sets_up_the_process_group_through_raydras_backend_whose_store
         dist.destroy_process_group()
     # A node address that is none of this machine's (a NAT's) cannot be bound: every interface, as torch's own.
     monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "203.0.113.9")
-    assert private_apis.rendezvous_listener()[0] == "203.0.113.9"
-    with private_apis._rendezvous_sockets.pop() as listener:
+    assert rendezvous_listener()[0] == "203.0.113.9"
+    with _rendezvous_sockets.pop() as listener:
         assert listener.getsockname()[0] == "0.0.0.0"
 
 
@@ -422,8 +462,8 @@ def test_the_state_api_address_named_in_the_environment_is_the_one_rays_clients_
     from ray.train.v2._internal.execution.controller import placement_group_cleaner
     from ray.train.v2._internal.state import util
 
-    env = private_apis.state_api_address_env(18265)
-    assert env == {private_apis.RAY_STATE_API_ADDRESS_ENV: "http://127.0.0.1:18265"}
+    env = state_api_address_env(18265)
+    assert env == {RAY_STATE_API_ADDRESS_ENV: "http://127.0.0.1:18265"}
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")  # named first, before RAY_ADDRESS
@@ -439,7 +479,7 @@ WORKER_SIDE_SCRIPT = """
 import os, sys, tempfile, threading, time
 import ray, ray.train
 from ray.train.torch import TorchTrainer
-from raydra.private_apis import run_on_train_worker_main_thread, train_worker_actors, wait_until_reports_taken
+from raydra.private_apis.ray_train import run_on_train_worker_main_thread, train_worker_actors, wait_until_reports_taken
 
 listed, marker = [], os.path.join(tempfile.mkdtemp(), "listed")
 
@@ -479,7 +519,7 @@ def test_a_train_worker_runs_a_function_on_its_main_thread_sees_its_reports_take
 
     from conftest import base_env
 
-    from raydra.ray_node import free_port
+    from raydra.cluster.ray_node import free_port
 
     # Another cluster recorded as the latest in Ray's temp dir, as a SLURM job's or a test's own
     # `ray start` leaves it: the list must still come from the cluster the driver joined.
@@ -506,8 +546,8 @@ HELPERS_SCRIPT = """
 import os, tempfile
 import ray, ray.data, ray.train
 from ray.util.state import list_actors
-from raydra.cluster import connect
-from raydra.private_apis import torch_trainer_class
+from raydra.cluster.ray_cluster import connect
+from raydra.private_apis.ray_train import torch_trainer_class
 
 def train_fn():
     ray.train.report({"reported": 1})
@@ -621,11 +661,11 @@ def test_rays_checkpoint_snapshot_names_the_registered_checkpoints_latest_last(t
         failed_validation_checkpoint_dir_names=[],
     )
     (tmp_path / CHECKPOINT_MANAGER_SNAPSHOT_FILENAME).write_text(snapshot.json())
-    assert private_apis.registered_checkpoint_names(str(tmp_path)) == ["checkpoint_1", "checkpoint_2"]
+    assert registered_checkpoint_names(str(tmp_path)) == ["checkpoint_1", "checkpoint_2"]
     # Truncated (a full disk under Ray's own write) or absent: nothing to go by.
     (tmp_path / CHECKPOINT_MANAGER_SNAPSHOT_FILENAME).write_text(snapshot.json()[:40])
-    assert private_apis.registered_checkpoint_names(str(tmp_path)) is None
-    assert private_apis.registered_checkpoint_names(str(tmp_path / "none")) is None
+    assert registered_checkpoint_names(str(tmp_path)) is None
+    assert registered_checkpoint_names(str(tmp_path / "none")) is None
 
 
 def test_an_elastic_trainer_gets_a_policy_that_sees_the_nodes_as_they_are_now(monkeypatch):
@@ -636,7 +676,7 @@ def test_an_elastic_trainer_gets_a_policy_that_sees_the_nodes_as_they_are_now(mo
     from ray.train.v2._internal.execution.scaling_policy import ElasticScalingPolicy, FixedScalingPolicy
     from ray.train.v2.api import data_parallel_trainer
 
-    from raydra.private_apis import RAY_TRAIN_START_TIMEOUT_ENV, elastic_reacts_quickly
+    from raydra.private_apis.ray_train import RAY_TRAIN_START_TIMEOUT_ENV, elastic_reacts_quickly
 
     monkeypatch.setenv(RAY_TRAIN_START_TIMEOUT_ENV, "unset")
     monkeypatch.delenv(RAY_TRAIN_START_TIMEOUT_ENV)
@@ -745,14 +785,14 @@ def test_hydras_report_of_an_error_is_its_message_for_its_own_and_a_traceback_fo
     from hydra.errors import MissingConfigException
 
     with pytest.raises(SystemExit) as exited:
-        private_apis.report_as_hydra_does(MissingConfigException("In 'train': Could not find 'experiment/nope'", "experiment/nope"))
+        report_as_hydra_does(MissingConfigException("In 'train': Could not find 'experiment/nope'", "experiment/nope"))
     assert exited.value.code == 1
     assert capsys.readouterr().err.startswith("In 'train': Could not find 'experiment/nope'\n")
     try:
         raise KeyError("not Hydra's")
     except KeyError as error:
         with pytest.raises(SystemExit):
-            private_apis.report_as_hydra_does(error)
+            report_as_hydra_does(error)
     assert 'KeyError: "not Hydra\'s"' in capsys.readouterr().err
 
 
@@ -781,12 +821,13 @@ def test_the_fence_sees_every_kind_of_private_reach():
 
 
 def test_nothing_outside_private_apis_reaches_into_private_modules():
-    """The fence itself: a new reach must be added to private_apis.py, with its own test, not in passing."""
-    src = pathlib.Path(private_apis.__file__).parents[1]
+    """The fence itself: a new reach must be added to raydra.private_apis, with its own test, not in passing."""
+    fence = pathlib.Path(raydra.private_apis.__file__).parent
+    src = fence.parents[1]
     offenders = [
         f"{path.relative_to(src)}:{n}: {what}"
         for path in sorted(src.rglob("*.py"))
-        if path.name != "private_apis.py"
+        if fence not in path.parents
         for n, what in fence_offences(path.read_text())
     ]
     assert offenders == []
@@ -936,18 +977,18 @@ def test_ray_trains_preemption_watcher_switch_is_read_by_name_and_sent_on_to_the
 def test_the_preload_waits_for_ray_trains_worker_module_by_the_name_ray_imports_it_under():
     import importlib
 
-    module = importlib.import_module(private_apis.RAY_TRAIN_WORKER_MODULE)
-    assert module.RayTrainWorker.__module__ == private_apis.RAY_TRAIN_WORKER_MODULE
-    assert private_apis.ray_train_worker_imported()
+    module = importlib.import_module(RAY_TRAIN_WORKER_MODULE)
+    assert module.RayTrainWorker.__module__ == RAY_TRAIN_WORKER_MODULE
+    assert ray_train_worker_imported()
 
 
 # ---------------------------------------------------------------------------------------------
-# Python's multiprocessing (a multirun job's process: raydra.job_process, raydra.multirun_job)
+# Python's multiprocessing (a multirun job's process: raydra.multirun.job_process, raydra.multirun.job)
 
 LOST_STARTER = """
 import json, os, sys, time
 from multiprocessing import get_context
-from raydra.private_apis import leave_forkserver
+from raydra.private_apis.ray import leave_forkserver
 
 def child(leave):
     if leave:
@@ -975,7 +1016,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("leave", [True, False])
 def test_a_forkserver_whose_children_let_go_of_its_pipe_ends_with_the_process_that_started_it(leave, tmp_path):
-    """raydra.job_process relies on the server ending with the launcher (its jobs then get their
+    """raydra.multirun.job_process relies on the server ending with the launcher (its jobs then get their
     parent-death signal); without leave_forkserver, a running child keeps it alive (the control)."""
     import json
     import signal
@@ -1014,7 +1055,7 @@ def draw(sender):
 if __name__ == "__main__":
     context = get_context("forkserver")
     as_jobs = sys.argv[1] == "as_jobs"
-    context.set_forkserver_preload([m for m in job_process.PRELOAD if as_jobs or m != "raydra.job_server"])
+    context.set_forkserver_preload([m for m in job_process.PRELOAD if as_jobs or m != "raydra.multirun.job_server"])
     ids = []
     for _ in range(2):
         receiver, sender = context.Pipe(duplex=False)
@@ -1029,8 +1070,8 @@ if __name__ == "__main__":
 @pytest.mark.parametrize("preload", ["as_jobs", "without_raydra_job_server"])
 def test_processes_forked_from_the_jobs_server_draw_different_ray_ids(preload, tmp_path):
     """Two multirun jobs joining Ray at once each put a warm-up object with a random id in the
-    object store; with the same id, one crashed (raydra.private_apis.draw_actor_class_ids_from_os).
-    Without raydra.job_server, importing Ray Train in the server seeds Ray's generator for every
+    object store; with the same id, one crashed (raydra.private_apis.ray.draw_actor_class_ids_from_os).
+    Without raydra.multirun.job_server, importing Ray Train in the server seeds Ray's generator for every
     child (the control: if it draws different ids, Ray has become fork-safe and the patch can go)."""
     import subprocess
     import sys
@@ -1051,7 +1092,7 @@ def test_main_module_import_names_the_main_module_and_imports_it_as_multiprocess
         "OmegaConf.register_new_resolver('from_main', lambda: 'yes')\n"
         "print('top level ran as', __name__)\n"
         "if __name__ == '__main__':\n"
-        "    from raydra.private_apis import main_module_import\n"
+        "    from raydra.private_apis.ray import main_module_import\n"
         "    import json; print('HOW', json.dumps(main_module_import()))\n"
     )
     out = subprocess.run([sys.executable, "user_main.py"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True).stdout
@@ -1059,14 +1100,14 @@ def test_main_module_import_names_the_main_module_and_imports_it_as_multiprocess
     assert how == '{"init_main_from_path": "%s"}' % (tmp_path / "user_main.py")
     # Another process imports it once, not as __main__: its top level runs, its main block does not.
     code = (
-        "import json, sys; from omegaconf import OmegaConf; from raydra.private_apis import import_main_module;"
+        "import json, sys; from omegaconf import OmegaConf; from raydra.private_apis.ray import import_main_module;"
         f"import_main_module(json.loads({how!r})); print('resolved', OmegaConf.create({{'a': '${{from_main:}}'}}).a);"
         "print('main is', sys.modules['__main__'].__name__)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
     assert out.splitlines() == ["top level ran as __mp_main__", "resolved yes", "main is __mp_main__"]
     # A script that is not on this machine (a Ray node of another host) is skipped.
-    private_apis.import_main_module({"init_main_from_path": str(tmp_path / "elsewhere.py")})
+    import_main_module({"init_main_from_path": str(tmp_path / "elsewhere.py")})
 
 
 @pytest.mark.e2e
@@ -1078,12 +1119,12 @@ def test_a_ray_node_raydra_starts_stops_at_once_and_takes_its_temp_dir_when_its_
     until SLURM kills it): the node's keeper removes its temp dir, with nothing done here."""
     import psutil
 
-    from raydra import ray_node
+    from raydra.cluster import ray_node
 
     temp_dir = tempfile.mkdtemp(prefix="rd-", dir="/tmp")  # short: Ray's socket paths live below it
     log = tmp_path / "head.log"
     args = ["--head", f"--port={ray_node.free_port()}", "--num-cpus=0", "--include-dashboard=false", *ray_node.port_flags()]
-    env = {k: v for k, v in os.environ.items() if k != private_apis.RAY_NODE_DRAIN_TIMEOUT_ENV}
+    env = {k: v for k, v in os.environ.items() if k != RAY_NODE_DRAIN_TIMEOUT_ENV}
     head = ray_node.start([*args, f"--temp-dir={temp_dir}"], log, {**env, "RAY_AUTH_MODE": "disabled"})
     try:
         ray_node.wait_started(head, log, 120)
@@ -1149,19 +1190,19 @@ def test_torchs_flight_record_of_this_processs_collectives_is_dumped_as_json(bac
 
     import torch.distributed as dist
 
-    from raydra.ray_node import free_port
+    from raydra.cluster.ray_node import free_port
 
-    monkeypatch.setenv(private_apis.FLIGHT_RECORDER_ENV, "100")
+    monkeypatch.setenv(FLIGHT_RECORDER_ENV, "100")
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
-    assert private_apis.flight_record() is None  # no process group: nothing to dump
+    assert flight_record() is None  # no process group: nothing to dump
     dist.init_process_group(backend, rank=0, world_size=1)
     try:
         tensor = torch.ones(3, device="cuda" if backend == "nccl" else "cpu")
         dist.all_reduce(tensor)
         if backend == "nccl":
             torch.cuda.synchronize()
-        record = json.loads(private_apis.flight_record())
+        record = json.loads(flight_record())
     finally:
         dist.destroy_process_group()
     assert any("all_reduce" in entry["profiling_name"] for entry in record["entries"])

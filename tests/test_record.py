@@ -1,4 +1,4 @@
-"""summary.json as a typed record (raydra.record): records of every kind written before `format`
+"""summary.json as a typed record (raydra.records.summary): records of every kind written before `format`
 still read, a moved or copied run finds its own checkpoints, each transition settles the record as
 documented, and a damaged record is refused in one sentence or read with the bad field left blank.
 
@@ -19,12 +19,14 @@ import yaml
 from helpers import composed
 from omegaconf import OmegaConf
 
-from raydra import jobs_record, record, sweep_record, trust
-from raydra.checkpoints import locate
 from raydra.errors import RaydraError
-from raydra.jobs_record import JobsRecord
-from raydra.record import RunRecord
-from raydra.sweep_record import Best, SweepRecord, TrialCounts
+from raydra.records import envelope, summary, trust
+from raydra.records import jobs as jobs_record
+from raydra.records import sweep as sweep_record
+from raydra.records.checkpoints import locate
+from raydra.records.jobs import JobsRecord
+from raydra.records.summary import RunRecord
+from raydra.records.sweep import Best, SweepRecord, TrialCounts
 
 BEFORE = Path(__file__).parent / "records_before_format"
 OLD_RECORDS = sorted(BEFORE.glob("*.json"))
@@ -48,8 +50,8 @@ def test_every_record_written_before_format_reads_whole_and_writes_back_as_forma
         assert run.checkpoint(which) == recorded
         kept = getattr(run.checkpoints, which)
         assert kept is None or not kept.startswith(("/", "s3://")), kept
-    record.write(tmp_path, run)
-    again = record.read(tmp_path)
+    summary.write(tmp_path, run)
+    again = summary.read(tmp_path)
     assert again == run and json.loads((tmp_path / "summary.json").read_text())["format"] == 2
 
 
@@ -94,10 +96,10 @@ def test_each_transition_settles_status_error_and_times_in_one_place():
     assert [(r.from_status, r.log) for r in again.resumed] == [("interrupted", "/runs/fresh/driver.log")]
 
     done = again.with_start(config_hash="sha256:x").completed(
-        started, metrics=record.Metrics(final={"val/acc": 0.5}, best={"val/acc": 0.75})
+        started, metrics=summary.Metrics(final={"val/acc": 0.5}, best={"val/acc": 0.75})
     )
     assert (done.status, done.error, done.config_hash) == ("completed", None, "sha256:x")
-    assert done.with_start(monitor=record.Monitor("val/acc", "max")).best_value() == 0.75
+    assert done.with_start(monitor=summary.Monitor("val/acc", "max")).best_value() == 0.75
     trial = opening.stopped("the asha scheduler after 1 epoch(s)", 3.5, epochs_completed=1)
     assert (trial.status, trial.stopped_by, trial.wall_time_s, trial.ended) == ("stopped", "the asha scheduler after 1 epoch(s)", 3.5, True)
 
@@ -107,16 +109,16 @@ def test_a_damaged_record_is_refused_in_one_sentence_and_a_bad_field_reads_blank
     run_dir.mkdir()
     for content, says in (('{"status": "completed", "metrics": {', "cut short"), ("[1, 2]", "holds a JSON list")):
         (run_dir / "summary.json").write_text(content)
-        with pytest.raises(record.RecordError) as error:
-            record.read(run_dir)
+        with pytest.raises(envelope.RecordError) as error:
+            summary.read(run_dir)
         message = str(error.value)
         assert message.startswith(f"{run_dir / 'summary.json'} is not a readable run record") and says in message
         assert "\n" not in message and isinstance(error.value, RaydraError)
-        assert record.try_read(run_dir) is None
+        assert summary.try_read(run_dir) is None
     # A field of the wrong type reads as unset, and says so; a key of a newer raydra's is kept.
     data = {**old("completed_ray"), "wall_time_s": "long", "monitor": ["val/acc"], "format": 3, "energy_kwh": 1.5}
     run = RunRecord.from_dict(data)
-    assert run.wall_time_s is None and run.monitor == record.Monitor() and run.status == "completed"
+    assert run.wall_time_s is None and run.monitor == summary.Monitor() and run.status == "completed"
     assert [p.split(" ")[0] for p in run.problems] == ["wall_time_s", "monitor"]
     assert run.to_dict()["energy_kwh"] == 1.5
 
@@ -137,13 +139,13 @@ def test_a_number_that_is_not_finite_is_written_as_strict_json_and_read_back_as_
     from raydra.compare.runs import load_run
 
     nan, inf = math.nan, math.inf
-    metrics = record.Metrics(final={"train/loss": nan, "val/acc": 0.5}, best={"train/loss": -inf})
+    metrics = summary.Metrics(final={"train/loss": nan, "val/acc": 0.5}, best={"train/loss": -inf})
     run = dataclasses.replace(RunRecord.from_dict(old("completed_ray")), metrics=metrics, wall_time_s=inf)
-    record.write(tmp_path, run)
+    summary.write(tmp_path, run)
     written = _strict((tmp_path / "summary.json").read_text())
     assert written["metrics"]["final"] == {"train/loss": "NaN", "val/acc": 0.5} and written["wall_time_s"] == "Infinity"
     assert written["metrics"]["best"] == {"train/loss": "-Infinity"}
-    for again in (record.read(tmp_path), load_run(str(tmp_path), notes := []).record):
+    for again in (summary.read(tmp_path), load_run(str(tmp_path), notes := []).record):
         assert math.isnan(again.metrics.final["train/loss"]) and again.metrics.final["val/acc"] == 0.5
         assert again.metrics.best["train/loss"] == -inf and again.wall_time_s == inf and not again.problems
     assert not [note for note in notes if "summary.json" in note], notes
@@ -160,8 +162,8 @@ def test_a_number_that_is_not_finite_is_written_as_strict_json_and_read_back_as_
 
 def test_resume_of_a_run_recorded_before_format_passes_its_config_check(tmp_path):
     """`resume=` of an interrupted run whose summary.json predates `format` finds it and its config
-    unchanged, as before (raydra.resume.find, the driver's check before it takes the run over)."""
-    from raydra import resume
+    unchanged, as before (raydra.run.resume.find, the driver's check before it takes the run over)."""
+    from raydra.run import resume
 
     overrides = ["experiment=vit_digits_smoke", "trainer.max_epochs=50", "scale.num_workers=1", "model.optimizer.lr=0.001"]
     run_dir = tmp_path / "runs" / "2026-11-27" / "10-53-19_vit_digits_smoke"
@@ -169,7 +171,7 @@ def test_resume_of_a_run_recorded_before_format_passes_its_config_check(tmp_path
     (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(composed(*overrides, f"paths.outputs={tmp_path}")))
     (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
     (run_dir / "summary.json").write_text(json.dumps({**old("interrupted_multirun_job"), "run_dir": str(run_dir)}))
-    trust.mark_run(run_dir)  # made on this machine (raydra.trust): what is checked here is its record and config
+    trust.mark_run(run_dir)  # made on this machine (raydra.records.trust): what is checked here is its record and config
     for asked in (str(run_dir), "latest"):
         cfg = composed(*overrides, f"paths.outputs={tmp_path}", f"resume={asked}")
         assert resume.find(cfg) == run_dir

@@ -220,10 +220,10 @@ def test_load_a_run_and_a_checkpoint_from_storage(tmp_path, s3_bucket):
     sharded = run / "checkpoints" / "r1" / "checkpoint_000000" / "checkpoint.ckpt"
     state = torch.load(ckpt, map_location="cpu", weights_only=True)
     plus_one = {k: v + 1 if v.is_floating_point() else v for k, v in state.pop("state_dict").items()}
-    from raydra import private_apis
+    from raydra.private_apis.lightning import save_distributed_checkpoint
 
     sharded.mkdir(parents=True)
-    private_apis.save_distributed_checkpoint({"state_dict": plus_one}, sharded)
+    save_distributed_checkpoint({"state_dict": plus_one}, sharded)
     torch.save(state, sharded / "meta.pt")
     summary = {"run_dir": str(run), "status": "completed", "checkpoints": {"best": str(sharded), "last": str(ckpt)}}
     (run / "summary.json").write_text(json.dumps(summary))

@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from raydra.entry import CONF_DIR
-from raydra.redact import MASK, _plain, names_a_secret, redact, redact_hydra_records
+from raydra.redact import MASK, _plain, names_a_secret, redact, redact_yaml_files
 
 ORDINARY = [
     "tokenizer",
@@ -190,8 +190,8 @@ def test_mask_in_a_secrets_place_is_told_from_a_secret_and_from_an_ordinary_valu
 def test_hydra_records_of_sd_tiny_stay_as_composed_and_resume_finds_no_change(tmp_path):
     """What the driver does to .hydra/ before a run, on sd_tiny's real composition: nothing in it
     is a secret, so resume= compares its own config with an unchanged record."""
-    from raydra.resume import changed_keys
-    from raydra.schema import register_schemas
+    from raydra.config.schema import register_schemas
+    from raydra.run.resume import changed_keys
 
     register_schemas()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -204,7 +204,7 @@ def test_hydra_records_of_sd_tiny_stay_as_composed_and_resume_finds_no_change(tm
     (records / "hydra.yaml").write_text(yaml.safe_dump({"hydra": hydra_node}, sort_keys=False))
     before = {p.name: p.read_text() for p in records.iterdir()}
 
-    redact_hydra_records(tmp_path)
+    redact_yaml_files(tmp_path / ".hydra")
 
     assert {p.name: p.read_text() for p in records.iterdir()} == before
     recorded = yaml.safe_load((records / "config.yaml").read_text())
@@ -215,7 +215,7 @@ def test_hydra_records_of_sd_tiny_stay_as_composed_and_resume_finds_no_change(tm
 def test_resume_compares_secrets_masked_and_never_prints_one():
     """The record holds *** for a secret: resume= with the same secret is no change, and a
     changed secret is refused without the new value in the message."""
-    from raydra.resume import changed_keys
+    from raydra.run.resume import changed_keys
 
     recorded = {"model": {"lr": 0.1}, "logger": {"wandb": {"api_key": "***"}}}
     same = OmegaConf.create({"model": {"lr": 0.1}, "logger": {"wandb": {"api_key": "LEAKME12345"}}})
@@ -323,8 +323,9 @@ def test_a_stopped_multirun_says_where_its_secrets_go_and_resumes_only_with_them
     it hold *** for each secret, with a sentence saying to put them back; resumed, *** in a secret's
     place is refused, and the secrets passed again continue it."""
     from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
-    from raydra import jobs_record, launcher
     from raydra.errors import RaydraError
+    from raydra.multirun import launcher
+    from raydra.records import jobs as jobs_record
 
     def stopped(*args, **kwargs):
         raise KeyboardInterrupt

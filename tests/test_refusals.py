@@ -11,8 +11,8 @@ from conftest import run_dirs, summary_of
 from helpers import on_a_private_tmpfs
 
 import raydra
-from raydra.checkpoints import check_whole
 from raydra.errors import RaydraError
+from raydra.records.checkpoints import check_whole
 
 
 @pytest.fixture
@@ -85,13 +85,14 @@ def test_a_run_name_beyond_ascii_names_its_directory_and_record_and_gives_ray_an
     """Ray Train tags its metrics with the run's name and Ray encodes tags as ASCII: a name with an
     accent failed every Ray run at its controller's start ('ascii' codec can't encode). The run's
     id, which Ray gets as the run's name, is ASCII; the user's name stays in the directory and record."""
-    from raydra import cluster, driver
-    from raydra.run_record import ray_safe
+    from raydra.cluster import ray_cluster
+    from raydra.records.layout import ray_safe
+    from raydra.run import driver
 
     assert ray_safe("modèle été/v2 実験") == "modele_ete_v2___"
     assert ray_safe("vit_digits-1.5") == "vit_digits-1.5"
-    # Ray is not started: the lifecycle connects through raydra.cluster.connect.
-    monkeypatch.setattr(cluster, "connect", lambda *args, **kwargs: None)
+    # Ray is not started: the lifecycle connects through raydra.cluster.ray_cluster.connect.
+    monkeypatch.setattr(ray_cluster, "connect", lambda *args, **kwargs: None)
 
     def stop(cfg, run_dir, run_id, **kwargs):
         raise RaydraError(f"stopped before the fit, as {run_id}")

@@ -24,7 +24,7 @@ from helpers import (
     worker_pids,
 )
 
-from raydra.checkpoints import checkpoint_meta
+from raydra.records.checkpoints import checkpoint_meta
 
 EVERY_N_STEPS = 25
 SECRET = "s3cr3t-value-9f2c"

@@ -104,7 +104,7 @@ def _recorded_before_issue_30(tmp_path: Path) -> Path:
     from conftest import bare_trainer
     from hydra.utils import instantiate
 
-    from raydra.schema import TrainerConfig
+    from raydra.config.schema import TrainerConfig
     from raydra.worker.resumable import Resumable
 
     composed = subprocess.run(
@@ -168,7 +168,7 @@ def test_a_run_recorded_before_models_were_built_as_hydra_builds_them_loads_and_
 @pytest.mark.e2e
 def test_a_run_recorded_before_models_were_built_as_hydra_builds_them_reruns(tmp_path):
     old, _ = _recorded_before_issue_30(tmp_path)
-    # Written by hand, as a run from before raydra marked its runs: not this machine's (raydra.trust).
+    # Written by hand, as a run from before raydra marked its runs: not this machine's (raydra.records.trust).
     again = raydra("rerun", "--trusted", old, "scale.num_workers=0", f"paths.outputs={tmp_path}")
     assert again.returncode == 0, again.stdout + again.stderr
     new = next(d for d in run_dirs(tmp_path) if d != old)

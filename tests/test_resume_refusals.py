@@ -15,9 +15,9 @@ from conftest import run_dirs
 from helpers import composed
 from omegaconf import OmegaConf
 
-from raydra import driver, resume, run_record, summary, trust
-from raydra import record as record_module
 from raydra.errors import RaydraError
+from raydra.records import lock, summary, trust
+from raydra.run import driver, recording, resume
 
 OVERRIDES = ["experiment=vit_digits_smoke", "logger=csv", "scale.num_workers=1"]
 
@@ -29,8 +29,8 @@ def stopped_run(outputs):
     cfg = composed(*OVERRIDES, f"paths.outputs={outputs}")
     (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(OVERRIDES))
-    opening = summary.new_summary(cfg, run_dir, "2026-11-27_10-53-19_vit_digits_smoke_abc123", OVERRIDES)
-    record_module.write(run_dir, opening.with_start(config_hash="c0ffee").interrupted("interrupted (Ctrl-C or SIGTERM)", time.time() - 30))
+    opening = recording.new_summary(cfg, run_dir, "2026-11-27_10-53-19_vit_digits_smoke_abc123", OVERRIDES)
+    summary.write(run_dir, opening.with_start(config_hash="c0ffee").interrupted("interrupted (Ctrl-C or SIGTERM)", time.time() - 30))
     (run_dir / "metrics.csv").write_text("epoch,step,train/loss\n0,9,1.5\n")
     trust.mark_run(run_dir)  # made on this machine: what is checked is its record and files
     return run_dir
@@ -42,8 +42,8 @@ def test_a_run_that_completed_while_resume_waited_for_its_driver_is_refused_and_
     run_dir = stopped_run(tmp_path)
     cfg = composed(*OVERRIDES, f"paths.outputs={tmp_path}", f"resume={run_dir}")
     fresh = tmp_path / "runs" / "2026-11-27" / "10-54-02_vit_digits_smoke"
-    opening = summary.new_summary(cfg, fresh, "2026-11-27_10-54-02_vit_digits_smoke_def456", [])
-    first = run_record.hold(run_dir, "the first driver")
+    opening = recording.new_summary(cfg, fresh, "2026-11-27_10-54-02_vit_digits_smoke_def456", [])
+    first = lock.hold(run_dir, "the first driver")
     outcome = []
 
     def second_driver():
@@ -61,7 +61,7 @@ def test_a_run_that_completed_while_resume_waited_for_its_driver_is_refused_and_
             assert time.time() < deadline and waiting.is_alive(), caplog.text
             time.sleep(0.02)
         # The first driver completes the run, then lets go of it.
-        record_module.write(run_dir, record_module.read(run_dir).completed(time.time() - 86.8, throughput={"samples_per_s": 512.0}))
+        summary.write(run_dir, summary.read(run_dir).completed(time.time() - 86.8, throughput={"samples_per_s": 512.0}))
         completed = (run_dir / "summary.json").read_bytes()
         first()
         waiting.join(timeout=10)
@@ -73,7 +73,7 @@ def test_a_run_that_completed_while_resume_waited_for_its_driver_is_refused_and_
     assert isinstance(refusal, RaydraError), refusal
     assert str(refusal) == f"resume={run_dir}: {run_dir} already completed; start a new run instead of resuming it."
     assert (run_dir / "summary.json").read_bytes() == completed
-    run_record.hold(run_dir, "a later driver")()  # the refused driver let go of the run
+    lock.hold(run_dir, "a later driver")()  # the refused driver let go of the run
 
 
 def test_resume_refuses_a_metrics_csv_the_worker_could_not_read_back(tmp_path):

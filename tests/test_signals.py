@@ -1,4 +1,4 @@
-"""raydra.signals: SIGTERM stops what this process drives as Ctrl-C does (the driver, a sweep, a
+"""raydra.run.signals: SIGTERM stops what this process drives as Ctrl-C does (the driver, a sweep, a
 multirun's launcher), and the previous handler comes back after."""
 
 import os
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from raydra.signals import sigterm_interrupts
+from raydra.run.signals import sigterm_interrupts
 
 
 def test_sigterm_raises_keyboard_interrupt_until_the_previous_handler_is_put_back():

@@ -25,7 +25,7 @@ from conftest import REPO, base_env, ran_side_by_side, run_dirs, summary_of
 from omegaconf import OmegaConf
 from probe import seen_per_epoch
 
-from raydra import run_record
+from raydra.records import layout
 from raydra.testing import start_slurm, stop_slurm
 
 # Epochs of ~1 s on the two 1-CPU nodes; the time-limit run needs epochs to spare after its notice.
@@ -190,10 +190,10 @@ def test_a_submitted_run_meets_its_time_limit_checkpoints_requeues_and_trains_ev
         f"+model.pause_until={fast}", "slurm.nodes=2", "slurm.time=10", "slurm.notice_before_s=60",
     )  # fmt: skip
     job, run_dir = _submitted(done)
-    script = (run_dir / run_record.SLURM_SCRIPT).read_text()
+    script = (run_dir / layout.SLURM_SCRIPT).read_text()
     assert "#SBATCH --signal=B:USR1@60" in script and "#SBATCH --requeue" in script and "#SBATCH --time=10" in script
     assert f"ray.address=slurm hydra.run.dir={run_dir}" in script
-    output = run_dir / run_record.SLURM_OUTPUT.replace("%j", job)
+    output = run_dir / layout.SLURM_OUTPUT.replace("%j", job)
     assert str(output) in done.stdout
 
     # SLURM's own warning: once the run trains, the job's time limit (whole minutes) is cut to
@@ -252,7 +252,7 @@ def test_scancel_leaves_the_run_interrupted_and_resume_continues_it(slurm, ray_c
     assert summary["status"] == "interrupted"
     assert summary["error"].endswith(f"continue it with resume={run_dir}")
     assert summary["checkpoints"]["last"]
-    # The head's keeper (python -m raydra.ray_node) stops the head and removes its temp dir itself.
+    # The head's keeper (python -m raydra.cluster.ray_node) stops the head and removes its temp dir itself.
     # Ray ends a driver whose raylet scancel stopped before the driver stops the head, and the job
     # leaves squeue with the driver: the keeper may still be at it then (seen in a CI-like run).
     _wait_for(lambda: not _left_running(run_dir), 30, lambda: f"the job's Ray outlived it by 30 s: {_left_running(run_dir)}")
@@ -312,7 +312,7 @@ def test_a_multirun_inside_one_allocation_runs_its_jobs_side_by_side_on_it(slurm
     assert f"started Ray across SLURM job {job} (2 nodes x 1 CPUs): head on node1, nodes on node2" in out.read_text()
     # The multirun's launcher started Ray across the allocation; its nodes' logs are the sweep's.
     for node in ("node1", "node2"):
-        assert "Ray runtime started" in (jobs[0].parent / run_record.slurm_node_log(node)).read_text()
+        assert "Ray runtime started" in (jobs[0].parent / layout.slurm_node_log(node)).read_text()
     assert not _left_running(jobs[0].parent)
 
 
@@ -452,7 +452,7 @@ def test_submit_refuses_a_sweep_without_m_and_another_clusters_address(tmp_path,
 def test_a_requeued_job_finds_the_run_it_started_and_no_other(tmp_path):
     from helpers import composed
 
-    from raydra import resume
+    from raydra.run import resume
 
     def recorded(name: str, job: str, started: str, hashed: bool = True) -> Path:
         run_dir = tmp_path / "runs" / "2026-11-26" / f"{started}_{name}"

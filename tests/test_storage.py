@@ -29,7 +29,7 @@ def test_copy_tree_mirrors_files_and_leaves_out_what_it_is_told(tmp_path):
 
 
 def test_the_last_checkpoint_is_the_newest_checkpoint_folder_not_rays_snapshot(tmp_path):
-    from raydra.checkpoints import last_checkpoint
+    from raydra.records.checkpoints import last_checkpoint
 
     run = tmp_path / "checkpoints" / "run-1"
     storage.write_text(str(run / "checkpoint_manager_snapshot.json"), "{}")
@@ -84,7 +84,7 @@ def test_workers_restoring_a_checkpoint_from_object_storage_each_read_their_own_
     import pyarrow.fs
     import ray.train
 
-    from raydra.run_record import CHECKPOINT_FILE
+    from raydra.records.layout import CHECKPOINT_FILE
     from raydra.worker import loop
 
     saved = tmp_path / "storage" / "checkpoint_000001"

@@ -19,8 +19,8 @@ from helpers import (
 )
 
 import raydra
+from raydra.config.checks import validate
 from raydra.errors import RaydraError
-from raydra.schema import validate
 
 
 def test_each_strategy_composes_with_its_own_schema():
@@ -98,7 +98,7 @@ def test_strategy_bucket_cap_mb_sizes_the_ddp_buckets_dynamo_splits_compiled_gra
     """The bucket size reaches the DDP module, where dynamo reads it (bucket_bytes_cap) to split a compiled graph."""
     from lightning.fabric.plugins.environments import LightningEnvironment
 
-    from raydra.schema import DDPConfig
+    from raydra.config.schema import DDPConfig
     from raydra.worker.strategies import build_strategy
 
     class TwoWorkers(LightningEnvironment):

@@ -17,10 +17,11 @@ from helpers import assert_wandb_holds_the_run, resumed_at
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 
-from raydra import sweep_record
+from raydra.config.checks import validate
+from raydra.config.schema import register_schemas
 from raydra.entry import CONF_DIR
 from raydra.errors import RaydraError
-from raydra.schema import register_schemas, validate
+from raydra.records import sweep
 
 register_schemas()
 
@@ -103,7 +104,7 @@ def test_a_bad_space_key_fails_before_ray_starts_and_leaves_a_failed_sweep(tmp_p
     assert "tune.space: model.hidden_sise is not a key of the composed config" in done.stdout
     assert time.time() - started < 30
     (sweep_dir,) = [p.parent for p in tmp_path.glob("sweeps/*/*/sweep.json")]
-    record = sweep_record.read(sweep_dir)
+    record = sweep.read(sweep_dir)
     assert record.status == "failed" and "hidden_sise" in record.error
     assert not (sweep_dir / "trials").exists() and not (sweep_dir / "tune").exists()
 
@@ -168,12 +169,12 @@ def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_b
     kept = {t: (before[t]["status"], before[t]["finished_at"]) for t in ended if before[t]["status"] != "running"}
     unsettled = {t for t in ended if before[t]["status"] == "running"}
     assert "completed" in {status for status, _ in kept.values()}, (kept, before)
-    assert sweep_record.read(sweep_dir).status == "running"
+    assert sweep.read(sweep_dir).status == "running"
     assert not (sweep_dir / "best_config.yaml").exists()
 
     done = run_train(*SMALL_SWEEP, "logger=[csv,wandb]", f"tune.resume={sweep_dir}", outputs=tmp_path, address=ray_cluster)
     assert done.returncode == 0, done.stdout + done.stderr
-    record = sweep_record.read(sweep_dir)
+    record = sweep.read(sweep_dir)
     assert record.status == "completed" and len(record.resumed) == 1
 
     trials = _trials(sweep_dir)
@@ -259,5 +260,5 @@ def test_a_metric_no_trial_reports_fails_after_the_first_report(ray_cluster, tmp
     assert done.returncode == 1
     assert "tune.metric=val/accuracy is not among the metrics the trials report" in done.stdout
     (sweep_dir,) = [p.parent for p in tmp_path.glob("sweeps/*/*/sweep.json")]
-    assert sweep_record.read(sweep_dir).status == "failed"
+    assert sweep.read(sweep_dir).status == "failed"
     assert not (sweep_dir / "best_config.yaml").exists()

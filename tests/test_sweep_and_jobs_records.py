@@ -1,4 +1,4 @@
-"""sweep.json and jobs.json as typed records (raydra.sweep_record, raydra.jobs_record): the files
+"""sweep.json and jobs.json as typed records (raydra.records.sweep, raydra.records.jobs): the files
 written before they had `format` still read whole and write back, each transition settles the record
 in one place, and a damaged record is refused in one sentence or read with the bad field left blank.
 
@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from raydra import jobs_record, sweep_record
-from raydra.jobs_record import JobsRecord
-from raydra.record import RecordError
-from raydra.sweep_record import Best, SweepRecord, TrialCounts
+from raydra.records import jobs as jobs_record
+from raydra.records import sweep as sweep_record
+from raydra.records.envelope import RecordError
+from raydra.records.jobs import JobsRecord
+from raydra.records.sweep import Best, SweepRecord, TrialCounts
 
 BEFORE = Path(__file__).parent / "records_before_format"
 OLD_SWEEPS = sorted((BEFORE / "sweep").glob("*.json"))
@@ -108,5 +109,5 @@ def test_a_damaged_sweep_or_jobs_record_is_refused_in_one_sentence_and_a_bad_fie
 
 def test_the_records_import_neither_torch_ray_hydra_nor_omegaconf():
     # raydra compare reads records on machines without the training stack.
-    code = "import sys, raydra.sweep_record, raydra.jobs_record; print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'ray', 'hydra', 'omegaconf'}))"
+    code = "import sys, raydra.records.sweep, raydra.records.jobs; print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'ray', 'hydra', 'omegaconf'}))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"

@@ -1,5 +1,5 @@
 """A run directory from elsewhere is data: `raydra.load`, `raydra rerun` and `resume=` of a hostile
-one, built here by hand, run none of its code unless told the run is trusted (raydra.trust).
+one, built here by hand, run none of its code unless told the run is trusted (raydra.records.trust).
 
 Each hostile run tries to leave a file behind (`pwned`): the test checks the attempt is refused in
 one sentence naming what it asked for, and that no file appeared."""
@@ -12,8 +12,8 @@ import torch
 import yaml
 
 import raydra
-from raydra import trust
 from raydra.errors import RaydraError
+from raydra.records import trust
 from raydra.rerun import rerun
 
 
@@ -49,7 +49,7 @@ def test_a_pickle_in_a_checkpoint_file_is_refused_in_one_sentence_naming_it_wher
     """Was torch's 20-line message under raydra.load, and a worker's traceback through Hydra's (41
     lines) under resume= and ckpt_path=; the worker raises the sentence now, which the console and
     the record show (errors.user_error), its traceback kept in logs/worker_<rank>.log."""
-    from raydra.checkpoints import checkpoint_meta, load_weights
+    from raydra.records.checkpoints import checkpoint_meta, load_weights
 
     marker = tmp_path / "pwned"
     planted = tmp_path / "checkpoint.ckpt"

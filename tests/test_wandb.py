@@ -1,4 +1,4 @@
-"""The run's W&B run at raydra's seams (raydra.wandb_run, raydra.worker.wandb_logger): what a run
+"""The run's W&B run at raydra's seams (raydra.records.wandb_run, raydra.worker.wandb_logger): what a run
 directory's W&B files hold, completing a run whose worker never flushed, the checkpoints log_model
 sends, the keys logger.wandb takes, and the name, job type, mode and group a run logs under. W&B
 writes its real files here, offline; they are read back with W&B's own reader (helpers.wandb_segments).
@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 from helpers import assert_wandb_holds_the_run, composed, wandb_segments
 
-from raydra import private_apis, record, resolve, wandb_run
-from raydra.prepare import Invocation, prepare
-from raydra.record import Checkpoints, Monitor, RunRecord
-from raydra.wandb_run import RunSettings
+from raydra.private_apis.wandb import wandb_records
+from raydra.records import summary, wandb_run
+from raydra.records.summary import Checkpoints, Monitor, RunRecord
+from raydra.records.wandb_run import RunSettings
+from raydra.run import resolve
+from raydra.run.prepare import Invocation, prepare
 
 MONITOR = "val/acc"
 # metrics.csv as Lightning's CSV writer leaves it: a row per log call, the epoch in each.
@@ -36,7 +38,7 @@ def _run_dir(tmp_path: Path, ended: RunRecord, log_model=False) -> Path:
     the worker started its W&B run with."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    record.write(run_dir, ended)
+    summary.write(run_dir, ended)
     with (run_dir / "metrics.csv").open("w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=sorted({k for row in CSV_ROWS for k in row}))
         writer.writeheader()
@@ -55,14 +57,14 @@ def _worker_segment_cut_short(run_dir: Path, rows: int) -> None:
         wandb_run.log_row(segment, row, settings, number)
     wandb_run.finish(segment, 0)
     (path,) = wandb_run.segments(run_dir)
-    kept = sum(1 for r in private_apis.wandb_records(path) if r.WhichOneof("record_type") == "history")
+    kept = sum(1 for r in wandb_records(path) if r.WhichOneof("record_type") == "history")
     assert kept == len(CSV_ROWS)
     data = path.read_bytes()
     # The offset of the (rows + 1)-th history row: W&B's own reader tells where records lie.
     cut, seen = None, 0
     for offset in range(len(data), 0, -64):
         path.write_bytes(data[:offset])
-        seen = sum(1 for r in private_apis.wandb_records(path) if r.WhichOneof("record_type") == "history")
+        seen = sum(1 for r in wandb_records(path) if r.WhichOneof("record_type") == "history")
         if seen <= rows:
             cut = offset
             break

@@ -1,4 +1,4 @@
-"""The hang watchdog (raydra.watch, raydra.worker.watchdog): a run that stops making progress is found
+"""The hang watchdog (raydra.run.hang_watch, raydra.worker.watchdog): a run that stops making progress is found
 within its phase's deadline, the rank that stopped is named, every worker's stacks are kept, and the
 run restarts from its last checkpoint or ends recorded hung with nothing left running; a rank the
 others wait for is named a straggler.
@@ -19,8 +19,8 @@ import pytest
 from conftest import run_dirs, run_train, summary_of
 from helpers import RUN, compare
 
-from raydra import watch
 from raydra.cli import main
+from raydra.run import hang_watch
 from raydra.worker import watchdog
 from raydra.worker.watchdog import BEFORE_BACKWARD, END, ENDED, VALIDATION, Progress
 
@@ -39,7 +39,7 @@ def _beat(position, still_s=0.0, deadline_s=90.0, phase="train", step=25, steps=
 
 
 def _two_ranks(**settings):
-    found = watch.Watch(settings.get("threshold", 0.2), settings.get("window", 10))
+    found = hang_watch.Watch(settings.get("threshold", 0.2), settings.get("window", 10))
     for rank in (0, 1):
         assert found.register(rank, 2, "node-a" if rank == 0 else "node-b", 100 + rank, 900.0) == 0
     return found
@@ -72,7 +72,7 @@ def test_ranks_standing_at_the_same_place_are_all_named_and_a_silent_rank_is_nam
     assert found.beat(1, 0, _beat((25, ENDED, 0), still_s=95.0)) == 1
     assert [s["rank"] for s in found.news()["hangs"][0]["stopped"]] == [0, 1]
 
-    monkeypatch.setattr(watch, "SILENT_MARGIN_S", 0.0)
+    monkeypatch.setattr(hang_watch, "SILENT_MARGIN_S", 0.0)
     found = _two_ranks()
     found.beat(0, 0, _beat((3, ENDED, 0), deadline_s=0.05))
     found.beat(1, 0, _beat((3, VALIDATION, 0), deadline_s=90.0))
@@ -131,7 +131,7 @@ def test_deadlines_scale_with_the_runs_own_batches_and_never_fall_below_their_fl
 
 def test_the_driver_writes_each_ranks_stacks_and_the_findings_say_whether_the_group_restarted(tmp_path):
     failure = SimpleNamespace(**vars(FAILURE))
-    watching = watch.Watching(failure, tmp_path, local=True)
+    watching = hang_watch.Watching(failure, tmp_path, local=True)
     try:
         found = watching.link.target
         for rank in (0, 1):

@@ -3,7 +3,7 @@ from raydra's groups (the top-level conf/, shipped in the package as raydra.conf
 hands it to `main`: a Tune sweep when `tune` is set, else one run.
 
 The only place that reads Hydra's runtime state and turns errors into exit codes: everything
-below it (raydra.driver, raydra.sweep, raydra.fit) takes plain arguments and raises.
+below it (raydra.run.driver, raydra.sweep, raydra.run.fit) takes plain arguments and raises.
 """
 
 import importlib.util
@@ -17,12 +17,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from raydra import batch_system
+from raydra.cluster import batch_system
+from raydra.config.project import shadowed_configs
 from raydra.errors import RaydraError
-from raydra.multirun_job import JobFailed, JobSettings
-from raydra.project import shadowed_configs
+from raydra.multirun.job import JobFailed
+from raydra.records.layout import MULTIRUN_CONFIG
 from raydra.redact import masked_stderr, redact, redact_yaml
-from raydra.run_record import MULTIRUN_CONFIG
+from raydra.run.prepare import JobSettings
 
 log = logging.getLogger("raydra")
 
@@ -65,7 +66,7 @@ def hydra_main() -> None:
     --config-dir) and run it."""
     import hydra
 
-    from raydra.schema import register_schemas
+    from raydra.config.schema import register_schemas
 
     global _raising_for_raydra
     register_schemas()
@@ -86,7 +87,7 @@ def hydra_main() -> None:
                 os.environ.pop(HYDRA_RAISES, None)
                 sentence = before_the_run(error)
                 if sentence is None:
-                    from raydra.private_apis import report_as_hydra_does
+                    from raydra.private_apis.hydra import report_as_hydra_does
 
                     report_as_hydra_does(error)  # exits
                 print(f"error: {sentence}", file=sys.stderr)
@@ -102,8 +103,8 @@ def before_the_run(error: BaseException) -> Optional[str]:
     RaydraError (the run's directory, claimed as hydra.run.dir resolves), a config file that is not
     YAML, an override its grammar cannot read, a value or key the schema refuses, a run directory that cannot be written. None for
     anything else."""
+    from raydra.config.checks import composition_error
     from raydra.errors import override_error, unwritable, yaml_error
-    from raydra.schema import composition_error
 
     for cause in _chain(error):
         if isinstance(cause, RaydraError):
@@ -160,9 +161,9 @@ def main(cfg: DictConfig) -> Optional[float]:
 
             # The primary config's directory, so best_config.yaml can find the groups it composes from.
             config_dir = next((s["path"] for s in hydra.runtime.config_sources if s["provider"] == "main" and s["schema"] == "file"), None)
-            # A multirun job's sweep runs on the multirun's cluster (raydra.prepare.Invocation).
+            # A multirun job's sweep runs on the multirun's cluster (raydra.run.prepare.Invocation).
             return run_sweep(cfg, output_dir, overrides, config_dir, job_ray_address=job.ray_address if job else None).best.metric
-        from raydra.driver import train_run
+        from raydra.run.driver import train_run
 
         # A single run, or one job of raydra's launcher, has the process to itself; the jobs of Hydra's
         # basic launcher take turns in one.

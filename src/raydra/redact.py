@@ -33,7 +33,6 @@ from typing import Any, Iterator, List, Optional
 
 import yaml
 
-from raydra.run_record import HYDRA_DIR
 from raydra.storage import replacing
 
 MASK = "***"
@@ -304,10 +303,11 @@ def masked_stderr() -> Iterator[None]:
         sys.stderr = before
 
 
-def redact_hydra_records(run_dir: Path) -> None:
-    """Hydra writes .hydra/{config,overrides,hydra}.yaml before raydra runs; mask secrets there too."""
+def redact_yaml_files(directory: Path) -> None:
+    """Every YAML file in `directory` masked: Hydra writes a run's .hydra/{config,overrides,hydra}.yaml
+    before raydra runs."""
     secrets = secret_values()
-    for path in Path(run_dir, HYDRA_DIR).glob("*.yaml"):
+    for path in Path(directory).glob("*.yaml"):
         redact_yaml(path, secrets)
 
 

@@ -17,8 +17,8 @@ from typing import List
 
 import yaml
 
-from raydra import run_record, trust
 from raydra.entry import CONF_DIR
+from raydra.records import layout, trust
 from raydra.redact import masked_stderr
 
 PRIMARY = "recorded"
@@ -31,12 +31,12 @@ def primary_config(recorded: dict) -> dict:
 
 
 def mark(new_run_dir: Path, reproduces: str) -> None:
-    from raydra import record
+    from raydra.records import summary
 
-    if (new_run_dir / run_record.SUMMARY).is_file():
-        run = record.read(new_run_dir)
-        record.write(new_run_dir, dataclasses.replace(run, reproduces=reproduces))
-    overrides = new_run_dir / run_record.OVERRIDES
+    if (new_run_dir / layout.SUMMARY).is_file():
+        run = summary.read(new_run_dir)
+        summary.write(new_run_dir, dataclasses.replace(run, reproduces=reproduces))
+    overrides = new_run_dir / layout.OVERRIDES
     if overrides.is_file():
         overrides.write_text(f"# raydra rerun of {reproduces}\n" + overrides.read_text())
 
@@ -47,9 +47,9 @@ PRINT_ONLY = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i")
 
 def rerun(run_dir: str, overrides: List[str], trusted: bool = False) -> int:
     """Run `run_dir`'s recorded config again with `overrides` on top. A run not made on this
-    machine is refused, naming what it would import, unless `trusted` (raydra.trust)."""
+    machine is refused, naming what it would import, unless `trusted` (raydra.records.trust)."""
     source = Path(run_dir).expanduser().resolve()
-    config_file = source / run_record.CONFIG
+    config_file = source / layout.CONFIG
     if not config_file.is_file():
         print(f"raydra rerun: {run_dir} has no .hydra/config.yaml; pass the directory of one recorded run.", file=sys.stderr)
         return 1
@@ -74,8 +74,8 @@ def rerun(run_dir: str, overrides: List[str], trusted: bool = False) -> int:
     import hydra
     from hydra.core.hydra_config import HydraConfig
 
+    from raydra.config.schema import register_schemas
     from raydra.entry import main as run
-    from raydra.schema import register_schemas
 
     register_schemas()
     scratch = Path(tempfile.mkdtemp(prefix="raydra-rerun-"))

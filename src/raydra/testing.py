@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from raydra import ray_node
-from raydra.private_apis import state_api_address_env
-from raydra.ray_node import free_port
+from raydra.cluster import ray_node
+from raydra.cluster.ray_node import free_port
+from raydra.private_apis.ray import state_api_address_env
 
 __all__ = ["free_port", "start_ray_head", "start_s3_server", "start_slurm", "stop_process_tree", "stop_ray_node", "stop_slurm"]
 
@@ -37,7 +37,7 @@ def start_ray_head(
     drivers join (`ray.address=`). Stop it with stop_process_tree."""
     dashboard_port = free_port()
     # The cluster's own processes find its State API here, not through /tmp/ray/ray_current_cluster,
-    # which names whichever cluster was started last on this machine (see raydra.cluster.connect).
+    # which names whichever cluster was started last on this machine (see raydra.cluster.ray_cluster.connect).
     env = {**env, **state_api_address_env(dashboard_port)}
     proc = ray_node.start(
         # Every port the head listens on is one handed out here: none is left to Ray's defaults.
@@ -233,5 +233,5 @@ def stop_process_tree(proc: subprocess.Popen, timeout: float = 10) -> None:
 
 
 def stop_ray_node(proc: subprocess.Popen) -> None:
-    """Stop a `ray start --block` node, by pid (raydra.ray_node.stop)."""
+    """Stop a `ray start --block` node, by pid (raydra.cluster.ray_node.stop)."""
     ray_node.stop(proc)

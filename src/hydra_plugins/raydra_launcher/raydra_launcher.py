@@ -3,8 +3,8 @@
 
 Selected in conf/hydra/default.yaml; `hydra/launcher=basic` on the command line brings back
 Hydra's one-after-another launcher. Each job is composed here as Hydra's basic launcher composes it
-and runs through Hydra's own run_job in a process of its own (raydra.multirun_job); the scheduling,
-the checks and the record are in raydra.launcher. Hydra imports every module under hydra_plugins
+and runs through Hydra's own run_job in a process of its own (raydra.multirun.job); the scheduling,
+the checks and the record are in raydra.multirun.launcher. Hydra imports every module under hydra_plugins
 at each start (a single run and --help included), so this one imports only Hydra at its top.
 """
 
@@ -22,13 +22,13 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 if TYPE_CHECKING:
-    from raydra.launcher import Job
+    from raydra.multirun.launcher import Job
 
 
 @dataclass
 class RaydraLauncherConf:
     """hydra.launcher.* for raydra's launcher: the one home of these settings and their defaults
-    (raydra.launcher reads them as this class)."""
+    (raydra.multirun.launcher reads them as this class)."""
 
     _target_: str = "hydra_plugins.raydra_launcher.raydra_launcher.RaydraLauncher"
     # Most jobs running at once; null: as many as the Ray cluster can place side by side.
@@ -66,9 +66,9 @@ class RaydraLauncher(Launcher):
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from raydra import launcher
         from raydra.errors import RaydraError
-        from raydra.multirun_job import JobPayload, is_raydra_command
+        from raydra.multirun import launcher
+        from raydra.multirun.job import JobPayload, is_raydra_command
 
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         setup_globals()
@@ -99,7 +99,7 @@ class RaydraLauncher(Launcher):
 
     def _compose(self, job_overrides: List[List[str]], initial_job_idx: int) -> List["Job"]:
         """Each job's config as Hydra's basic launcher composes it, and its directory."""
-        from raydra.launcher import Job
+        from raydra.multirun.launcher import Job
 
         jobs = []
         outer = HydraConfig.instance().cfg

@@ -9,7 +9,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from raydra.compare.runs import RecordedRun, config_text, read_curves
 from raydra.compare.table import clip
-from raydra.run_record import METRICS
+from raydra.records.layout import METRICS
 
 MAX_LEGEND = 20
 

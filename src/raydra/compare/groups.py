@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from raydra.compare.runs import RecordedRun, config_text
 from raydra.compare.table import metric_mode, metric_values
-from raydra.keys import ABSENT
+from raydra.config.keys import ABSENT
 
 SEED_KEY = "seed"
 CONFIDENCE = 0.95

@@ -21,8 +21,8 @@ from raydra.compare.curves import monitored, plot_order
 from raydra.compare.groups import Grouped
 from raydra.compare.runs import RecordedRun, config_source, config_text, number, read_curves, run_files, status_text
 from raydra.compare.table import cell_text, is_numeric
-from raydra.keys import ABSENT
-from raydra.run_record import METRICS
+from raydra.config.keys import ABSENT
+from raydra.records.layout import METRICS
 from raydra.storage import is_uri
 
 HERE = Path(__file__).parent

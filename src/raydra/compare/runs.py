@@ -1,5 +1,5 @@
 """Finding and reading run directories, on a disk or in storage: the one place that reads the run record's files back
-(their names are raydra.run_record's).
+(their names are raydra.records.layout's).
 
 
 Reads `.hydra/config.yaml`, `.hydra/overrides.yaml`, `summary.json` and `metrics.csv` and nothing
@@ -31,9 +31,10 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from raydra import run_record
-from raydra.keys import ABSENT, flatten
-from raydra.record import Checkpoints, RecordError, RunRecord
+from raydra.config.keys import ABSENT, flatten
+from raydra.records import layout
+from raydra.records.envelope import RecordError
+from raydra.records.summary import Checkpoints, RunRecord
 from raydra.storage import is_uri
 
 # libyaml's loader is ~10x faster than the pure-Python one, which matters at hundreds of configs.
@@ -45,10 +46,10 @@ UNREADABLE_STATUS = "unknown (unreadable status in summary.json)"
 # What marks a directory as a run's, and the files compare and show read. From storage only these
 # are downloaded; the rest of a run there (checkpoints, logs, samples, wandb: up to gigabytes) is
 # only listed, to say what exists.
-RUN_MARKERS = (run_record.SUMMARY, run_record.CONFIG)
+RUN_MARKERS = (layout.SUMMARY, layout.CONFIG)
 # The root config key of a run's tags (lightning-hydra-template's `tags`): its own column and filter.
 TAGS_KEY = "tags"
-RECORD_FILES = (run_record.SUMMARY, run_record.METRICS, run_record.CONFIG, run_record.OVERRIDES, run_record.HYDRA_RECORD)
+RECORD_FILES = (layout.SUMMARY, layout.METRICS, layout.CONFIG, layout.OVERRIDES, layout.HYDRA_RECORD)
 
 
 @dataclass
@@ -169,7 +170,7 @@ def run_dirs_in(files: List[str]) -> List[str]:
                 dirs.add("")
             elif f.endswith("/" + marker):
                 dirs.add(f[: -len(marker) - 1])
-    dirs = {d for d in dirs if posixpath.join(d, run_record.SWEEP) not in files_set}
+    dirs = {d for d in dirs if posixpath.join(d, layout.SWEEP) not in files_set}
     if "" in dirs:
         return [""]
     dirs = {d for d in dirs if not any(part.startswith(".") for part in d.split("/"))}
@@ -250,7 +251,7 @@ def load_remote_runs(runs: Dict[str, List[str]], notes: List[str]) -> Dict[str, 
 def is_run_dir(path: str) -> bool:
     # A tune= sweep directory holds Hydra's record of the invocation too; its sweep.json says it
     # is a sweep, whose runs are below it.
-    if os.path.isfile(os.path.join(path, run_record.SWEEP)):
+    if os.path.isfile(os.path.join(path, layout.SWEEP)):
         return False
     return any(os.path.isfile(os.path.join(path, marker)) for marker in RUN_MARKERS)
 
@@ -336,19 +337,17 @@ def load_run(run_dir: str, notes: List[str], source: Optional[str] = None, listi
     """A run from its directory; for a run in storage, `run_dir` is the local copy of its record
     files, `source` its URI and `listing` every file below that URI."""
     run = RecordedRun(Path(run_dir), source=source or "", listing=None if listing is None else frozenset(listing))
-    run.config = read_yaml(run.dir / run_record.CONFIG, dict, notes, run.where(run_record.CONFIG))
+    run.config = read_yaml(run.dir / layout.CONFIG, dict, notes, run.where(layout.CONFIG))
     run.flat = flatten(run.config) if run.config is not None else {}
-    overrides = read_yaml(run.dir / run_record.OVERRIDES, list, notes, run.where(run_record.OVERRIDES))
-    run.choices = read_choices(run.dir / run_record.HYDRA_RECORD)
-    path = run.dir / run_record.SUMMARY
+    overrides = read_yaml(run.dir / layout.OVERRIDES, list, notes, run.where(layout.OVERRIDES))
+    run.choices = read_choices(run.dir / layout.HYDRA_RECORD)
+    path = run.dir / layout.SUMMARY
     if path.is_file():
         try:
             data = json.loads(path.read_text())
             run.record = RunRecord.from_dict(data)
         except (OSError, ValueError, RecordError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            notes.append(
-                f"{run.where(run_record.SUMMARY)} is corrupt ({one_line(error)}); the run is listed as unknown. Rewrite or delete it."
-            )
+            notes.append(f"{run.where(layout.SUMMARY)} is corrupt ({one_line(error)}); the run is listed as unknown. Rewrite or delete it.")
             run.status = CORRUPT_SUMMARY
         else:
             # As written: a status that is missing or no string reads as the record's default,
@@ -357,7 +356,7 @@ def load_run(run_dir: str, notes: List[str], source: Optional[str] = None, listi
             run.status = status if isinstance(status, str) and status else UNREADABLE_STATUS
             run.error = run.record.error or None
             if run.record.problems:
-                notes.append(f"{run.where(run_record.SUMMARY)}: {'; '.join(run.record.problems)}; those fields are left blank.")
+                notes.append(f"{run.where(layout.SUMMARY)}: {'; '.join(run.record.problems)}; those fields are left blank.")
     if overrides is None:
         overrides = run.record.overrides if run.record else []
     run.overrides = [str(o) for o in overrides]
@@ -537,7 +536,7 @@ def read_curves(run: RecordedRun, notes: List[str]) -> Dict[str, List[Tuple[Opti
     if run.curves is not None:
         return run.curves
     run.curves = {}
-    path = run.dir / run_record.METRICS
+    path = run.dir / layout.METRICS
     if not path.is_file():
         return run.curves
     try:
@@ -555,7 +554,7 @@ def read_curves(run: RecordedRun, notes: List[str]) -> Dict[str, List[Tuple[Opti
                     if value is not None:
                         points.append((step, epoch, value))
     except (OSError, UnicodeDecodeError, csv.Error) as error:
-        notes.append(f"{run.where(run_record.METRICS)} is not readable CSV ({one_line(error)}); its curves are left out.")
+        notes.append(f"{run.where(layout.METRICS)} is not readable CSV ({one_line(error)}); its curves are left out.")
     return run.curves
 
 
@@ -622,17 +621,17 @@ def run_files(run: RecordedRun) -> List[Tuple[str, str, Optional[bool]]]:
         location, exists = run.locate(recorded_dir)
         if exists is not False:
             files.append(("checkpoints", location, exists))
-    elif run.has(run_record.CHECKPOINTS):
-        files.append(("checkpoints", run.where(run_record.CHECKPOINTS), True))
+    elif run.has(layout.CHECKPOINTS):
+        files.append(("checkpoints", run.where(layout.CHECKPOINTS), True))
     own = [
-        ("metrics.csv", run_record.METRICS),
-        ("samples", run_record.SAMPLES),
-        ("wandb", run_record.WANDB),
-        ("driver log", run_record.DRIVER_LOG),
-        ("logs", run_record.LOGS),
-        ("diagnostics", run_record.DIAGNOSTICS),
-        ("config", run_record.CONFIG),
-        ("summary", run_record.SUMMARY),
+        ("metrics.csv", layout.METRICS),
+        ("samples", layout.SAMPLES),
+        ("wandb", layout.WANDB),
+        ("driver log", layout.DRIVER_LOG),
+        ("logs", layout.LOGS),
+        ("diagnostics", layout.DIAGNOSTICS),
+        ("config", layout.CONFIG),
+        ("summary", layout.SUMMARY),
     ]
     return files + [(what, run.where(relative), True) for what, relative in own if run.has(relative)]
 
@@ -640,6 +639,6 @@ def run_files(run: RecordedRun) -> List[Tuple[str, str, Optional[bool]]]:
 def config_source(run: RecordedRun) -> str:
     """The config as Hydra wrote it (comments and key order kept), not re-dumped."""
     try:
-        return (run.dir / run_record.CONFIG).read_text()
+        return (run.dir / layout.CONFIG).read_text()
     except (OSError, UnicodeDecodeError):
         return ""

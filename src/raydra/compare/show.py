@@ -4,7 +4,7 @@ from typing import List
 
 from raydra.compare.runs import RecordedRun, config_source, number, run_files, status_text, watchdog_lines
 from raydra.compare.table import cell_text
-from raydra.run_record import WANDB
+from raydra.records.layout import WANDB
 
 
 def show_text(run: RecordedRun, notes: List[str]) -> str:

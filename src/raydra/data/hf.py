@@ -23,7 +23,7 @@ from raydra.data.device_batches import FoundClassesDataModule, FoundSplits
 from raydra.data.images import ImageInputs, first_line, image_processor, normalisation, processor_shape, settings, to_uint8, vit_processor
 from raydra.data.splits import stratified_split
 from raydra.errors import RaydraError
-from raydra.private_apis import hub_offline
+from raydra.private_apis.hugging_face import hub_offline
 
 ROLES = ("train", "val", "test")
 # The names datasets on the hub use for each role, first match wins.

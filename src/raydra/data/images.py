@@ -15,7 +15,7 @@ BILINEAR = 2
 
 @dataclass(frozen=True)
 class ImageInputs:
-    """What a data module says about its images to a model's export (raydra.hf_export): the class
+    """What a data module says about its images to a model's export (raydra.records.hf_export): the class
     names by label, when known, and the Hugging Face image processor settings
     (preprocessor_config.json) that turn one of its raw images into what the model saw, when it
     can say. Each raydra image data module gives it from its config: `image_inputs(data)`."""

@@ -1,6 +1,6 @@
 """The config of raydra's ViT with a conv stem (raydra.models.vit.ViTClassifier), as Hugging Face
 loads it with `trust_remote_code=True`: every export of such a model carries this file as it is
-(raydra.hf_export), so it imports nothing but transformers."""
+(raydra.records.hf_export), so it imports nothing but transformers."""
 
 from transformers import ViTConfig
 

@@ -1,6 +1,6 @@
 """raydra's ViT with a conv stem (raydra.models.vit.ViTClassifier) as a Hugging Face model, loaded
 with `trust_remote_code=True`: every export of such a model carries this file as it is
-(raydra.hf_export), so it imports nothing but torch, transformers and its config's file.
+(raydra.records.hf_export), so it imports nothing but torch, transformers and its config's file.
 
 Its weights are named as ViTClassifier names them (`stem.*`, then `net.*`: Hugging Face's own
 ViTForImageClassification), so a run's checkpoint is its state dict as it stands."""

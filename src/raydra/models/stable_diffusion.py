@@ -26,7 +26,7 @@ from raydra.errors import RaydraError
 from raydra.lightning import pl
 from raydra.models import partial_of
 from raydra.models.stable_diffusion_parts import build_parts, clip_tokenizer, fit_vae, load_parts, train_caption_bpe
-from raydra.run_record import PIPELINE, SAMPLES
+from raydra.records.layout import PIPELINE, SAMPLES
 from raydra.storage import replacing, replacing_tree
 
 

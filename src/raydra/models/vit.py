@@ -1,6 +1,6 @@
 """A Vision Transformer image classifier: Hugging Face's ViTForImageClassification in Lightning.
 
-A run exports it for `transformers` (`<run dir>/hf/`, raydra.hf_export): a plain ViT as
+A run exports it for `transformers` (`<run dir>/hf/`, raydra.records.hf_export): a plain ViT as
 ViTForImageClassification, one with a conv stem as RaydraViTForImageClassification, whose code
 (raydra.models.modeling_raydra_vit) the export carries for `trust_remote_code=True`.
 """
@@ -14,10 +14,10 @@ from transformers import ViTConfig, ViTForImageClassification
 
 from raydra.data.images import ImageInputs
 from raydra.errors import RaydraError
-from raydra.hf_export import HFExport
 from raydra.lightning import pl
 from raydra.models import partial_of
 from raydra.models.configuration_raydra_vit import RaydraViTConfig
+from raydra.records.hf_export import HFExport
 
 # The files of raydra.models an export with a conv stem carries, and the names config.json's auto_map gives their classes.
 REMOTE_CODE = ("configuration_raydra_vit.py", "modeling_raydra_vit.py")
@@ -129,7 +129,7 @@ class ViTClassifier(pl.LightningModule):
         """What the run's Hugging Face export holds (None with export_hf=false): this network's
         config with the data's class names (`inputs`, from the data module), the weights that the
         Hugging Face model holds, and the data's image processor settings. The driver writes it
-        with the best checkpoint's weights (raydra.hf_export).
+        with the best checkpoint's weights (raydra.records.hf_export).
 
         A plain ViT is ViTForImageClassification, its weights `net.*` without the prefix. The conv
         stem is no part of any Hugging Face model, and no folding into the patch embedding is exact

@@ -8,7 +8,7 @@
     time_limit.py   SLURM's warning before the time limit: checkpoint at the step in flight, requeue
     submit.py       `raydra submit`: the batch script into the run's record, sbatch, where to look
 
-A run outside SLURM imports only this package's SYSTEM (raydra.batch_system finds it through its
+A run outside SLURM imports only this package's SYSTEM (raydra.cluster.batch_system finds it through its
 entry point), whose modules load on first use.
 """
 
@@ -19,7 +19,7 @@ JOB_ID = "SLURM_JOB_ID"
 
 
 class Slurm:
-    """SLURM as raydra.batch_system asks for a batch system (found through the entry point
+    """SLURM as raydra.cluster.batch_system asks for a batch system (found through the entry point
     `raydra.batch_systems: slurm` in pyproject.toml). Its modules are imported on first use, so a
     run outside SLURM loads only this class."""
 

@@ -15,8 +15,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
+from raydra.config.schema import ScaleConfig, SlurmConfig
 from raydra.errors import RaydraError
-from raydra.schema import ScaleConfig, SlurmConfig
 from raydra.slurm import JOB_ID  # noqa: E402 - the package's one name for it
 
 

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Optional
 
-from raydra import ray_node
+from raydra.cluster import ray_node
 from raydra.errors import RaydraError
-from raydra.private_apis import reread_auth_settings, state_api_address_env
-from raydra.run_record import LOGS, slurm_node_log
+from raydra.private_apis.ray import reread_auth_settings, state_api_address_env
+from raydra.records.layout import LOGS, slurm_node_log
 from raydra.slurm import time_limit
 from raydra.slurm.allocation import Allocation, current
 from raydra.slurm.node import STOP as NODE_STOP
@@ -71,7 +71,7 @@ def start(record_dir: Path, join_timeout_s: float, requeue: bool) -> str:
     (record_dir / LOGS).mkdir(parents=True, exist_ok=True)
     temp_dir = tempfile.mkdtemp(prefix=f"ray-{allocation.job_id}-")
     dashboard_port = ray_node.free_port()
-    # This process and the cluster's find the cluster's State API here (see raydra.cluster.connect).
+    # This process and the cluster's find the cluster's State API here (see raydra.cluster.ray_cluster.connect).
     os.environ.update(state_api_address_env(dashboard_port))
     job_token()
     cpus = allocation.cpus_on(allocation.here) if allocation.here else 0
@@ -195,7 +195,7 @@ def stop() -> None:
         except subprocess.TimeoutExpired:
             proc.terminate()  # srun aborts the step
             proc.wait()
-    # The head's keeper (python -m raydra.ray_node) removes its temp dir as the head ends; again
+    # The head's keeper (python -m raydra.cluster.ray_node) removes its temp dir as the head ends; again
     # here for a keeper killed at stop's timeout.
     ray_node.stop(cluster.head)
     ray_node.clean_up(cluster.temp_dir)

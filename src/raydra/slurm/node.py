@@ -17,7 +17,7 @@ import tempfile
 import time
 from typing import List, Optional
 
-from raydra import ray_node
+from raydra.cluster import ray_node
 
 # What the head sends srun to stop this node: srun passes it on to the task unchanged.
 STOP = signal.SIGUSR2

@@ -11,8 +11,8 @@ batch job, sent with sbatch; the command returns once SLURM has the job.
                  (exec: raydra's process is the batch shell, which SLURM's notice reaches)
     sbatch       the job id, the directory, the output file, and how to follow or cancel it
 
-A requeued job runs the script again: the run continues in its directory (raydra.driver), the
-multirun in its (raydra.launcher).
+A requeued job runs the script again: the run continues in its directory (raydra.run.driver), the
+multirun in its (raydra.multirun.launcher).
 """
 
 import os
@@ -25,9 +25,10 @@ from typing import List, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from raydra.config.schema import ScaleConfig, SlurmConfig
 from raydra.errors import RaydraError
-from raydra.run_record import SLURM_OUTPUT, SLURM_SCRIPT, claim_directory
-from raydra.schema import ScaleConfig, SlurmConfig
+from raydra.records.layout import SLURM_OUTPUT, SLURM_SCRIPT
+from raydra.records.lock import claim_directory
 from raydra.slurm.allocation import Allocation, asked_for, too_small
 
 USAGE = "usage: raydra submit [-m] [--config-dir DIR] [override ...]   (docs/slurm.md)"
@@ -84,8 +85,8 @@ def _compose(overrides: List[str], config_dir: Optional[str], multirun: bool) ->
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
+    from raydra.config.schema import register_schemas
     from raydra.entry import CONF_DIR
-    from raydra.schema import register_schemas
 
     register_schemas()
     fixed = []
@@ -126,7 +127,7 @@ def write_script(cfg: DictConfig, overrides: List[str], config_dir: Optional[str
 
 
 def _check(cfg: DictConfig, overrides: List[str], slurm: SlurmConfig, scale: ScaleConfig) -> None:
-    from raydra.callbacks import resolve_and_validate
+    from raydra.config.user_callbacks import resolve_and_validate
 
     run = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
     with open_dict(run):

@@ -11,7 +11,7 @@
       a Tune sweep            stops as Ctrl-C stops it (Tune saves its state; tune.resume= continues)
     as the process ends       `scontrol requeue <job>` (slurm.requeue) once the Ray cluster is
                               stopped: SLURM runs the batch script again, and the run (or the
-                              multirun) continues where it stopped (raydra.driver, raydra.launcher)
+                              multirun) continues where it stopped (raydra.run.driver, raydra.multirun.launcher)
 
 `watch` installs the handler as early as the command knows it runs on an allocation, so a notice
 during start-up is noted rather than ending the process (SIGUSR1's default); what acts on it is
@@ -111,7 +111,7 @@ def run_stops_on_notice() -> Iterator[None]:
     """Around a run's fit on Ray: the notice sends each of the run's workers SIGTERM (they checkpoint
     at the step in flight and stop), waits until they are gone, then stops the fit unless it already
     ended: SIGTERM to this process, which the driver turns into a KeyboardInterrupt and records as
-    interrupted (raydra.signals; not SIGINT, which Ray Train takes during a fit to abort the run its
+    interrupted (raydra.run.signals; not SIGINT, which Ray Train takes during a fit to abort the run its
     own way). The stop comes only while the block runs, so it never lands in the recording after."""
     fitting = {"on": True}
 
@@ -145,7 +145,7 @@ def signal_run_workers(signum: int) -> List[str]:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from raydra.private_apis import train_worker_actors
+    from raydra.private_apis.ray_train import train_worker_actors
 
     workers = train_worker_actors(ray.get_runtime_context().get_job_id())
     by_node: Dict[str, List[int]] = {}

@@ -1,7 +1,7 @@
 """`tune=`: a Ray Tune search over runs, each trial the same fit as a single run.
 
     space.py    tune.space -> Tune domains, checked against the config before any trial starts
-    trial.py    the trial: sampled values applied to the config, then raydra.fit as for any run
+    trial.py    the trial: sampled values applied to the config, then raydra.run.fit as for any run
     tuner.py    the sweep's driver: Tuner or Tuner.restore, concurrency, signals, the sweep record
     report.py   every trial's final record, trials.csv/md, best_config.yaml, the console lines
 

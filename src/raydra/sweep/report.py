@@ -12,12 +12,14 @@ import ray.tune
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from raydra import record, run_record, storage, summary, sweep_record, wandb_run
-from raydra.checkpoints import last_checkpoint
+from raydra import storage
 from raydra.errors import one_line
-from raydra.prepare import writable
-from raydra.record import Checkpoints, Metrics, RunRecord
-from raydra.sweep_record import Best, SweepRecord
+from raydra.records import envelope, layout, summary, sweep, wandb_run
+from raydra.records.checkpoints import last_checkpoint
+from raydra.records.summary import Checkpoints, Metrics, RunRecord
+from raydra.records.sweep import Best, SweepRecord
+from raydra.run import recording
+from raydra.run.prepare import writable
 
 log = logging.getLogger("raydra")
 
@@ -98,24 +100,24 @@ def settle_trials(
     statuses = progress.statuses
     rows = []
     seen = set()
-    for run_dir in sorted(Path(sweep_dir, run_record.TRIALS).glob("*/" + run_record.SUMMARY)):
+    for run_dir in sorted(Path(sweep_dir, layout.TRIALS).glob("*/" + layout.SUMMARY)):
         run_dir = run_dir.parent
-        run = record.read(run_dir)
+        run = summary.read(run_dir)
         trial_id = run.trial.id if run.trial and run.trial.id else run_dir.name
         seen.add(trial_id)
         status, result = statuses.get(trial_id), results.get(trial_id)
         # A trial Tune ended without error but that did not record its completion was stopped by
         # the scheduler (its process may have noted the stop as a failure on its way out).
-        if status == "TERMINATED" and result is not None and run.status in (record.RUNNING, record.FAILED, record.INTERRUPTED):
+        if status == "TERMINATED" and result is not None and run.status in (envelope.RUNNING, envelope.FAILED, envelope.INTERRUPTED):
             run = _stopped(run, result, metric, mode, run_dir, scheduler)
-            record.write(run_dir, run)
-        if run.status == record.RUNNING:
+            summary.write(run_dir, run)
+        if run.status == envelope.RUNNING:
             if status == "ERROR":
                 run = run.failed(_one_line_error(result) or "the trial's process died")
             elif interrupted or status in ("RUNNING", "PENDING", "PAUSED"):
                 run = run.interrupted("the sweep was interrupted; continue it with tune.resume=" + str(sweep_dir))
             if run.ended:
-                record.write(run_dir, run)
+                summary.write(run_dir, run)
         if run.ended:
             # A trial Tune ended (ASHA's stop, the sweep's) never finished its W&B run: done here.
             wandb_run.complete(run_dir)
@@ -130,11 +132,11 @@ def _stopped(run: RunRecord, result: Any, metric: str, mode: str, run_dir: Path,
     """The record of a trial the scheduler stopped, from what it reported to Tune."""
     history = result.metrics_dataframe
     last = result.metrics
-    final = {k: summary.json_number(v) for k, v in last.items() if "/" in k and summary.json_number(v) is not None}
+    final = {k: recording.json_number(v) for k, v in last.items() if "/" in k and recording.json_number(v) is not None}
     best: Dict[str, Any] = {}
     if history is not None and metric in history:
         row = history.loc[history[metric].idxmax() if mode == "max" else history[metric].idxmin()]
-        best = {k: summary.json_number(v) for k, v in row.items() if "/" in str(k) and summary.json_number(v) is not None}
+        best = {k: recording.json_number(v) for k, v in row.items() if "/" in str(k) and recording.json_number(v) is not None}
     epochs = last.get("epochs_done")
     last_kept = last_checkpoint(run_dir, run.run_id, run.storage)
     return run.stopped(
@@ -192,7 +194,7 @@ def write_tables(sweep_dir: Path, rows: List[TrialRow], metric: str) -> None:
         ]
         for row in rows
     ]
-    with (sweep_dir / run_record.TRIALS_CSV).open("w", newline="") as file:
+    with (sweep_dir / layout.TRIALS_CSV).open("w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(header)
         writer.writerows(table)
@@ -204,7 +206,7 @@ def write_tables(sweep_dir: Path, rows: List[TrialRow], metric: str) -> None:
 
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell(v) for v in line) + " |" for line in table]
-    (sweep_dir / run_record.TRIALS_MD).write_text("\n".join(lines) + "\n")
+    (sweep_dir / layout.TRIALS_MD).write_text("\n".join(lines) + "\n")
 
 
 def write_best(cfg: DictConfig, sweep_dir: Path, best: TrialRow, metric: str, config_dir: Optional[str]) -> Best:
@@ -224,9 +226,9 @@ def write_best(cfg: DictConfig, sweep_dir: Path, best: TrialRow, metric: str, co
         + yaml.safe_dump(head, sort_keys=False)
         + OmegaConf.to_yaml(config)
     )
-    (sweep_dir / run_record.BEST_CONFIG).write_text(text)
+    (sweep_dir / layout.BEST_CONFIG).write_text(text)
     checkpoint = best.record.checkpoint("best", sweep_dir / best.run_dir)
-    link = sweep_dir / run_record.BEST_CHECKPOINT
+    link = sweep_dir / layout.BEST_CHECKPOINT
     if link.is_symlink() or link.exists():
         link.unlink()
     # A checkpoint in object storage has no path to link to; sweep.json names its URI.
@@ -238,7 +240,7 @@ def write_best(cfg: DictConfig, sweep_dir: Path, best: TrialRow, metric: str, co
         sampled=best.sampled,
         run_dir=str(sweep_dir / best.run_dir),
         checkpoint=checkpoint,
-        config=str(sweep_dir / run_record.BEST_CONFIG),
+        config=str(sweep_dir / layout.BEST_CONFIG),
     )
 
 
@@ -246,9 +248,9 @@ def end(sweep_dir: Path, ended: SweepRecord, write: bool = True) -> None:
     """Write the record of a sweep that ended (not with `write=False`: the directory holds another
     sweep's), and say why when it did not complete."""
     if write and sweep_dir.exists():
-        sweep_record.write(sweep_dir, ended)
+        sweep.write(sweep_dir, ended)
     if ended.error:
-        log.error(f"error: {ended.error}" if ended.status == sweep_record.FAILED else ended.error)
+        log.error(f"error: {ended.error}" if ended.status == sweep.FAILED else ended.error)
 
 
 def fmt_sampled(sampled: Dict[str, Any]) -> str:

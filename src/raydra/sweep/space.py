@@ -7,10 +7,10 @@ import ray.tune
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from raydra.config.checks import validate
+from raydra.config.keys import ABSENT
 from raydra.errors import RaydraError
-from raydra.keys import ABSENT
-from raydra.prepare import writable
-from raydra.schema import validate
+from raydra.run.prepare import writable
 
 # Tune's sampling functions by the name used in tune.space; `grid` is tune.grid_search.
 DISTRIBUTIONS = (

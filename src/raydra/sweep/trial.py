@@ -10,13 +10,15 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from ray.tune.integration.ray_train import TuneReportCallback
 
-from raydra import fit, record, resolve, run_record, storage, summary, trust
-from raydra.prepare import Invocation, prepare
-from raydra.private_apis import tune_stop_probe
-from raydra.record import Trial
-from raydra.redact import redact_hydra_records
-from raydra.schema import STRATEGY_SCHEMAS, RaydraConfig
-from raydra.spec import Place
+from raydra import storage
+from raydra.config.schema import STRATEGY_SCHEMAS, RaydraConfig
+from raydra.config.spec import Place
+from raydra.private_apis.ray_tune import tune_stop_probe
+from raydra.records import envelope, layout, summary, trust
+from raydra.records.summary import Trial
+from raydra.redact import redact_yaml_files
+from raydra.run import fit, recording, resolve
+from raydra.run.prepare import Invocation, prepare
 from raydra.sweep.space import plain
 
 
@@ -29,42 +31,44 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     # Where the trial's record ends on the sweep driver's disk. With paths.storage this process
     # (on any node) writes into a scratch directory and pushes to storage, from where the sweep
     # driver pulls into record_dir: writing record_dir itself would race that pull.
-    record_dir = Path(sweep["dir"], run_record.TRIALS, trial_id)
-    trial_storage = storage.join(sweep["storage"], run_record.TRIALS, trial_id) if sweep["storage"] else None
+    record_dir = Path(sweep["dir"], layout.TRIALS, trial_id)
+    trial_storage = storage.join(sweep["storage"], layout.TRIALS, trial_id) if sweep["storage"] else None
     run_dir = Path(tempfile.gettempdir(), "raydra-trials", sweep["id"], trial_id) if trial_storage else record_dir
     run_id = f"{sweep['id']}_{trial_id}"
     # Where a refusal before the spec exists is recorded.
     place = Place(dir=str(run_dir), id=run_id, storage=trial_storage, logged_config={})
     sampled = {key: plain(value) for key, value in sampled.items()}
     overrides = sweep["overrides"] + [f"{key}={value}" for key, value in sampled.items()]
-    previous = record.read(run_dir) if (run_dir / run_record.SUMMARY).is_file() else None
+    previous = summary.read(run_dir) if (run_dir / layout.SUMMARY).is_file() else None
 
     conf = _typed(base)
     for key, value in sampled.items():
         OmegaConf.update(conf, key, value, merge=False)
-    (run_dir / run_record.HYDRA_DIR).mkdir(parents=True, exist_ok=True)
-    (run_dir / run_record.CONFIG).write_text(OmegaConf.to_yaml(conf))
-    (run_dir / run_record.OVERRIDES).write_text(yaml.safe_dump(overrides, sort_keys=False))
-    redact_hydra_records(run_dir)
+    (run_dir / layout.HYDRA_DIR).mkdir(parents=True, exist_ok=True)
+    (run_dir / layout.CONFIG).write_text(OmegaConf.to_yaml(conf))
+    (run_dir / layout.OVERRIDES).write_text(yaml.safe_dump(overrides, sort_keys=False))
+    redact_yaml_files(run_dir / layout.HYDRA_DIR)
     trust.mark_run(run_dir)  # the sweep's own trial: `raydra rerun` of it needs no --trusted
-    run = summary.new_summary(conf, record_dir, run_id, overrides).with_start(trial=Trial(sweep=sweep["id"], id=trial_id, sampled=sampled))
+    run = recording.new_summary(conf, record_dir, run_id, overrides).with_start(
+        trial=Trial(sweep=sweep["id"], id=trial_id, sampled=sampled)
+    )
     if previous:
         # A resumed sweep runs an unfinished trial again under the same run id: Train V2 continues
         # it from its last checkpoint.
         run = run.resumed_from(previous, run_dir=str(record_dir))
     try:
-        # The same checks as every run's (raydra.prepare), on the sweep's config with this trial's samples.
+        # The same checks as every run's (raydra.run.prepare), on the sweep's config with this trial's samples.
         conf = prepare(conf, Invocation(overrides=tuple(overrides), trial=True)).config
         spec = resolve.resolve(conf, record_dir, run_id, kind="trial", label=",".join(f"{k}={v}" for k, v in sampled.items()))
         # Named here, not recomputed from paths.outputs: this process's working directory is Ray's.
         spec = spec.with_place(dir=place.dir, storage=place.storage)
-        run = summary.record_start(spec, run)
+        run = recording.record_start(spec, run)
         run = fit.fit_and_record(spec, run, started, tune_trial=True, callbacks=[ReportToTune(spec.trainer.max_epochs)])
     except Exception as error:
         if stopped_by_tune() or _settled(run_dir):
             # The scheduler ended this trial; the sweep driver records it from Tune's results.
             raise
-        summary.save(place, summary.failure(run, error, started))
+        recording.save(place, recording.failure(run, error, started))
         raise
     # The last epoch reaches Tune only now, with the test metrics, once summary.json is complete
     # (see ReportToTune).
@@ -83,8 +87,8 @@ def _typed(base: Dict[str, Any]) -> DictConfig:
 
 def _settled(run_dir: Path) -> bool:
     """Whether the sweep driver already recorded this trial as stopped: its record is final."""
-    run = record.try_read(run_dir)
-    return run is not None and run.status == record.STOPPED
+    run = summary.try_read(run_dir)
+    return run is not None and run.status == envelope.STOPPED
 
 
 class ReportToTune(TuneReportCallback):

@@ -14,21 +14,24 @@ import ray.tune
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from raydra import private_apis, run_record, storage, sweep_record
-from raydra.cluster import TRIAL_CPU, check_fits, trials_that_fit
-from raydra.console import worker_output
+from raydra import storage
+from raydra.cluster.ray_cluster import TRIAL_CPU, check_fits, trials_that_fit
+from raydra.cluster.worker_output import worker_output
+from raydra.config.spec import Place
 from raydra.errors import RaydraError
-from raydra.lifecycle import COMPLETED, INTERRUPTED, Ending, Lifecycle
-from raydra.prepare import Invocation, prepare, writable
-from raydra.redact import redact_hydra_records
-from raydra.resolve import wandb_mode
-from raydra.resume import changed_keys
-from raydra.spec import Place
+from raydra.private_apis.ray_tune import replace_restored_tuner_callbacks, restore_scheduler_rungs, restored_tuner_scheduler
+from raydra.records import layout, sync
+from raydra.records import sweep as sweep_record
+from raydra.records.sweep import SweepRecord, TrialCounts
+from raydra.redact import redact_yaml_files
+from raydra.run.lifecycle import COMPLETED, INTERRUPTED, Ending, Lifecycle
+from raydra.run.prepare import Invocation, prepare, writable
+from raydra.run.resolve import wandb_mode
+from raydra.run.resume import changed_keys
 from raydra.sweep import report
 from raydra.sweep.report import Progress
 from raydra.sweep.space import check_samples, domain, parse_space
 from raydra.sweep.trial import run_trial
-from raydra.sweep_record import SweepRecord, TrialCounts
 
 log = logging.getLogger("raydra")
 
@@ -51,14 +54,14 @@ def run_sweep(
     when interrupted (Ctrl-C, SIGTERM) after recording how to continue it."""
     started = time.time()
     fresh_dir = Path(output_dir).resolve()
-    redact_hydra_records(fresh_dir)
+    redact_yaml_files(fresh_dir / layout.HYDRA_DIR)
     sweep_dir = fresh_dir
     tune_cfg = cfg.tune
     metric = tune_cfg.metric or cfg.checkpoint.monitor
     mode = tune_cfg.mode or cfg.checkpoint.mode
     record = SweepRecord.started(
         name=cfg.name,
-        id=run_record.ray_safe(f"{fresh_dir.parent.name}_{fresh_dir.name}"),
+        id=layout.ray_safe(f"{fresh_dir.parent.name}_{fresh_dir.name}"),
         sweep_dir=str(fresh_dir),
         overrides=list(overrides),
         search=tune_cfg.search,
@@ -69,7 +72,7 @@ def run_sweep(
     )
     progress = Progress(metric, cfg.trainer.max_epochs)
     # Another sweep's record in this directory is refused and left as it was.
-    claimed = not (fresh_dir / run_record.SWEEP).exists()
+    claimed = not (fresh_dir / layout.SWEEP).exists()
 
     def settle(ending: Ending) -> None:
         if ending.status == COMPLETED:
@@ -102,23 +105,23 @@ def run_sweep(
         # With paths.storage, Tune's state and every trial's record live there; the trials' records
         # are pulled into this sweep directory as they go.
         sweep_place = Place(
-            dir=str(sweep_dir), id=record.id, storage=run_record.location(cfg.paths.storage, cfg.paths.outputs, sweep_dir), logged_config={}
+            dir=str(sweep_dir), id=record.id, storage=layout.location(cfg.paths.storage, cfg.paths.outputs, sweep_dir), logged_config={}
         )
         if sweep_place.storage:
-            run_record.check_writable(cfg.paths.storage)
+            sync.check_writable(cfg.paths.storage)
             record = record.with_settings(storage=sweep_place.storage)
 
         life.connect(cfg, sweep_dir)
         check_fits(OmegaConf.to_object(cfg.scale))
         if not sweep_place.storage:
-            run_record.check_shared(sweep_dir)
+            sync.check_shared(sweep_dir)
         concurrency = _concurrency(cfg)
         record = record.with_settings(max_concurrent=concurrency)
         log.info(
             f"sweep {record.id}: {tune_cfg.num_samples} trials of {cfg.name}, {concurrency} at a time, "
             f"{tune_cfg.search} search, {tune_cfg.scheduler} scheduler, {mode} {metric}\n  dir  {sweep_dir}"
         )
-        progress.scheduler_state = sweep_dir / run_record.SCHEDULER_STATE
+        progress.scheduler_state = sweep_dir / layout.SCHEDULER_STATE
         # The driver's own file, here even when Tune keeps its state in storage.
         progress.scheduler_state.parent.mkdir(parents=True, exist_ok=True)
         tuner = _tuner(cfg, sweep_dir, sweep_place.storage, record, concurrency, progress)
@@ -127,7 +130,7 @@ def run_sweep(
         echo, worker_output.echo_progress = worker_output.echo_progress, False
         try:
             # SLURM's time-limit notice stops the sweep as Ctrl-C does (_stop_as_ctrl_c).
-            with run_record.Follower(sweep_place, skip=(run_record.TUNE, run_record.CHECKPOINTS)), life.stops_on_notice(_stop_as_ctrl_c):
+            with sync.Follower(sweep_place, skip=(layout.TUNE, layout.CHECKPOINTS)), life.stops_on_notice(_stop_as_ctrl_c):
                 grid = tuner.fit()
         except Exception as error:
             friendly = _tune_error(error, metric)
@@ -154,7 +157,7 @@ def run_sweep(
         f"sweep done in {record.wall_time_s:.1f} s: {trials.completed} completed, "
         f"{trials.stopped} stopped early, {trials.failed} failed\n"
         f"  best trial {best.trial}  {metric} {best.metric:.4f}  {report.fmt_sampled(best.sampled)}\n"
-        f"  trials  {sweep_dir / run_record.TRIALS_MD}\n"
+        f"  trials  {sweep_dir / layout.TRIALS_MD}\n"
         f"  rerun   python train.py --config-path {sweep_dir} --config-name best_config"
     )
     return record
@@ -163,7 +166,7 @@ def run_sweep(
 def _continue(cfg: DictConfig, fresh_dir: Path) -> Tuple[Path, SweepRecord]:
     """The sweep tune.resume names, checked to be an unfinished raydra sweep of the same config."""
     sweep_dir = Path(cfg.tune.resume).expanduser().resolve()
-    if not (sweep_dir / run_record.SWEEP).is_file() or not (sweep_dir / run_record.TUNE).is_dir():
+    if not (sweep_dir / layout.SWEEP).is_file() or not (sweep_dir / layout.TUNE).is_dir():
         raise RaydraError(
             f"tune.resume={cfg.tune.resume}: {sweep_dir} is not a raydra sweep directory (no sweep.json and tune/); "
             "pass the directory a tune= run printed."
@@ -171,14 +174,14 @@ def _continue(cfg: DictConfig, fresh_dir: Path) -> Tuple[Path, SweepRecord]:
     previous = sweep_record.read(sweep_dir)
     if previous.status == sweep_record.COMPLETED:
         raise RaydraError(f"tune.resume={cfg.tune.resume}: {sweep_dir} already completed; start a new sweep instead.")
-    old = yaml.safe_load((sweep_dir / run_record.CONFIG).read_text())
+    old = yaml.safe_load((sweep_dir / layout.CONFIG).read_text())
     changes = [c for c in changed_keys(old, cfg) if not c.startswith(RESUMABLE_CHANGES)]
     if changes:
         raise RaydraError(
             f"tune.resume={cfg.tune.resume}: the config differs from the one the sweep started with "
             f"({'; '.join(changes)}); resume with the original overrides plus tune.resume=..."
         )
-    record = previous.resumed_from_here(log=str(fresh_dir / run_record.DRIVER_LOG))
+    record = previous.resumed_from_here(log=str(fresh_dir / layout.DRIVER_LOG))
     # The invocation's own Hydra directory points at the sweep it continued, so it never reads as a sweep of its own.
     sweep_record.write(fresh_dir, SweepRecord.continued_in(str(sweep_dir)))
     log.info(f"resuming sweep {sweep_dir} (this invocation's driver.log: {fresh_dir})")
@@ -215,7 +218,7 @@ def _tuner(
     trainable = tune.with_resources(tune.with_parameters(run_trial, base=_trial_base(cfg, record.id), sweep=sweep), {"CPU": TRIAL_CPU})
     if cfg.tune.resume:
         tuner = tune.Tuner.restore(
-            posixpath.join(tune_root, run_record.TUNE),
+            posixpath.join(tune_root, layout.TUNE),
             trainable,
             resume_unfinished=True,
             resume_errored=False,
@@ -224,12 +227,12 @@ def _tuner(
         )
         # The restored RunConfig holds the interrupted driver's callback, unpickled; this process
         # needs its own to see the trials. Tuner.restore takes no callbacks of its own.
-        private_apis.replace_restored_tuner_callbacks(tuner, [progress])
+        replace_restored_tuner_callbacks(tuner, [progress])
         # Tuner.restore brings back the scheduler as it was created, with no rungs: trials run
         # after a resume would be compared only with each other. Progress saved its rungs.
-        progress.scheduler = private_apis.restored_tuner_scheduler(tuner)
+        progress.scheduler = restored_tuner_scheduler(tuner)
         if progress.scheduler is not None and progress.scheduler_state.is_file():
-            private_apis.restore_scheduler_rungs(progress.scheduler, str(progress.scheduler_state))
+            restore_scheduler_rungs(progress.scheduler, str(progress.scheduler_state))
         return tuner
     space = {key: domain(key, name, args) for key, (name, args) in parse_space(cfg).items()}
     metric, mode = record.metric, record.mode
@@ -249,11 +252,7 @@ def _tuner(
             reuse_actors=False,
         ),
         run_config=tune.RunConfig(
-            name=run_record.TUNE,
-            storage_path=tune_root,
-            storage_filesystem=filesystem,
-            verbose=1 if cfg.verbose else 0,
-            callbacks=[progress],
+            name=layout.TUNE, storage_path=tune_root, storage_filesystem=filesystem, verbose=1 if cfg.verbose else 0, callbacks=[progress]
         ),
     )
 

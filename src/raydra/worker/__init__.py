@@ -4,7 +4,7 @@ import time
 from typing import Any, Dict
 
 # When a worker process started importing the training code (unpickling train_loop imports this
-# package first): summary.json's start-up phases count the imports from here (raydra.startup).
+# package first): summary.json's start-up phases count the imports from here (raydra.run.startup).
 IMPORTS_STARTED = time.time()
 
 

@@ -3,7 +3,7 @@
 Each entry is built with hydra.utils.instantiate on every worker, after raydra's own callbacks,
 except those whose nature is rank 0's: LearningRateMonitor and DeviceStatsMonitor only write to
 the loggers, which only rank 0 has (raydra.worker.loggers). What the driver stands in for (a
-ModelCheckpoint, a progress bar) never reaches a worker (raydra.callbacks).
+ModelCheckpoint, a progress bar) never reaches a worker (raydra.config.user_callbacks).
 """
 
 import logging
@@ -11,8 +11,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from hydra.utils import get_class, instantiate
 
+from raydra.config.project import writes_to_loggers
 from raydra.lightning import pl
-from raydra.project import writes_to_loggers
 from raydra.worker.contract import check_importable
 
 log = logging.getLogger("raydra")

@@ -15,7 +15,7 @@ import ray.train
 
 from raydra.errors import out_of_space
 from raydra.lightning import pl
-from raydra.run_record import CHECKPOINT_FILE
+from raydra.records.layout import CHECKPOINT_FILE
 
 # The monitored metric of a mid-epoch report, by checkpoint.mode: ranks last, and stays a number
 # through JSON (see TimedReport).

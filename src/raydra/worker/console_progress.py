@@ -3,7 +3,7 @@
 import time
 from typing import Any, Callable, Optional
 
-from raydra.console import PROGRESS_MARK
+from raydra.cluster.worker_output import PROGRESS_MARK
 from raydra.lightning import pl
 from raydra.worker.throughput import batch_size
 
@@ -17,7 +17,7 @@ class ConsoleProgress(pl.Callback):
 
     def __init__(self, max_steps: int, world_size: int, every_s: float = 15.0, emit: Optional[Callable[[str], None]] = None) -> None:
         self.max_steps, self.world_size, self.every_s = max_steps, world_size, every_s
-        # A Ray worker prints, marked, for the driver to pick out of Ray's stream (raydra.console).
+        # A Ray worker prints, marked, for the driver to pick out of Ray's stream (raydra.cluster.worker_output).
         self.emit = emit or (lambda line: print(f"{PROGRESS_MARK}{line}", flush=True))
         self._samples, self._seconds = 0, 0.0
         self._batch_start: Optional[float] = None

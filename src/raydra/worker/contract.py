@@ -1,5 +1,5 @@
 """What raydra needs of a user's LightningModule while it trains, checked the first time it can be
-(docs/own-project.md). What the driver can check before Ray starts, it does (raydra.project).
+(docs/own-project.md). What the driver can check before Ray starts, it does (raydra.config.project).
 
     model/data _target_        importable on this worker: a project that did not travel with the
                                run is named as such

@@ -17,12 +17,13 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from raydra import metrics_csv, private_apis
+from raydra.config.project import RAYDRA_LOGGERS
+from raydra.config.spec import RunSpec
 from raydra.errors import out_of_space
-from raydra.project import RAYDRA_LOGGERS
+from raydra.private_apis.lightning import csv_columns, csv_pending, csv_saved, set_csv_columns
+from raydra.records import metrics_csv
+from raydra.records.layout import METRICS
 from raydra.redact import redact
-from raydra.run_record import METRICS
-from raydra.spec import RunSpec
 from raydra.storage import replacing
 
 
@@ -110,7 +111,7 @@ def _keep_rows_up_to(csv_logger: Any, position: Optional[Dict[str, Any]]) -> Non
     replace_csv_whole(writer)
     if rows:
         # The writer appends to an existing file only with the header it knows about.
-        private_apis.set_csv_columns(writer, sorted(fields))
+        set_csv_columns(writer, sorted(fields))
         try:
             with replacing(path) as tmp, open(tmp, "w", newline="") as file:
                 # A row with more values than the header names (seen once after a SIGTERM in local
@@ -141,7 +142,7 @@ def _before(row: Dict[str, str], position: Dict[str, Any]) -> bool:
 
 def _wandb_logger(spec: RunSpec, settings: Dict[str, Any], run_dir: Path) -> Any:
     """This attempt's segment of the run's W&B run (raydra.worker.wandb_logger), with the config logged."""
-    from raydra.wandb_run import RunSettings
+    from raydra.records.wandb_run import RunSettings
     from raydra.worker.wandb_logger import segment_logger
 
     os.environ.setdefault("WANDB_SILENT", "true")
@@ -164,10 +165,10 @@ def replace_csv_whole(writer: Any) -> None:
     stays small (one row per logged step)."""
 
     def save() -> None:
-        path, pending, before, new_columns = private_apis.csv_pending(writer)
+        path, pending, before, new_columns = csv_pending(writer)
         if not pending:
             return
-        columns = private_apis.csv_columns(writer)
+        columns = csv_columns(writer)
         exists = os.path.isfile(path)
         try:
             with replacing(path) as tmp:
@@ -185,11 +186,11 @@ def replace_csv_whole(writer: Any) -> None:
                         out.writeheader()
                     out.writerows(rows)
         except OSError as error:
-            private_apis.set_csv_columns(writer, before)  # the file on disk still has the old header
+            set_csv_columns(writer, before)  # the file on disk still has the old header
             full = out_of_space(error, path, METRICS)
             if full:
                 raise full from None
             raise
-        private_apis.csv_saved(writer)
+        csv_saved(writer)
 
     writer.save = save

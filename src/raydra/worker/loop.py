@@ -1,6 +1,6 @@
 """What every Ray Train worker runs: rebuild the run from its spec and fit it with Lightning.
 
-The driver hands over the run's spec (raydra.spec.RunSpec), already resolved (Hydra's resolvers do
+The driver hands over the run's spec (raydra.config.spec.RunSpec), already resolved (Hydra's resolvers do
 not exist here). Rank 0's WorkerOutcome reaches the driver as `Result.return_value`; that is how
 test metrics, throughput and memory figures get into summary.json.
 """
@@ -29,18 +29,20 @@ from omegaconf import OmegaConf
 from ray.train.lightning import RayLightningEnvironment
 
 import raydra.worker
-from raydra import arguments, storage
-from raydra.checkpoints import checkpoint_meta
-from raydra.console import PROGRESS_MARK
+from raydra import storage
+from raydra.cluster.worker_output import PROGRESS_MARK
+from raydra.config import arguments
+from raydra.config.schema import lightning_trainer_arguments
+from raydra.config.spec import RunSpec, WorkerOutcome
 from raydra.errors import WORKER_RANK, RaydraError
-from raydra.hf_export import HFExport
 from raydra.lightning import pl
-from raydra.record import COMPLETED, FAILED, INTERRUPTED
+from raydra.records.checkpoints import checkpoint_meta
+from raydra.records.envelope import COMPLETED, FAILED, INTERRUPTED
+from raydra.records.hf_export import HFExport
+from raydra.records.layout import CHECKPOINT_FILE, METRICS, checkpoints_location, worker_log
+from raydra.records.sync import WorkerMirror
+from raydra.records.wandb_run import EXIT_CODES, copy_segments, finish_in_process
 from raydra.redact import SecretsFilter
-from raydra.run_record import CHECKPOINT_FILE, METRICS, WorkerMirror, checkpoints_location, worker_log
-from raydra.schema import lightning_trainer_arguments
-from raydra.spec import RunSpec, WorkerOutcome
-from raydra.wandb_run import EXIT_CODES, copy_segments, finish_in_process
 from raydra.worker.callbacks import build_callbacks, stop_record
 from raydra.worker.checkpoint_report import LocalCheckpoints, TimedReport
 from raydra.worker.console_progress import ConsoleProgress
@@ -54,7 +56,7 @@ from raydra.worker.tensorboard import HpMetric, ModelGraph
 from raydra.worker.throughput import Throughput, model_state_bytes, peak_flops, peak_memory_bytes
 from raydra.worker.watchdog import Heartbeat, Progress, Watchdog
 
-# The end of the imports above (raydra.startup's phases; their start is raydra.worker.IMPORTS_STARTED).
+# The end of the imports above (raydra.run.startup's phases; their start is raydra.worker.IMPORTS_STARTED).
 IMPORTED = time.time()
 
 
@@ -82,7 +84,7 @@ def train_loop(config: Dict[str, Any]) -> WorkerOutcome:
     if rank == 0:
         mirror.restore([METRICS])
         if spec.place.storage and (spec.logger or {}).get("wandb"):
-            # What the run's earlier W&B segments hold, for the one this attempt starts (raydra.wandb_run).
+            # What the run's earlier W&B segments hold, for the one this attempt starts (raydra.records.wandb_run).
             copy_segments(spec.place.storage, mirror.dir)
     log_file = mirror.dir / worker_log(rank)
     unroute = _route_logs(log_file, verbose=spec.verbose, local=spec.local)
@@ -99,7 +101,7 @@ def train_loop(config: Dict[str, Any]) -> WorkerOutcome:
         raise
     except Exception as error:
         # What W&B was given is flushed, and the run says failed there until a restarted group or
-        # the driver says otherwise (raydra.wandb_run).
+        # the driver says otherwise (raydra.records.wandb_run).
         finish_in_process(EXIT_CODES[FAILED], FAILED)
         # The driver gets the exception's last line (errors.one_line), which points here for the rest.
         with open(log_file, "a") as file:
@@ -320,7 +322,7 @@ def _interrupts_reach_the_driver(trainer: Any) -> Any:
 
 def _start_from(model: torch.nn.Module, spec: RunSpec) -> None:
     """ckpt_path: the weights of another run's checkpoint (found by the driver), before training starts."""
-    from raydra.checkpoints import fetch, load_weights
+    from raydra.records.checkpoints import fetch, load_weights
 
     if type(model).configure_model is not pl.LightningModule.configure_model:
         raise RaydraError(

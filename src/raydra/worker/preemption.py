@@ -32,7 +32,7 @@ import torch
 
 from raydra.errors import RaydraError
 from raydra.lightning import pl
-from raydra.private_apis import run_on_train_worker_main_thread, wait_until_reports_taken
+from raydra.private_apis.ray_train import run_on_train_worker_main_thread, wait_until_reports_taken
 from raydra.worker.checkpoint_report import TimedReport
 
 log = logging.getLogger("raydra")

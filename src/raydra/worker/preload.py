@@ -6,7 +6,7 @@ function arrives, torch, Lightning and the model's libraries (~4 s on 2 cores) c
 that; imported from here they come alongside it.
 
 Ray runs `start` in each worker process before the process takes any task (its worker process
-setup hook, set by raydra.fit through `private_apis.worker_setup_hook_env`). It returns at once:
+setup hook, set by raydra.run.fit through `private_apis.worker_setup_hook_env`). It returns at once:
 the imports run in a daemon thread, and whoever needs a module later imports it as usual, waiting
 for this thread if it is halfway. An import that fails here fails there too, with its own error.
 """
@@ -17,10 +17,11 @@ import os
 import threading
 import time
 
-from raydra.private_apis import ray_train_worker_imported, torchmetrics_without_optional_integrations
+from raydra.private_apis.ray_train import ray_train_worker_imported
+from raydra.private_apis.torchmetrics import torchmetrics_without_optional_integrations
 
 # Comma-separated modules and objects (dotted paths, as a `_target_` names them) to import, set by
-# raydra.fit beside the hook.
+# raydra.run.fit beside the hook.
 OBJECTS_ENV = "RAYDRA_PRELOAD"
 # "1": the run builds nothing of the user's, only raydra's and its libraries' (project.KNOWN_PACKAGES),
 # so torchmetrics is imported without its optional integrations
@@ -33,12 +34,12 @@ def start() -> None:
     names = [name for name in os.environ.get(OBJECTS_ENV, "").split(",") if name]
     if os.environ.get(LEAN_ENV) == "1":
         torchmetrics_without_optional_integrations()
-    # What the worker's first task unpickles (the run spec: raydra.schema, Hydra's ConfigStore),
+    # What the worker's first task unpickles (the run spec: raydra.config.schema, Hydra's ConfigStore),
     # here, before the process takes a task: Hydra's package imports itself in a cycle, and the
     # task's unpickling on the main thread while this thread was halfway through Hydra failed with
     # "cannot import name 'ConfigStore' from partially initialized module" (seen once, an elastic
     # run's new worker). ~0.4 s; torch and Lightning, the long part, stay in the thread.
-    importlib.import_module("raydra.spec")
+    importlib.import_module("raydra.config.spec")
     from hydra.utils import get_object
 
     def preload() -> None:

@@ -9,10 +9,10 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from raydra.console import PROGRESS_MARK
+from raydra.cluster.worker_output import PROGRESS_MARK
 from raydra.lightning import pl
-from raydra.private_apis import restart_train_iterator
-from raydra.record import now
+from raydra.private_apis.lightning import restart_train_iterator
+from raydra.records.envelope import now
 
 
 class Resumable(pl.Callback):
@@ -112,7 +112,7 @@ class Resumable(pl.Callback):
         line = f"resized from {before} to {self.world_size} workers at global step {trainer.global_step}: continuing at {where}"
         logging.getLogger("raydra").info(line)
         if trainer.global_rank == 0:
-            # Marked for the driver's console (raydra.console picks rank 0's marked lines out of Ray's stream).
+            # Marked for the driver's console (raydra.cluster.worker_output picks rank 0's marked lines out of Ray's stream).
             print(f"{PROGRESS_MARK}{line}", flush=True)
         for logger in trainer.loggers:
             logger.log_metrics(

@@ -22,9 +22,15 @@ import ray.train.torch
 import torch
 from ray.train.lightning import RayDDPStrategy, RayDeepSpeedStrategy, RayLightningEnvironment
 
-from raydra import private_apis
 from raydra.errors import RaydraError
 from raydra.lightning import pl
+from raydra.private_apis.lightning import (
+    distributed_checkpoint_metadata_file,
+    materialize_distributed_module,
+    optimizers_to_device,
+    save_distributed_checkpoint,
+)
+from raydra.private_apis.torch import apply_activation_checkpointing
 
 ModelParallelStrategy = pl.strategies.ModelParallelStrategy
 TrainerFn = pl.trainer.states.TrainerFn
@@ -108,7 +114,7 @@ class RayFSDP2Strategy(ModelParallelStrategy):
         # ModelParallelStrategy.setup, with the module sharded here instead of in configure_model.
         self.accelerator.setup(trainer)
         self._shard(self.lightning_module)
-        private_apis.materialize_distributed_module(self.model, self.root_device)
+        materialize_distributed_module(self.model, self.root_device)
         self.model = self.precision_plugin.convert_module(self.model)
         self.model_to_device()
         self.barrier()
@@ -116,7 +122,7 @@ class RayFSDP2Strategy(ModelParallelStrategy):
             self.setup_optimizers(trainer)
         self.setup_precision_plugin()
         if trainer.state.fn == TrainerFn.FITTING:
-            private_apis.optimizers_to_device(self.optimizers, self.root_device)
+            optimizers_to_device(self.optimizers, self.root_device)
 
     def _shard(self, module: torch.nn.Module) -> None:
         from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
@@ -131,7 +137,7 @@ class RayFSDP2Strategy(ModelParallelStrategy):
             )
         if self.settings.activation_checkpointing:
             # Recompute each block's activations in backward instead of keeping them.
-            private_apis.apply_activation_checkpointing(module, check_fn=lambda m: type(m).__name__ in set(self.shard_blocks))
+            apply_activation_checkpointing(module, check_fn=lambda m: type(m).__name__ in set(self.shard_blocks))
         options: Dict[str, Any] = {"mesh": self._mesh()}
         # grad_op keeps gathered parameters between forward and backward (ZeRO-2): less communication,
         # more memory. full frees them after each block's forward (ZeRO-3).
@@ -168,9 +174,9 @@ class RayFSDP2Strategy(ModelParallelStrategy):
         path.mkdir(parents=True, exist_ok=True)
         shards = {"state_dict": checkpoint.pop("state_dict")}
         shards.update({f"optimizer_{i}": state for i, state in enumerate(checkpoint.pop("optimizer_states", []))})
-        private_apis.save_distributed_checkpoint(shards, path)
+        save_distributed_checkpoint(shards, path)
         if self.global_rank == 0:
-            torch.save(checkpoint, path / private_apis.distributed_checkpoint_metadata_file())
+            torch.save(checkpoint, path / distributed_checkpoint_metadata_file())
 
 
 class ShardedRayDeepSpeedStrategy(RayDeepSpeedStrategy):

@@ -18,8 +18,8 @@ ranked by), logged at each epoch's end, rather than Lightning's placeholder -1.
 import math
 from typing import Any, Dict, Mapping, Optional
 
-from raydra import private_apis
 from raydra.lightning import pl
+from raydra.private_apis.lightning import epoch_end_logging_step, tensorboard_default_hp_metric
 
 HP_METRIC = "hp_metric"
 
@@ -63,9 +63,9 @@ class HpMetric(pl.Callback):
         first = self.best is None
         if first or (value > self.best if self.mode == "max" else value < self.best):
             self.best = value
-        step = private_apis.epoch_end_logging_step(trainer)
+        step = epoch_end_logging_step(trainer)
         for logger in trainer.loggers:
-            if not (isinstance(logger, pl.loggers.TensorBoardLogger) and private_apis.tensorboard_default_hp_metric(logger)):
+            if not (isinstance(logger, pl.loggers.TensorBoardLogger) and tensorboard_default_hp_metric(logger)):
                 continue
             if first:
                 # The run's config, which build_loggers gave it.

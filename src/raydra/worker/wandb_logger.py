@@ -1,5 +1,5 @@
 """Rank 0's W&B logger: Lightning's WandbLogger writing one segment of the run's W&B run
-(raydra.wandb_run), so that the run's W&B history holds each step of metrics.csv once however often
+(raydra.records.wandb_run), so that the run's W&B history holds each step of metrics.csv once however often
 its worker group starts.
 
 As the segment starts it logs the rows of metrics.csv that no earlier segment holds (what a killed
@@ -7,16 +7,16 @@ attempt had logged but not flushed, up to the checkpoint this attempt restarts f
 it logs each (step, metric) that no segment holds yet, continuing W&B's `_step` where the earlier
 segments stopped. The summary carries the monitored metric's best beside W&B's last value of it.
 With logger.wandb.log_model=all each checkpoint becomes a version of the run's model artifact as it
-is saved (log_model=true: the best and last once the run ends, raydra.wandb_run.complete).
+is saved (log_model=true: the best and last once the run ends, raydra.records.wandb_run.complete).
 """
 
 import math
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
-from raydra import wandb_run
 from raydra.lightning import pl
-from raydra.wandb_run import EPOCH, Held, Row, RunSettings
+from raydra.records import wandb_run
+from raydra.records.wandb_run import EPOCH, Held, Row, RunSettings
 
 
 def segment_logger(settings: RunSettings, run_id: str, run_dir: Path) -> "SegmentLogger":

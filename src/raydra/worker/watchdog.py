@@ -1,4 +1,4 @@
-"""The workers' side of the hang watchdog (raydra.watch has the run's side): where this rank is,
+"""The workers' side of the hang watchdog (raydra.run.hang_watch has the run's side): where this rank is,
 marked by the training thread, and a thread that tells the run's Watch, keeps this process's stacks
 once a hang is declared, and then ends the process, so that failure.max_failures applies as after
 any worker's death (a restart from the last checkpoint, or the run's end).
@@ -34,7 +34,7 @@ import time
 from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 
 from raydra.lightning import pl
-from raydra.private_apis import flight_record
+from raydra.private_apis.torch import flight_record
 
 log = logging.getLogger("raydra")
 

@@ -1,0 +1,41 @@
+"""torch's private API (raydra.private_apis says why such a module exists)."""
+
+import os
+from typing import Any, Callable
+
+# torch's flight recorder keeps its last entries per process group when this is above 0, read as the
+# process group is created (distributed_c10d; TORCH_NCCL_TRACE_BUFFER_SIZE is its older name).
+FLIGHT_RECORDER_ENV = "TORCH_FR_BUFFER_SIZE"
+
+
+# Entries kept: every collective of the last several steps of any model (a few hundred bytes each).
+FLIGHT_RECORDER_ENTRIES = 2000
+
+
+def flight_record() -> Any:
+    """torch's flight record of this process's collectives (what each process group enqueued,
+    started and completed, with sequence numbers: the rank whose last started collective is behind
+    the others' is the one that stopped), as JSON text; None without a process group or a recorder.
+
+    torch documents the recorder (docs: "Flight Recorder") and its environment variable, but dumps
+    it in-process only through torch._C._distributed_c10d: the public route is its automatic dump
+    when a NCCL collective times out, which is the 30 minutes the hang watchdog exists to cut short.
+    It records gloo's collectives too, so CPU runs have it as well."""
+    import torch.distributed
+
+    if not torch.distributed.is_available() or not torch.distributed.is_initialized():
+        return None
+    if int(os.environ.get(FLIGHT_RECORDER_ENV, os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE", "0"))) <= 0:
+        return None
+    from torch._C._distributed_c10d import _dump_fr_trace_json
+
+    return _dump_fr_trace_json(includeCollectives=True, onlyActive=False).decode()
+
+
+def apply_activation_checkpointing(module: Any, check_fn: Callable[[Any], bool]) -> None:
+    """Wrap every submodule of `module` for which `check_fn` holds so that its activations are
+    recomputed in backward instead of kept. torch's FSDP2 examples use this wrapper; it lives in
+    torch.distributed.algorithms._checkpoint (torch.utils.checkpoint has no module-wrapping API)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing as apply
+
+    apply(module, check_fn=check_fn)
