@@ -77,7 +77,7 @@ def test_a_sweeps_transitions_settle_status_error_and_times_in_one_place():
 
 
 def test_a_multiruns_transitions_keep_its_jobs_in_number_order_and_settle_in_one_place():
-    job = jobs_record.Job
+    job = jobs_record.JobEntry
     opening = JobsRecord.started().with_jobs({10: job(status="queued"), 2: job(status="running")})
     assert opening.status == "running" and list(opening.jobs) == ["2", "10"]
     stopped = opening.with_jobs({2: job(status="interrupted", error="stopped")}).interrupted("continue it with python train.py -m ...")

@@ -44,11 +44,12 @@ from raydra.multirun import job_process
 from raydra.multirun.job import JobFailed
 from raydra.records import envelope, layout, summary
 from raydra.records import jobs as jobs_record
+from raydra.records.envelope import Status
 from raydra.records.jobs import JobsRecord
 from raydra.records.layout import CONSOLE, JOBS_RECORD, MULTIRUN_CONFIG, MULTIRUN_LOG
 from raydra.records.summary import RunRecord
 from raydra.redact import SecretsFilter, redact, redact_yaml, stands_for_a_secret
-from raydra.run.lifecycle import COMPLETED, FAILED, INTERRUPTED, Ending, Lifecycle
+from raydra.run.lifecycle import COMPLETED, FAILED, Ending, Lifecycle
 from raydra.run.prepare import JobSettings
 
 log = logging.getLogger("raydra")
@@ -96,7 +97,7 @@ class Job:
     task: Any = None  # another app's: its Ray task
     started: float = 0.0
     ended: float = 0.0
-    status: str = "queued"  # queued, running, completed, failed, interrupted, not started, kept
+    status: Status = Status.QUEUED
     error: Optional[str] = None
     returned: Any = None  # the JobReturn its run_job returned
     value: Any = None  # a kept job's recorded return value
@@ -136,17 +137,17 @@ def run_jobs(multirun: Multirun, jobs: List[Job]) -> List[Job]:
         if not multirun.written:
             return
         for job in jobs:
-            if job.status == "queued":
-                job.status, job.error = "not started", "the multirun stopped before it started"
+            if job.status == Status.QUEUED:
+                job.status, job.error = Status.NOT_STARTED, "the multirun stopped before it started"
         base = multirun.record or JobsRecord.started()
-        if ending.status == INTERRUPTED or (ending.status == COMPLETED and life.notice.noticed()):
+        if ending.status == COMPLETED and life.notice.noticed():
             # The notice stops the multirun without an exception: its jobs end interrupted, the
             # queued ones never start.
-            multirun.record = base.interrupted(life.reason() if ending.reason is None else ending.reason, started)
-        elif ending.status == FAILED:
-            multirun.record = base.failed(ending.reason, started)
-        else:
+            multirun.record = base.interrupted(life.reason(), started)
+        elif ending.status == COMPLETED:
             multirun.record = base.completed(started)
+        else:
+            multirun.record = base.settled(ending, started)
         _record(multirun, jobs)
 
     with _console(multirun.sweep_dir):
@@ -179,7 +180,7 @@ def _prepare(multirun: Multirun, jobs: List[Job], life: Lifecycle) -> None:
             "or null to run as many jobs at once as the Ray cluster holds."
         )
     _take_over_record(multirun, jobs)
-    to_run = [job for job in jobs if job.status != "kept"]
+    to_run = [job for job in jobs if job.status != Status.KEPT]
     if multirun.raydra_runs:
         _prepare_runs(multirun, to_run, life)
     else:
@@ -246,8 +247,8 @@ def _take_over_record(multirun: Multirun, jobs: List[Job]) -> None:
             )
         run = _summary(job) if multirun.raydra_runs else None
         status = run.status if run else before.status
-        if status == "completed":
-            job.status, job.value = "kept", before.return_value
+        if status == Status.COMPLETED:
+            job.status, job.value = Status.KEPT, before.return_value
             job.started, job.ended = time.time(), time.time()
             if run:
                 job.monitor = run.monitor.metric
@@ -408,7 +409,7 @@ def _runs_that_fit(cfg: DictConfig) -> int:
 
 
 def _schedule(multirun: Multirun, jobs: List[Job], life: Lifecycle) -> None:
-    queued = [job for job in jobs if job.status != "kept"]
+    queued = [job for job in jobs if job.status != Status.KEPT]
     running: List[Job] = []
     max_concurrent = multirun.settings.max_concurrent
 
@@ -429,10 +430,10 @@ def _schedule(multirun: Multirun, jobs: List[Job], life: Lifecycle) -> None:
         # Ctrl-C, SIGTERM, or a fault here: no job may go on running unwatched.
         _stop(multirun, running)
         for job in queued:
-            job.status, job.error = "not started", "the multirun stopped before it started"
+            job.status, job.error = Status.NOT_STARTED, "the multirun stopped before it started"
         raise
     for job in queued:
-        job.status, job.error = "not started", notice.reason().split(";")[0] + "; the requeued job runs it"
+        job.status, job.error = Status.NOT_STARTED, notice.reason().split(";")[0] + "; the requeued job runs it"
 
 
 def _run_queue(
@@ -447,7 +448,7 @@ def _run_queue(
             _start(multirun, job, running_after=sum(not j.trained for j in running) + 1, waiting=len(queued))
             running.append(job)
         for job in running[:]:
-            if _ended(job):
+            if _has_ended(job):
                 running.remove(job)
                 _settle(multirun, job, stopped=False)
                 _record(multirun, jobs)
@@ -471,7 +472,7 @@ def _start(multirun: Multirun, job: Job, running_after: int, waiting: int) -> No
         job.process, job.result = job_process.start(job.payload, str(job.dir / CONSOLE), env)
     else:
         job.task = _app_job_task(multirun.settings).remote(job.payload, _main_module())
-    job.started, job.status = time.time(), "running"
+    job.started, job.status = time.time(), Status.RUNNING
     resumed = "  (continued)" if job.settings.resume else ""
     log.info(f"[{job.num}] started  {' '.join(job.shown)}{resumed}  ({running_after} running, {waiting} queued)")
 
@@ -502,7 +503,7 @@ def _main_module() -> Dict[str, str]:
     return main_module_import()
 
 
-def _ended(job: Job) -> bool:
+def _has_ended(job: Job) -> bool:
     if job.task is not None:
         import ray
 
@@ -622,15 +623,15 @@ def _settle(multirun: Multirun, job: Job, stopped: bool) -> None:
     if multirun.raydra_runs:
         _settle_run(job, stopped)
     elif job.returned is not None:
-        job.status = "completed" if job.returned.status == JobStatus.COMPLETED else "failed"
-        if job.status == "failed":
+        job.status = Status.COMPLETED if job.returned.status == JobStatus.COMPLETED else Status.FAILED
+        if job.status == Status.FAILED:
             error = job.returned._return_value
             job.error = f"{type(error).__name__}: {error}".splitlines()[0][:300]
     else:
-        job.status = "interrupted" if stopped else "failed"
+        job.status = Status.INTERRUPTED if stopped else Status.FAILED
         job.error = job.error or "its Ray task ended without a result"
     took = f"{job.ended - job.started:.1f} s"
-    if job.status == "completed":
+    if job.status == Status.COMPLETED:
         if multirun.raydra_runs:
             shown = f"best {job.monitor} {job.metric:.4f}" if job.metric is not None else f"no {job.monitor} logged"
         else:
@@ -665,7 +666,7 @@ def _settle_run(job: Job, stopped: bool) -> None:
         if run:
             run = run.interrupted(job.error) if stopped else run.failed(job.error)
             summary.write(job.dir, run)
-        job.status = "interrupted" if stopped else "failed"
+        job.status = Status.INTERRUPTED if stopped else Status.FAILED
     if run:
         job.monitor = run.monitor.metric
         job.metric = run.best_value()
@@ -690,7 +691,7 @@ def job_return(job: Job) -> Any:
     returned none (killed, not started, kept from before), one built from its config."""
     from hydra.core.utils import JobReturn, JobStatus
 
-    if job.returned is not None and not (job.status != "completed" and job.returned.status == JobStatus.COMPLETED):
+    if job.returned is not None and not (job.status != Status.COMPLETED and job.returned.status == JobStatus.COMPLETED):
         ret = job.returned
         if ret.status == JobStatus.FAILED and job.error and job.monitor is not None:
             # A raydra run's failure is in its summary.json as one sentence (its worker's log holds
@@ -706,8 +707,8 @@ def job_return(job: Job) -> Any:
         working_dir=str(job.dir),
         task_name=str(job.cfg.hydra.job.name),
     )
-    if job.status in ("completed", "kept"):
-        ret.status, ret.return_value = JobStatus.COMPLETED, job.value if job.status == "kept" else job.metric
+    if job.status in (Status.COMPLETED, Status.KEPT):
+        ret.status, ret.return_value = JobStatus.COMPLETED, job.value if job.status == Status.KEPT else job.metric
     else:
         ret.status = JobStatus.FAILED
         ret.return_value = JobFailed(f"multirun job {job.label} {job.status}: {job.error}; its directory: {job.dir}")
@@ -726,14 +727,14 @@ def _record(multirun: Multirun, jobs: List[Job]) -> None:
     """jobs.json: what a resumed multirun reads. Jobs of earlier batches stay in it."""
     entries = {}
     for job in jobs:
-        if job.status == "kept":
+        if job.status == Status.KEPT:
             value = job.value
-        elif job.status == "completed":
+        elif job.status == Status.COMPLETED:
             value = _json_value(job.metric if multirun.raydra_runs else job.returned.return_value)
         else:
             value = None
-        status = "completed" if job.status == "kept" else job.status
-        entries[job.num] = jobs_record.Job(
+        status = Status.COMPLETED if job.status == Status.KEPT else job.status
+        entries[job.num] = jobs_record.JobEntry(
             overrides=list(job.overrides), dir=str(job.dir), status=status, return_value=value, error=job.error
         )
     multirun.record = (multirun.record or JobsRecord.started()).with_jobs(entries)
@@ -767,7 +768,7 @@ def report(multirun: Multirun, jobs: List[Job]) -> None:
                 keys = cmp.differing_keys(runs)
                 rows = cmp.build_table(runs, metrics, keys, notes)
                 log.info("\n" + cmp.render_table(cmp.table_columns(keys, metrics), rows, keys))
-        bad = [j for j in jobs if j.status not in ("completed", "kept")]
+        bad = [j for j in jobs if j.status not in (Status.COMPLETED, Status.KEPT)]
         if not bad:
             then = f"; compare them again with: raydra compare {sweep_dir}" if multirun.raydra_runs else f"\n  dir  {sweep_dir}"
             log.info(f"all {len(jobs)} jobs completed{then}")

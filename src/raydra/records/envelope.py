@@ -1,23 +1,47 @@
-"""How every record file (summary.json, sweep.json, jobs.json) is read and written.
+"""What every record (summary.json, sweep.json, jobs.json) is: one envelope, one way to read and write.
+
+    Status          how a piece of work stands: a run, a sweep, a multirun, each of its jobs
+    Envelope        the fields every record shares (status, error, times, resumptions, format) and
+                    its transitions: `_ended` alone sets how the work ended; `settled` maps how a
+                    raydra.run.lifecycle ending left it
+    read / write    a record file read into its type and written whole
 
 A record is data from wherever it came from: a field of the wrong type reads as unset and is named
 in `problems`, a key this version does not know is kept in `extra` (and written back), so a newer
 raydra's or a damaged record still reads; a file is written whole, secrets masked, as strict JSON.
+Only the standard library and raydra.storage are imported.
 """
 
 import dataclasses
+import enum
 import json
 import math
+import time
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Tuple, TypeVar
 
 from raydra.errors import RaydraError, out_of_space
 from raydra.storage import replacing
 
-RUNNING, COMPLETED, FAILED, INTERRUPTED, STOPPED = "running", "completed", "failed", "interrupted", "stopped"
+
+class Status(enum.StrEnum):
+    """How a piece of work stands, as its record says it (a string in the file, as before the enum)."""
+
+    RUNNING = "running"  # under way, or its driver died
+    COMPLETED = "completed"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"  # Ctrl-C, SIGTERM, a time limit: it can be continued
+    STOPPED = "stopped"  # a trial its sweep's scheduler ended early
+    QUEUED = "queued"  # a multirun's job waiting for room on the cluster
+    NOT_STARTED = "not started"  # a multirun's job that the multirun's end came before
+    KEPT = "kept"  # a resumed multirun's job that had completed: not run again
+    RESUMED_ELSEWHERE = "resumed elsewhere"  # an invocation that continued another sweep (tune.resume=)
+
+
+RUNNING, COMPLETED, FAILED, INTERRUPTED, STOPPED = Status.RUNNING, Status.COMPLETED, Status.FAILED, Status.INTERRUPTED, Status.STOPPED
 
 
 def now() -> str:
@@ -26,11 +50,84 @@ def now() -> str:
 
 @dataclass(frozen=True)
 class Resumption:
-    """One resume= (or resumed sweep or multirun) of the run: when, from what, and that invocation's log."""
+    """One resume= (or resumed sweep or multirun) of the work: when, from what, and that invocation's log."""
 
     at: Optional[str] = None
     from_status: Optional[str] = None
     log: Optional[str] = None
+
+
+E = TypeVar("E", bound="Envelope")
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """What every record says of its work: how it stands and why, when it started and ended, and its
+    resumptions. Each record (raydra.records.summary.RunRecord, .sweep.SweepRecord, .jobs.JobsRecord)
+    adds its own fields after these; the file format is each record's own (FORMAT)."""
+
+    format: int = 2
+    status: Optional[Status] = Status.RUNNING
+    # One line saying why the work failed or was interrupted (with the command that continues it).
+    error: Optional[str] = None
+    started_at: Optional[str] = None
+    finished_at: Optional[str] = None
+    wall_time_s: Optional[float] = None
+    resumed: List[Resumption] = field(default_factory=list)
+    # Keys this version does not know (a newer raydra's), kept as they were.
+    extra: Dict[str, Any] = field(default_factory=dict)
+    # What did not read (a field of the wrong type): never written.
+    problems: Tuple[str, ...] = ()
+
+    # The record file's format, and how the work can end.
+    FORMAT: ClassVar[int] = 2
+    ENDS: ClassVar[Tuple[Status, ...]] = (Status.COMPLETED, Status.FAILED, Status.INTERRUPTED)
+
+    @classmethod
+    def started(cls: typing.Type[E], **fields: Any) -> E:
+        """The work's first record: running, started now."""
+        return cls(status=Status.RUNNING, started_at=now(), **fields)
+
+    @property
+    def ended(self) -> bool:
+        return self.status in self.ENDS
+
+    def failed(self: E, reason: str, started: Optional[float] = None) -> E:
+        return self._ended(Status.FAILED, reason, started)
+
+    def interrupted(self: E, reason: str, started: Optional[float] = None, **fields: Any) -> E:
+        """Ctrl-C, SIGTERM, a time limit: `reason` names the command that continues the work."""
+        return self._ended(Status.INTERRUPTED, reason, started, **fields)
+
+    def settled(self: E, ending: Any, started: Optional[float] = None, **fields: Any) -> E:
+        """The record as a raydra.run.lifecycle Ending that is no completion left the work: failed
+        or interrupted, with the ending's sentence (`fields`: what the record adds to that)."""
+        if ending.status == Status.INTERRUPTED:
+            return self.interrupted(ending.reason, started, **fields)
+        if ending.status == Status.FAILED:
+            return self._ended(Status.FAILED, ending.reason, started, **fields)
+        raise ValueError(f"a {ending.status} ending is recorded with the work's outcome, not settled")
+
+    def resumed_from_here(self: E, log: Optional[str] = None) -> E:
+        """The work continues (a resumed sweep or multirun): running again, the resumption (from the
+        status it had, with the log of the invocation) added to its history."""
+        resumption = Resumption(at=now(), from_status=self.status, log=log)
+        return dataclasses.replace(self, status=Status.RUNNING, error=None, finished_at=None, resumed=[*self.resumed, resumption])
+
+    def _ended(self: E, status: Status, error: Optional[str], started: Optional[float], **fields: Any) -> E:
+        """The one place a record's status changes from running: the wall time from `started` (a
+        time.time()), or the one recorded."""
+        wall = round(time.time() - started, 2) if started is not None else self.wall_time_s
+        return dataclasses.replace(self, status=status, error=error, finished_at=now(), wall_time_s=wall, **fields)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return to_json_object(self)
+
+    @classmethod
+    def from_dict(cls: typing.Type[E], data: Any) -> E:
+        """A record as read from its file (any format so far). Raises RecordError for what is no
+        record at all (not a JSON object)."""
+        return from_json_object(cls, data, cls.FORMAT)
 
 
 class RecordError(RaydraError):
@@ -179,6 +276,11 @@ def _read(kind: Any, value: Any) -> Tuple[Any, bool]:
             read_items = {key: _read(args[1], item) for key, item in value.items()}
             return {key: item for key, (item, ok) in read_items.items() if ok}, True
         return value, True
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        try:
+            return kind(value), True
+        except ValueError:
+            return None, False
     if kind is float:
         value = from_json_number(value)
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -2,7 +2,7 @@
 and outcome, and how the multirun itself ended.
 
     JobsRecord       the record, its format version in `format`; `jobs` by number ("0", "1", ...)
-    Job              one job's entry
+    JobEntry         one job's entry
     read / write     jobs.json in a multirun's sweep directory
     transitions      started | resumed_from_here | next_batch -> completed | failed | interrupted:
                      each returns a new record, and `_ended` alone sets how the multirun ended
@@ -21,38 +21,32 @@ jobs.json held before it had `format` (format 1: `jobs` alone, read with no stat
 """
 
 import dataclasses
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 from raydra.records.envelope import (
     COMPLETED,
-    FAILED,
-    INTERRUPTED,
-    RUNNING,
-    Resumption,
+    Envelope,
+    Status,
     from_json_number,
-    from_json_object,
-    now,
     read_record,
-    to_json_object,
     write_json,
 )
 from raydra.records.layout import JOBS_RECORD
 
 FORMAT = 2
-ENDED = (COMPLETED, FAILED, INTERRUPTED)
+ENDED: Tuple[Status, ...] = Envelope.ENDS
 
 
 @dataclass(frozen=True)
-class Job:
-    """One job: its overrides as the sweeper made them (secrets masked), its directory, and its
-    status: queued, running, completed, failed, interrupted or not started."""
+class JobEntry:
+    """One job's entry: its overrides as the sweeper made them (secrets masked), its directory, and
+    its status: queued, running, completed, failed, interrupted or not started."""
 
     overrides: List[str] = field(default_factory=list)
     dir: Optional[str] = None
-    status: Optional[str] = None
+    status: Optional[Status] = None
     # A completed job's return value (a raydra run's best monitored metric), or null when it was
     # not JSON: what a resumed multirun hands back to Hydra's sweeper for a job it keeps.
     return_value: Any = None
@@ -60,42 +54,24 @@ class Job:
 
 
 @dataclass(frozen=True)
-class JobsRecord:
-    """jobs.json. Rewritten whole as the multirun starts, as each job ends, and as the multirun ends."""
+class JobsRecord(Envelope):
+    """jobs.json. Rewritten whole as the multirun starts, as each job ends, and as the multirun ends.
+    Its envelope's status is None in a record written before format 2, which kept none of its own;
+    its error says why the multirun failed (it started no job), or was interrupted, with the command
+    that continues it."""
 
+    FORMAT: ClassVar[int] = FORMAT
     format: int = FORMAT
-    # None in a record written before format 2, which kept no status of its own.
-    status: Optional[str] = None
-    # Why the multirun failed (it started no job), or was interrupted, with the command that continues it.
-    error: Optional[str] = None
-    started_at: Optional[str] = None
-    finished_at: Optional[str] = None
-    wall_time_s: Optional[float] = None
-    resumed: List[Resumption] = field(default_factory=list)
-    jobs: Dict[str, Job] = field(default_factory=dict)
-    # Keys this version does not know (a newer raydra's), kept as they were.
-    extra: Dict[str, Any] = field(default_factory=dict)
-    # What did not read (a field of the wrong type): never written.
-    problems: Tuple[str, ...] = ()
+    status: Optional[Status] = None
+    jobs: Dict[str, JobEntry] = field(default_factory=dict)
 
-    # -- transitions ------------------------------------------------------------------------------
-
-    @classmethod
-    def started(cls) -> "JobsRecord":
-        """A multirun's first record: status running, started now, no job yet."""
-        return cls(status=RUNNING, started_at=now())
-
-    def resumed_from_here(self, log: Optional[str] = None) -> "JobsRecord":
-        """This record's multirun continues (hydra.launcher.resume=true): running again, its jobs
-        kept, the resumption (from the status it had, with the log of the invocation) added."""
-        resumption = Resumption(at=now(), from_status=self.status, log=log)
-        return dataclasses.replace(self, status=RUNNING, error=None, finished_at=None, resumed=[*self.resumed, resumption])
+    # -- transitions (Envelope's, and a multirun's own) -----------------------------------------
 
     def next_batch(self) -> "JobsRecord":
         """A sweeper's next batch of the same multirun: running again, the earlier batches' jobs kept."""
-        return dataclasses.replace(self, status=RUNNING, error=None, finished_at=None)
+        return dataclasses.replace(self, status=Status.RUNNING, error=None, finished_at=None)
 
-    def with_jobs(self, jobs: Dict[int, Job]) -> "JobsRecord":
+    def with_jobs(self, jobs: Dict[int, JobEntry]) -> "JobsRecord":
         """The jobs' entries as they stand now, added to (or replacing) those recorded, in number order."""
         merged = {**self.jobs, **{str(num): job for num, job in jobs.items()}}
         return dataclasses.replace(self, jobs=dict(sorted(merged.items(), key=lambda item: _number(item[0]))))
@@ -105,35 +81,16 @@ class JobsRecord:
         Hydra's own launchers)."""
         return self._ended(COMPLETED, None, started)
 
-    def failed(self, reason: str, started: Optional[float] = None) -> "JobsRecord":
-        return self._ended(FAILED, reason, started)
-
-    def interrupted(self, reason: str, started: Optional[float] = None) -> "JobsRecord":
-        """Ctrl-C, SIGTERM, a time limit: `reason` names the command that continues the multirun."""
-        return self._ended(INTERRUPTED, reason, started)
-
-    def _ended(self, status: str, error: Optional[str], started: Optional[float]) -> "JobsRecord":
-        """The one place a multirun's status changes from running."""
-        wall = round(time.time() - started, 2) if started is not None else self.wall_time_s
-        return dataclasses.replace(self, status=status, error=error, finished_at=now(), wall_time_s=wall)
-
     # -- reading ----------------------------------------------------------------------------------
 
-    @property
-    def ended(self) -> bool:
-        return self.status in ENDED
-
-    def job(self, num: int) -> Optional[Job]:
+    def job(self, num: int) -> Optional[JobEntry]:
         return self.jobs.get(str(num))
-
-    def to_dict(self) -> Dict[str, Any]:
-        return to_json_object(self)
 
     @classmethod
     def from_dict(cls, data: Any) -> "JobsRecord":
         """A record as read from jobs.json (any format so far). Raises RecordError for what is no
         record at all (not a JSON object)."""
-        record = from_json_object(cls, data, FORMAT)
+        record = super().from_dict(data)
         jobs = {num: dataclasses.replace(job, return_value=from_json_number(job.return_value)) for num, job in record.jobs.items()}
         return dataclasses.replace(record, jobs=jobs)
 

@@ -29,26 +29,24 @@ value: from_json_number).
 
 import dataclasses
 import posixpath
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 from raydra import storage
 from raydra.records.envelope import (
     COMPLETED,
     FAILED,
     INTERRUPTED,
-    RUNNING,
     STOPPED,
+    Envelope,
     RecordError,
     Resumption,
+    Status,
     from_json_number,
-    from_json_object,
     now,
     parse_record,
     read_record,
-    to_json_object,
     write_json,
 )
 from raydra.records.layout import SUMMARY
@@ -57,7 +55,7 @@ FORMAT = 2
 
 
 # How a run can end; "running" is the record of a run under way, or of a driver that died.
-ENDED = (COMPLETED, FAILED, INTERRUPTED, STOPPED)
+ENDED: Tuple[Status, ...] = (COMPLETED, FAILED, INTERRUPTED, STOPPED)
 
 
 @dataclass(frozen=True)
@@ -161,21 +159,16 @@ class Straggler:
 
 
 @dataclass(frozen=True)
-class RunRecord:
+class RunRecord(Envelope):
     """summary.json. Written when the run starts ("running") and rewritten whole when it ends."""
 
+    FORMAT: ClassVar[int] = FORMAT
     format: int = FORMAT
     name: Optional[str] = None
     run_id: Optional[str] = None
     # Where the run was written, as that machine named it: what `resume=` continues in, and what
     # format 1's absolute paths are relative to.
     run_dir: Optional[str] = None
-    status: str = RUNNING
-    # One line saying why a run failed or was interrupted (with the command that continues it).
-    error: Optional[str] = None
-    started_at: Optional[str] = None
-    finished_at: Optional[str] = None
-    wall_time_s: Optional[float] = None
     # The command line's overrides, as typed (secrets masked).
     overrides: List[str] = field(default_factory=list)
     monitor: Monitor = field(default_factory=Monitor)
@@ -218,7 +211,6 @@ class RunRecord:
     checkpoints: Checkpoints = field(default_factory=Checkpoints)
     # raydra.run.startup's phases: how long the run took to reach its first step, and where that went.
     startup: Dict[str, Any] = field(default_factory=dict)
-    resumed: List[Resumption] = field(default_factory=list)
     trial: Optional[Trial] = None
     # The watchdog's finds: each hang (and whether the group restarted), the stragglers named, and
     # the deadlines it held the run to at the end (docs/reliability.md: what to tune them to).
@@ -229,17 +221,11 @@ class RunRecord:
     stopped_by: Optional[str] = None
     # raydra rerun: the run this one reproduces.
     reproduces: Optional[str] = None
-    # Keys this version does not know (a newer raydra's), kept as they were.
-    extra: Dict[str, Any] = field(default_factory=dict)
-    # What did not read (a field of the wrong type): never written.
-    problems: Tuple[str, ...] = ()
 
-    # -- transitions ------------------------------------------------------------------------------
+    # How a run can end; "running" is the record of a run under way, or of a driver that died.
+    ENDS: ClassVar[Tuple[Status, ...]] = ENDED
 
-    @classmethod
-    def started(cls, **fields: Any) -> "RunRecord":
-        """A run's first record: status running, started now."""
-        return cls(status=RUNNING, started_at=now(), **fields)
+    # -- transitions (Envelope's, and a run's own) ----------------------------------------------
 
     def with_start(self, **fields: Any) -> "RunRecord":
         """What the run will train with, known once its config resolved (config_hash, precision,
@@ -263,33 +249,21 @@ class RunRecord:
         """The fit returned: its figures (metrics, throughput, checkpoints, ...)."""
         return self._ended(COMPLETED, None, started, **outcome)
 
-    def failed(self, reason: str, started: Optional[float] = None) -> "RunRecord":
-        return self._ended(FAILED, reason, started)
-
     def hung(self, hangs: List[Hang], started: Optional[float] = None, **outcome: Any) -> "RunRecord":
         """The watchdog found the run hung and no restart was left: failed, saying where it stopped.
         `hangs`: every hang of the run, the last one the one that ended it."""
         return self._ended(FAILED, hangs[-1].sentence(), started, hangs=list(hangs), **outcome)
 
-    def interrupted(self, reason: str, started: Optional[float] = None, last_checkpoint: Optional[str] = None) -> "RunRecord":
+    def interrupted(self, reason: str, started: Optional[float] = None, last_checkpoint: Optional[str] = None, **fields: Any) -> "RunRecord":
         """Ctrl-C, SIGTERM, a time limit: `reason` names the command that continues it, and the
         checkpoint it continues from (relative to the run's home) is recorded."""
-        return self._ended(INTERRUPTED, reason, started, checkpoints=Checkpoints(last=last_checkpoint))
+        return super().interrupted(reason, started, checkpoints=Checkpoints(last=last_checkpoint), **fields)
 
     def stopped(self, by: str, wall_time_s: Optional[float], **outcome: Any) -> "RunRecord":
         """A trial a sweep's scheduler ended early: not a failure, its figures as far as it got."""
         return dataclasses.replace(self._ended(STOPPED, None, None, **outcome), stopped_by=by, wall_time_s=wall_time_s)
 
-    def _ended(self, status: str, error: Optional[str], started: Optional[float], **fields: Any) -> "RunRecord":
-        """The one place a record's status changes from running."""
-        wall = round(time.time() - started, 2) if started is not None else self.wall_time_s
-        return dataclasses.replace(self, status=status, error=error, finished_at=now(), wall_time_s=wall, **fields)
-
     # -- reading ----------------------------------------------------------------------------------
-
-    @property
-    def ended(self) -> bool:
-        return self.status in ENDED
 
     def home(self, found: Any = None) -> Optional[str]:
         """Where the record's relative paths start, for the run found at `found` (a directory or a
@@ -322,14 +296,11 @@ class RunRecord:
         """The monitored metric's best value, if it was reported."""
         return self.metrics.best.get(self.monitor.metric) if self.monitor.metric else None
 
-    def to_dict(self) -> Dict[str, Any]:
-        return to_json_object(self)
-
     @classmethod
     def from_dict(cls, data: Any) -> "RunRecord":
         """A record as read from summary.json (any format so far). Raises RecordError for what is no
         record at all (not a JSON object)."""
-        record = from_json_object(cls, data, FORMAT)
+        record = super().from_dict(data)
         if not isinstance(data.get("format"), int) or data.get("format", 1) < 2:
             record = _from_format_1(record)
         metrics = record.metrics

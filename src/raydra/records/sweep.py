@@ -17,21 +17,15 @@ and `format`.
 """
 
 import dataclasses
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 from raydra.records.envelope import (
     COMPLETED,
-    FAILED,
-    INTERRUPTED,
-    RUNNING,
-    Resumption,
-    from_json_object,
-    now,
+    Envelope,
+    Status,
     read_record,
-    to_json_object,
     write_json,
 )
 from raydra.records.layout import SWEEP
@@ -41,8 +35,7 @@ FORMAT = 2
 # A sweep's record; and the record of an invocation that continued another sweep (tune.resume=),
 # left in its own Hydra directory so that it never reads as a sweep of its own.
 SWEEP_KIND, RESUME_KIND = "tune sweep", "tune sweep resume"
-RESUMED_ELSEWHERE = "resumed elsewhere"
-ENDED = (COMPLETED, FAILED, INTERRUPTED)
+ENDED: Tuple[Status, ...] = Envelope.ENDS
 
 
 @dataclass(frozen=True)
@@ -69,19 +62,16 @@ class TrialCounts:
 
 
 @dataclass(frozen=True)
-class SweepRecord:
+class SweepRecord(Envelope):
     """sweep.json. Written as the sweep starts ("running") and rewritten whole when it ends."""
 
+    FORMAT: ClassVar[int] = FORMAT
     format: int = FORMAT
     kind: str = SWEEP_KIND
     name: Optional[str] = None
     # <date>_<time>_<name>: the trials' W&B group, and the prefix of their run ids.
     id: Optional[str] = None
     sweep_dir: Optional[str] = None
-    status: str = RUNNING
-    # One line saying why the sweep failed or was interrupted (with the command that continues it).
-    error: Optional[str] = None
-    started_at: Optional[str] = None
     # The command line's overrides, as typed (secrets masked).
     overrides: List[str] = field(default_factory=list)
     search: Optional[str] = None
@@ -93,73 +83,30 @@ class SweepRecord:
     space: Dict[str, Any] = field(default_factory=dict)
     # The sweep's share of paths.storage (secrets masked), or None: the sweep directory holds it all.
     storage: Optional[str] = None
-    resumed: List[Resumption] = field(default_factory=list)
     max_concurrent: Optional[int] = None
     best: Optional[Best] = None
     trials: Optional[TrialCounts] = None
-    finished_at: Optional[str] = None
-    wall_time_s: Optional[float] = None
-    # Keys this version does not know (a newer raydra's), kept as they were.
-    extra: Dict[str, Any] = field(default_factory=dict)
-    # What did not read (a field of the wrong type): never written.
-    problems: Tuple[str, ...] = ()
 
-    # -- transitions ------------------------------------------------------------------------------
-
-    @classmethod
-    def started(cls, **fields: Any) -> "SweepRecord":
-        """A sweep's first record: status running, started now."""
-        return cls(status=RUNNING, started_at=now(), **fields)
+    # -- transitions (Envelope's, and a sweep's own) --------------------------------------------
 
     @classmethod
     def continued_in(cls, sweep_dir: str) -> "SweepRecord":
         """The record of an invocation that continued the sweep in `sweep_dir` (tune.resume=)."""
-        return cls(kind=RESUME_KIND, status=RESUMED_ELSEWHERE, sweep_dir=sweep_dir)
+        return cls(kind=RESUME_KIND, status=Status.RESUMED_ELSEWHERE, sweep_dir=sweep_dir)
 
     def with_settings(self, **fields: Any) -> "SweepRecord":
         """What the sweep runs with, known as it is prepared (metric, space, storage, ...): still running."""
         return dataclasses.replace(self, **fields)
 
-    def resumed_from_here(self, log: Optional[str] = None) -> "SweepRecord":
-        """This record's sweep continues (tune.resume=): running again, the resumption (from the
-        status it had, with that invocation's driver.log) added to its history."""
-        resumption = Resumption(at=now(), from_status=self.status, log=log)
-        return dataclasses.replace(self, status=RUNNING, error=None, finished_at=None, resumed=[*self.resumed, resumption])
-
     def completed(self, started: float, best: Best, trials: TrialCounts) -> "SweepRecord":
         return self._ended(COMPLETED, None, started, best=best, trials=trials)
 
-    def failed(self, reason: str, started: Optional[float] = None) -> "SweepRecord":
-        return self._ended(FAILED, reason, started)
-
-    def interrupted(self, reason: str, started: Optional[float] = None) -> "SweepRecord":
-        """Ctrl-C, SIGTERM, a time limit: `reason` names the command that continues the sweep."""
-        return self._ended(INTERRUPTED, reason, started)
-
-    def _ended(self, status: str, error: Optional[str], started: Optional[float], **fields: Any) -> "SweepRecord":
-        """The one place a sweep's status changes from running."""
-        wall = round(time.time() - started, 2) if started is not None else self.wall_time_s
-        return dataclasses.replace(self, status=status, error=error, finished_at=now(), wall_time_s=wall, **fields)
-
     # -- reading ----------------------------------------------------------------------------------
-
-    @property
-    def ended(self) -> bool:
-        return self.status in ENDED
 
     @property
     def continues_another(self) -> bool:
         """This is an invocation's pointer to the sweep it continued (sweep_dir), not a sweep."""
         return self.kind == RESUME_KIND
-
-    def to_dict(self) -> Dict[str, Any]:
-        return to_json_object(self)
-
-    @classmethod
-    def from_dict(cls, data: Any) -> "SweepRecord":
-        """A record as read from sweep.json (any format so far). Raises RecordError for what is no
-        record at all (not a JSON object)."""
-        return from_json_object(cls, data, FORMAT)
 
 
 def read(sweep_dir: Any) -> SweepRecord:

@@ -77,11 +77,10 @@ def run_sweep(
     def settle(ending: Ending) -> None:
         if ending.status == COMPLETED:
             report.end(sweep_dir, record, write=claimed)
-        elif ending.status == INTERRUPTED:
+            return
+        if ending.status == INTERRUPTED:
             report.settle_trials(sweep_dir, None, progress, metric, mode, tune_cfg.scheduler, interrupted=True)
-            report.end(sweep_dir, record.interrupted(ending.reason, started), write=claimed)
-        else:
-            report.end(sweep_dir, record.failed(ending.reason, started), write=claimed)
+        report.end(sweep_dir, record.settled(ending, started), write=claimed)
 
     # Tune ends its trials and saves its state on SIGINT, so tune.resume= can continue the sweep:
     # SIGTERM is handed to it as SIGINT.
