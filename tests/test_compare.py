@@ -179,7 +179,10 @@ def test_failed_running_corrupt_and_bad_paths_are_reported_and_the_table_still_p
 
     err_lines = err.strip().splitlines()
     assert len(err_lines) == 5, err
-    assert any(str(sweep / "8" / "summary.json") in line and "status is not a string (5)" in line for line in err_lines)
+    assert any(
+        str(sweep / "8" / "summary.json") in line and "status is not one of running, completed, failed" in line and "(5)" in line
+        for line in err_lines
+    )
     assert any(str(not_a_run) in line and "is not a run or sweep directory" in line for line in err_lines)
     assert any(str(tmp_path / "missing") in line and "does not exist" in line for line in err_lines)
     assert any(str(corrupt / "summary.json") in line and "corrupt" in line for line in err_lines)

@@ -406,7 +406,8 @@ import sys
 from pathlib import Path
 from hydra import compose, initialize_config_dir
 import ray.cloudpickle
-from raydra import resolve, worker
+from raydra import worker
+from raydra.run import resolve
 from raydra.entry import CONF_DIR
 from raydra.config.schema import register_schemas
 

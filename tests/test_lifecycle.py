@@ -278,8 +278,8 @@ def test_the_notice_passes_to_a_multiruns_jobs_and_ends_it_interrupted_with_no_j
 
 def test_the_lifecycle_module_is_the_one_that_connects_and_takes_the_stop_signals_and_notice():
     # A new stop signal or notice is added in one place: the three callers reach none of them directly.
-    src = Path(lifecycle.__file__).parent
-    for caller in ("driver.py", "launcher.py", "sweep/tuner.py"):
+    src = Path(lifecycle.__file__).parents[1]
+    for caller in ("run/driver.py", "multirun/launcher.py", "sweep/tuner.py"):
         text = (src / caller).read_text()
         assert "sigterm_interrupts" not in text and "batch_system.notice()" not in text, caller
         assert "connect(\n" not in text.replace("life.connect(", ""), caller

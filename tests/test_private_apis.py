@@ -41,7 +41,6 @@ from raydra.private_apis.ray import (
     RAY_NODE_DRAIN_TIMEOUT_ENV,
     RAY_PRINT_LOGS_HANDLER,
     RAY_STATE_API_ADDRESS_ENV,
-    _rendezvous_sockets,
     import_main_module,
     state_api_address_env,
     submitted_job_working_dir,
@@ -49,6 +48,7 @@ from raydra.private_apis.ray import (
 )
 from raydra.private_apis.ray_train import (
     RAY_TRAIN_WORKER_MODULE,
+    _rendezvous_sockets,
     join_process_group,
     ray_train_worker_imported,
     registered_checkpoint_names,
@@ -856,13 +856,13 @@ LOCAL_RAY_PROBE = """
 import contextlib, glob, json, os, signal, sys, time
 import psutil
 import ray
-from raydra import private_apis
+from raydra.private_apis import ray as ray_apis
 
-lean = private_apis.lean_local_ray() if sys.argv[1] == "lean" else {}
+lean = ray_apis.lean_local_ray() if sys.argv[1] == "lean" else {}
 if sys.argv[1] == "lean":
-    private_apis.keep_sigterm_through_ray_shutdown()
+    ray_apis.keep_sigterm_through_ray_shutdown()
 # raydra's local Ray (lean) listens on the loopback address only; a plain one on the machine's too.
-with private_apis.local_ray_on_loopback() if sys.argv[1] == "lean" else contextlib.nullcontext():
+with ray_apis.local_ray_on_loopback() if sys.argv[1] == "lean" else contextlib.nullcontext():
     ray.init(address="local", num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[2], **lean)
 # The raylet prestarts its idle workers as the first driver registers, before it logs that driver's
 # job as started in its worker pool: wait for that line, then count the workers started before it.
@@ -940,13 +940,13 @@ REREAD_AUTH_PROBE = """
 import os
 import ray
 from ray._raylet import AuthenticationMode, AuthenticationTokenLoader, get_authentication_mode
-from raydra import private_apis
+from raydra.private_apis.ray import reread_auth_settings
 
 token = lambda: (get_authentication_mode() == AuthenticationMode.TOKEN, AuthenticationTokenLoader.instance().has_token())
 before = token()
 os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="c" * 64)
 unread = token()
-private_apis.reread_auth_settings()
+reread_auth_settings()
 print(before, unread, token())
 """
 
@@ -1046,7 +1046,7 @@ def test_a_forkserver_whose_children_let_go_of_its_pipe_ends_with_the_process_th
 FORKED_IDS = """
 import sys
 from multiprocessing import get_context
-from raydra import job_process
+from raydra.multirun import job_process
 
 def draw(sender):
     import ray._raylet
@@ -1146,16 +1146,16 @@ def test_a_ray_node_raydra_starts_stops_at_once_and_takes_its_temp_dir_when_its_
 
 LEAN_TORCHMETRICS_PROBE = """
 import json, sys
-from raydra import private_apis
-first = private_apis.torchmetrics_without_optional_integrations()
+from raydra.private_apis import torchmetrics as torchmetrics_apis
+first = torchmetrics_apis.torchmetrics_without_optional_integrations()
 import raydra.worker.loop  # what a Ray Train worker imports: Lightning, and torchmetrics with it
-left_out = [name for name in private_apis.TORCHMETRICS_LEAN_LEAVES_OUT if name in sys.modules]
+left_out = [name for name in torchmetrics_apis.TORCHMETRICS_LEAN_LEAVES_OUT if name in sys.modules]
 import torch, torchmetrics
 accuracy = float(torchmetrics.classification.MulticlassAccuracy(num_classes=3, average="micro")(torch.tensor([0, 1, 2]), torch.tensor([0, 1, 1])))
 bert = hasattr(torchmetrics.text, "BERTScore")  # exported only where transformers is there
 import lightning_utilities.core.imports as lu
 import scipy.signal
-print(json.dumps({"first": first, "again": private_apis.torchmetrics_without_optional_integrations(), "loaded": left_out,
+print(json.dumps({"first": first, "again": torchmetrics_apis.torchmetrics_without_optional_integrations(), "loaded": left_out,
     "accuracy": accuracy, "bert": bert, "scipy_elsewhere": lu.package_available("scipy"),
     "signal_works": float(scipy.signal.windows.hamming(3)[1]), "finders": [type(f).__name__ for f in sys.meta_path]}))
 """

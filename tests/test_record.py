@@ -154,7 +154,7 @@ def test_a_number_that_is_not_finite_is_written_as_strict_json_and_read_back_as_
     sweep_record.write(tmp_path, sweep)
     assert _strict((tmp_path / "sweep.json").read_text())["best"]["metric"] == "NaN"
     assert math.isnan(sweep_record.read(tmp_path).best.metric)
-    jobs = JobsRecord.started().with_jobs({0: jobs_record.Job(status="completed", return_value=inf)})
+    jobs = JobsRecord.started().with_jobs({0: jobs_record.JobEntry(status="completed", return_value=inf)})
     jobs_record.write(tmp_path, jobs)
     assert _strict((tmp_path / "jobs.json").read_text())["jobs"]["0"]["return_value"] == "Infinity"
     assert jobs_record.read(tmp_path).job(0).return_value == inf

@@ -263,6 +263,9 @@ def test_a_run_s_start_up_is_counted_from_its_process_s_launch_to_the_hundredth(
     whole-second boot time, and came 0.73 s early on this machine: every start-up read that much longer."""
     before = time.time()
     out = subprocess.run(
-        [sys.executable, "-c", "from raydra import startup; print(repr(startup.run_began()))"], capture_output=True, text=True, check=True
+        [sys.executable, "-c", "from raydra.run import startup; print(repr(startup.run_began()))"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert before - 0.05 <= float(out) <= before + 0.5

@@ -4,7 +4,7 @@ auth (raydra.private_apis says why such a module exists).
 
 import contextlib
 import os
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator
 
 # The name under which ray.init registers its own printer of worker lines with the dispatcher.
 RAY_PRINT_LOGS_HANDLER = "ray_print_logs"
@@ -191,11 +191,6 @@ def keep_sigterm_through_ray_shutdown() -> None:
     from ray._private import ray_constants
 
     ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
-
-
-# The socket rank 0's worker bound for the rendezvous store, until join_process_group hands it to
-# torch: one per worker group start (a restarted or resized group binds a new one).
-_rendezvous_sockets: List[Any] = []
 
 
 def submitted_job_working_dir() -> Any:

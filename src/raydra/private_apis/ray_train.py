@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
-from raydra.private_apis.ray import RAY_STATE_API_ADDRESS_ENV, _rendezvous_sockets
+from raydra.private_apis.ray import RAY_STATE_API_ADDRESS_ENV
 
 # Ray Train reads this variable in its controller (passed on from the driver's environment) for
 # how often it polls the workers; a worker's report waits in a queue of one until a poll takes it.
@@ -172,6 +172,11 @@ def _fixed_policy_without_autoscaling_class() -> Any:
             pass
 
     return FixedScalingPolicyWithoutAutoscaling
+
+
+# The socket rank 0's worker bound for the rendezvous store, until join_process_group hands it to
+# torch: one per worker group start (a restarted or resized group binds a new one).
+_rendezvous_sockets: List[Any] = []
 
 
 def torch_config(backend: Any, timeout_s: int) -> Any:

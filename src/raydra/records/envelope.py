@@ -214,7 +214,8 @@ def from_json_object(kind: Any, data: Any, format: int) -> Any:
         if ok:
             fields[f.name] = value
         else:
-            problems.append(f"{f.name} is not a {_type_name(hints[f.name])} ({data[f.name]!r:.60})")
+            name = _type_name(hints[f.name])
+            problems.append(f"{f.name} is not {name if name.startswith('one of') else 'a ' + name} ({data[f.name]!r:.60})")
     known = {f.name for f in dataclasses.fields(kind)}
     extra = {key: value for key, value in data.items() if key not in known}
     fields.pop("format", None)
@@ -294,6 +295,8 @@ def _read(kind: Any, value: Any) -> Tuple[Any, bool]:
 def _type_name(kind: Any) -> str:
     args = [a for a in typing.get_args(kind) if a is not type(None)]
     inner = args[0] if typing.get_origin(kind) is typing.Union and args else kind
+    if isinstance(inner, type) and issubclass(inner, enum.Enum):
+        return "one of " + ", ".join(str(member.value) for member in inner)
     return {str: "string", int: "whole number", float: "number", bool: "true or false"}.get(
         inner, getattr(typing.get_origin(inner), "__name__", getattr(inner, "__name__", str(inner)))
     )

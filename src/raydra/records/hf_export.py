@@ -33,7 +33,7 @@ WEIGHTS = "model.safetensors"
 PREPROCESSOR = "preprocessor_config.json"
 # Where the modeling code an export carries comes from: files of raydra.models that import nothing
 # but torch and transformers, copied as they are.
-CODE_DIR = Path(__file__).resolve().parent / "models"
+CODE_DIR = Path(__file__).resolve().parents[1] / "models"
 
 
 @dataclass(frozen=True)

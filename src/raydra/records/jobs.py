@@ -25,14 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
-from raydra.records.envelope import (
-    COMPLETED,
-    Envelope,
-    Status,
-    from_json_number,
-    read_record,
-    write_json,
-)
+from raydra.records.envelope import COMPLETED, Envelope, Status, from_json_number, read_record, write_json
 from raydra.records.layout import JOBS_RECORD
 
 FORMAT = 2

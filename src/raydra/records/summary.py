@@ -254,7 +254,9 @@ class RunRecord(Envelope):
         `hangs`: every hang of the run, the last one the one that ended it."""
         return self._ended(FAILED, hangs[-1].sentence(), started, hangs=list(hangs), **outcome)
 
-    def interrupted(self, reason: str, started: Optional[float] = None, last_checkpoint: Optional[str] = None, **fields: Any) -> "RunRecord":
+    def interrupted(
+        self, reason: str, started: Optional[float] = None, last_checkpoint: Optional[str] = None, **fields: Any
+    ) -> "RunRecord":
         """Ctrl-C, SIGTERM, a time limit: `reason` names the command that continues it, and the
         checkpoint it continues from (relative to the run's home) is recorded."""
         return super().interrupted(reason, started, checkpoints=Checkpoints(last=last_checkpoint), **fields)

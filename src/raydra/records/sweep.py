@@ -21,13 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
-from raydra.records.envelope import (
-    COMPLETED,
-    Envelope,
-    Status,
-    read_record,
-    write_json,
-)
+from raydra.records.envelope import COMPLETED, Envelope, Status, read_record, write_json
 from raydra.records.layout import SWEEP
 
 FORMAT = 2

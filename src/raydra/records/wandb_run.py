@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from raydra.errors import RaydraError
-from raydra.records import envelope, metrics_csv
+from raydra.records import metrics_csv
 from raydra.records import summary as summary_record
+from raydra.records.envelope import Status
 from raydra.records.layout import METRICS, WANDB, WANDB_RUN_FILE
 from raydra.storage import replacing
 
@@ -50,7 +51,7 @@ CSV_STEP, EPOCH = "step", "epoch"
 PREFIX_JOIN = "-"
 # How a run ended, as a W&B exit code (0 shows as finished, anything else as failed), and the
 # summary keys that say it in raydra's words.
-EXIT_CODES = {envelope.COMPLETED: 0, envelope.STOPPED: 0, envelope.FAILED: 1, envelope.INTERRUPTED: 130}
+EXIT_CODES = {Status.COMPLETED: 0, Status.STOPPED: 0, Status.FAILED: 1, Status.INTERRUPTED: 130}
 STATUS_KEY, ERROR_KEY = "raydra/status", "raydra/error"
 BEST_PREFIX = "best/"
 # W&B's settings for every segment: no console capture (Ray streams it already), no system-stats
@@ -384,7 +385,7 @@ def _complete(run_dir: Path) -> bool:
     try:
         for number, row in enumerate(todo, start=what.last_step + 1):
             log_row(segment, row, settings, number)
-        summary = {STATUS_KEY: run.status, **best(found, settings)}
+        summary = {STATUS_KEY: str(run.status), **best(found, settings)}
         if run.error:
             summary[ERROR_KEY] = run.error
         segment.summary.update(summary)
@@ -400,7 +401,7 @@ def _complete(run_dir: Path) -> bool:
 def _checkpoints_to_log(run: Any, settings: RunSettings) -> List[Tuple[str, List[str]]]:
     """log_model=true: the best and last checkpoints of a run that completed or was stopped, with
     their aliases; [] where the run asked for none (log_model=all logs each as it is saved)."""
-    if settings.log_model is not True or run.status not in (envelope.COMPLETED, envelope.STOPPED):
+    if settings.log_model is not True or run.status not in (Status.COMPLETED, Status.STOPPED):
         return []
     best_path, last_path = run.checkpoint("best"), run.checkpoint("last")
     chosen: Dict[str, List[str]] = {}
@@ -450,7 +451,7 @@ def finish_in_process(exit_code: int, status: Optional[str] = None) -> None:
         return
     with contextlib.suppress(Exception):
         if status:
-            wandb.run.summary[STATUS_KEY] = status
+            wandb.run.summary[STATUS_KEY] = str(status)
         finish(wandb.run, exit_code)
 
 

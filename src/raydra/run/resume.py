@@ -20,7 +20,8 @@ from omegaconf import DictConfig, OmegaConf
 from raydra import storage
 from raydra.config.keys import flatten
 from raydra.errors import RaydraError
-from raydra.records import envelope, layout, metrics_csv, summary, trust
+from raydra.records import layout, metrics_csv, summary, trust
+from raydra.records.envelope import Status
 from raydra.redact import redact
 
 # Keys that say how or where to run, not what is trained: changing them does not change the run.
@@ -60,7 +61,7 @@ def check(cfg: DictConfig, run_dir: Path) -> summary.RunRecord:
     if not cfg.get("resume_trusted") and not trust.made_here(run_dir):
         raise trust.refuse_foreign(run_dir, recorded, f"resume={cfg.resume}", "resume_trusted=true")
     previous = summary.read(run_dir)
-    if previous.status == envelope.COMPLETED:
+    if previous.status == Status.COMPLETED:
         raise RaydraError(f"resume={cfg.resume}: {run_dir} already completed; start a new run instead of resuming it.")
     changes = changed_keys(recorded, cfg)
     if changes and not cfg.resume_force:

@@ -14,8 +14,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from raydra import storage
 from raydra.errors import one_line
-from raydra.records import envelope, layout, summary, sweep, wandb_run
+from raydra.records import layout, summary, sweep, wandb_run
 from raydra.records.checkpoints import last_checkpoint
+from raydra.records.envelope import Status
 from raydra.records.summary import Checkpoints, Metrics, RunRecord
 from raydra.records.sweep import Best, SweepRecord
 from raydra.run import recording
@@ -108,10 +109,10 @@ def settle_trials(
         status, result = statuses.get(trial_id), results.get(trial_id)
         # A trial Tune ended without error but that did not record its completion was stopped by
         # the scheduler (its process may have noted the stop as a failure on its way out).
-        if status == "TERMINATED" and result is not None and run.status in (envelope.RUNNING, envelope.FAILED, envelope.INTERRUPTED):
+        if status == "TERMINATED" and result is not None and run.status in (Status.RUNNING, Status.FAILED, Status.INTERRUPTED):
             run = _stopped(run, result, metric, mode, run_dir, scheduler)
             summary.write(run_dir, run)
-        if run.status == envelope.RUNNING:
+        if run.status == Status.RUNNING:
             if status == "ERROR":
                 run = run.failed(_one_line_error(result) or "the trial's process died")
             elif interrupted or status in ("RUNNING", "PENDING", "PAUSED"):
@@ -250,7 +251,7 @@ def end(sweep_dir: Path, ended: SweepRecord, write: bool = True) -> None:
     if write and sweep_dir.exists():
         sweep.write(sweep_dir, ended)
     if ended.error:
-        log.error(f"error: {ended.error}" if ended.status == sweep.FAILED else ended.error)
+        log.error(f"error: {ended.error}" if ended.status == Status.FAILED else ended.error)
 
 
 def fmt_sampled(sampled: Dict[str, Any]) -> str:

@@ -14,7 +14,8 @@ from raydra import storage
 from raydra.config.schema import STRATEGY_SCHEMAS, RaydraConfig
 from raydra.config.spec import Place
 from raydra.private_apis.ray_tune import tune_stop_probe
-from raydra.records import envelope, layout, summary, trust
+from raydra.records import layout, summary, trust
+from raydra.records.envelope import Status
 from raydra.records.summary import Trial
 from raydra.redact import redact_yaml_files
 from raydra.run import fit, recording, resolve
@@ -88,7 +89,7 @@ def _typed(base: Dict[str, Any]) -> DictConfig:
 def _settled(run_dir: Path) -> bool:
     """Whether the sweep driver already recorded this trial as stopped: its record is final."""
     run = summary.try_read(run_dir)
-    return run is not None and run.status == envelope.STOPPED
+    return run is not None and run.status == Status.STOPPED
 
 
 class ReportToTune(TuneReportCallback):

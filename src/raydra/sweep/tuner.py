@@ -22,6 +22,7 @@ from raydra.errors import RaydraError
 from raydra.private_apis.ray_tune import replace_restored_tuner_callbacks, restore_scheduler_rungs, restored_tuner_scheduler
 from raydra.records import layout, sync
 from raydra.records import sweep as sweep_record
+from raydra.records.envelope import Status
 from raydra.records.sweep import SweepRecord, TrialCounts
 from raydra.redact import redact_yaml_files
 from raydra.run.lifecycle import COMPLETED, INTERRUPTED, Ending, Lifecycle
@@ -171,7 +172,7 @@ def _continue(cfg: DictConfig, fresh_dir: Path) -> Tuple[Path, SweepRecord]:
             "pass the directory a tune= run printed."
         )
     previous = sweep_record.read(sweep_dir)
-    if previous.status == sweep_record.COMPLETED:
+    if previous.status == Status.COMPLETED:
         raise RaydraError(f"tune.resume={cfg.tune.resume}: {sweep_dir} already completed; start a new sweep instead.")
     old = yaml.safe_load((sweep_dir / layout.CONFIG).read_text())
     changes = [c for c in changed_keys(old, cfg) if not c.startswith(RESUMABLE_CHANGES)]

@@ -98,5 +98,5 @@ class SegmentLogger(pl.loggers.WandbLogger):
 
     def end(self, exit_code: int, status: str) -> None:
         """Finish this segment: the run's status in the summary, and the exit code W&B shows."""
-        self.experiment.summary[wandb_run.STATUS_KEY] = status
+        self.experiment.summary[wandb_run.STATUS_KEY] = str(status)
         wandb_run.finish(self.experiment, exit_code)
