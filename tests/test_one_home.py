@@ -1,6 +1,9 @@
 """One home each: the fixed groups' defaults live in the schema dataclasses (the YAML options only
-select and change), and configuration.md's key list names every key raydra reads. Fast, no Ray."""
+select and change), configuration.md's key list names every key raydra reads, testing.md's coverage
+map names every test function, and the reference docs stay reference (dated rounds live in
+experiments/). Fast, no Ray."""
 
+import ast
 import dataclasses
 import re
 from pathlib import Path
@@ -155,12 +158,80 @@ def test_configuration_md_lists_every_key_of_the_schema_and_of_raydras_options()
     assert not stale, f"configuration.md lists keys the schema does not have: {stale}"
 
 
+def _test_files() -> list[Path]:
+    """Every test file under tests/, at any depth: the files keep their basenames when they move
+    into folders, and the docs name them by it."""
+    return sorted((REPO / "tests").rglob("test_*.py"))
+
+
 def test_testing_md_names_every_test_file_and_only_files_that_exist():
     """docs/testing.md says what each test file covers: a new file is described there, and a file
     moved or gone is not still named."""
     text = (REPO / "docs" / "testing.md").read_text()
-    files = {path.name for path in (REPO / "tests").glob("test_*.py")}
+    files = {path.name for path in _test_files()}
     unnamed = sorted(name for name in files if f"`{name}`" not in text and f"`tests/{name}`" not in text)
     assert not unnamed, f"test files docs/testing.md does not name: {unnamed}"
     named = set(re.findall(r"`(test_\w+\.py)`", text)) | set(re.findall(r"`tests/(\w+\.py)`", text))
-    assert named <= files | {path.name for path in (REPO / "tests").glob("*.py")}, f"named but not in tests/: {named - files}"
+    assert named <= files | {path.name for path in (REPO / "tests").rglob("*.py")}, f"named but not in tests/: {named - files}"
+
+
+def _test_functions() -> dict[str, list[str]]:
+    """Each test file's test functions, by the file's basename, read with `ast` (nothing imported,
+    so a file that cannot import is still counted): every `def test_*` at module level and in a
+    class pytest collects (`Test*`). A method of another class is no test: a LightningModule's
+    `test_step` is Lightning's hook."""
+    found: dict[str, list[str]] = {}
+    for path in _test_files():
+        assert path.name not in found, f"two test files named {path.name}: the docs name a file by its basename"
+        tree = ast.parse(path.read_text(), filename=str(path))
+        bodies = [tree.body] + [node.body for node in tree.body if isinstance(node, ast.ClassDef) and node.name.startswith("Test")]
+        functions = (node for body in bodies for node in body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+        found[path.name] = [node.name for node in functions if node.name.startswith("test_")]
+    return found
+
+
+def _coverage_map() -> dict[str, list[str]]:
+    """testing.md's coverage map: under each `### `test_x.py`` heading, the test functions it names
+    (every `test_...` in backticks, in order, repeats kept so that a name listed twice is seen)."""
+    text = (REPO / "docs" / "testing.md").read_text()
+    assert "\n## Coverage map\n" in text, "docs/testing.md has no '## Coverage map' section"
+    section = text.split("\n## Coverage map\n", 1)[1].split("\n## ", 1)[0]
+    mapped: dict[str, list[str]] = {}
+    for part in re.split(r"^### ", section, flags=re.M)[1:]:
+        heading, _, body = part.partition("\n")
+        file = re.match(r"`(test_\w+\.py)`", heading)
+        assert file, f"a coverage map heading that names no test file: ### {heading}"
+        assert file.group(1) not in mapped, f"the coverage map has two sections for {file.group(1)}"
+        mapped[file.group(1)] = re.findall(r"`(test_\w+)`", body)
+    return mapped
+
+
+def test_testing_md_coverage_map_names_every_test_function_once_under_its_file():
+    """Every test function is in the map, once, under its own file's heading, and the map names no
+    function or file that is gone: a test added without a line in the map fails here, as does a
+    renamed, moved or deleted one still listed."""
+    functions, mapped = _test_functions(), _coverage_map()
+    problems = [f"{name}: no section in the coverage map" for name in sorted(functions.keys() - mapped.keys())]
+    problems += [f"{name}: a section for a file that is not under tests/" for name in sorted(mapped.keys() - functions.keys())]
+    for name in sorted(functions.keys() & mapped.keys()):
+        listed, defined = mapped[name], set(functions[name])
+        problems += [f"{name}: {test} is missing from its section" for test in functions[name] if test not in listed]
+        problems += [f"{name}: {test} is listed but not defined there" for test in sorted(set(listed) - defined)]
+        problems += [f"{name}: {test} is listed {listed.count(test)} times" for test in sorted(set(listed)) if listed.count(test) > 1]
+    assert not problems, "docs/testing.md's coverage map is out of date:\n" + "\n".join(problems)
+
+
+def test_the_readme_and_docs_stay_reference_within_their_sizes_with_dated_rounds_in_experiments():
+    """README.md is what a newcomer reads (at most 12,000 characters) and docs/testing.md how to run
+    and where each behaviour is tested (at most 40,000); a dated round ("... UTC") belongs on an
+    experiments/ page, the lab notebook, not in the reference."""
+    readme, testing = (REPO / "README.md").read_text(), (REPO / "docs" / "testing.md").read_text()
+    assert len(readme) <= 12_000, f"README.md is {len(readme):,} characters, over 12,000: move detail to docs/ or experiments/"
+    assert len(testing) <= 40_000, f"docs/testing.md is {len(testing):,} characters, over 40,000"
+    dated = [
+        f"{path.relative_to(REPO)}:{number}: {line.strip()[:100]}"
+        for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\bUTC\b", line)
+    ]
+    assert not dated, "dated rounds in the reference docs (move them to an experiments/ page):\n" + "\n".join(dated)
