@@ -1,31 +1,117 @@
 """Helpers that several test modules share: plain functions and constants, imported as
-`from helpers import ...` (the fixtures stay in conftest.py). A helper that one module alone uses
-stays in that module."""
+`from helpers import ...` from any folder under tests/ (conftest.py, which holds the fixtures and
+hooks alone, puts tests/ on sys.path). A helper that one module alone uses stays in that module."""
 
 import contextlib
 import csv
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Tuple
 
 import psutil
 import pytest
 import yaml
-from conftest import REPO, base_env
 from hydra import compose, initialize_config_dir
 
 from raydra.cli import main
+from raydra.cluster import ray_node
 from raydra.config.schema import register_schemas
 from raydra.entry import CONF_DIR
+from raydra.testing import free_port
 
 register_schemas()
+
+
+# ---------------------------------------------------------------------------------------------
+# The environment a test's processes run in, and train.py run as a user runs it
+
+REPO = Path(__file__).resolve().parents[1]
+# The test cluster's token (Ray's token authentication): one per session, handed to the cluster and
+# every client through the environment. `ray start` refuses to create one itself, and a token file
+# in ~/.ray would exist only if some earlier local ray.init happened to write it.
+RAY_AUTH_TOKEN = secrets.token_hex(32)
+
+
+def base_env() -> dict:
+    env = dict(os.environ)
+    # RAY_AUTH_MODE=token: Ray sends its token to an explicitly named cluster address only when
+    # told to, as a user joining a `ray start` cluster by address must also do.
+    env.update(
+        WANDB_MODE="offline",
+        WANDB_SILENT="true",
+        RAY_USAGE_STATS_ENABLED="0",
+        PYTHONUNBUFFERED="1",
+        RAY_AUTH_MODE="token",
+        RAY_AUTH_TOKEN=RAY_AUTH_TOKEN,
+    )
+    env.pop("WANDB_API_KEY", None)
+    env.pop("RAY_ADDRESS", None)
+    # Storage credentials only where a test hands them over (S3_ENV): the session cluster has none,
+    # as a cluster whose nodes were never given them.
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        env.pop(key, None)
+    return env
+
+
+# The temp dirs own_local_ray_env made, removed as the session ends (their Rays ended with their tests).
+_OWN_RAY_TMPDIRS: list = []
+
+
+def own_local_ray_env() -> dict:
+    """base_env for a process that starts a local Ray of its own (ray.address unset): no token or
+    address of the session's cluster, nor its State API, and a short temp dir of its own (Ray's
+    socket paths must stay short)."""
+    env = {k: v for k, v in base_env().items() if not k.startswith("RAY_AUTH") and k != "RAY_API_SERVER_ADDRESS"}
+    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    _OWN_RAY_TMPDIRS.append(env["RAY_TMPDIR"])
+    return env
+
+
+def remove_own_ray_tmpdirs() -> None:
+    """Remove the temp dirs own_local_ray_env made (conftest.py's pytest_sessionfinish, as the session ends)."""
+    for path in _OWN_RAY_TMPDIRS:
+        shutil.rmtree(path, ignore_errors=True)
+    _OWN_RAY_TMPDIRS.clear()
+
+
+def run_train(*overrides: str, outputs: Path, address: str = None, timeout: int = 600, env: dict = None):
+    """Run `python train.py` as a user would; returns the CompletedProcess."""
+    flags = [o for o in overrides if o.startswith("-")]
+    rest = [o for o in overrides if not o.startswith("-")]
+    args = [sys.executable, str(REPO / "train.py"), *flags, f"paths.outputs={outputs}", *rest]
+    if address:
+        args.append(f"ray.address={address}")
+    return subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**base_env(), **(env or {})})
+
+
+def run_dirs(outputs: Path, kind: str = "runs") -> list:
+    return sorted(p.parent for p in Path(outputs, kind).glob("**/summary.json"))
+
+
+def summary_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+# A multirun job small enough to run two side by side on the 2-CPU session cluster.
+SMALL_JOB = ("experiment=vit_digits_smoke", "trainer.max_epochs=1", "trainer.test=false", "scale.num_workers=1")
+
+
+def ran_side_by_side(a: dict, b: dict) -> bool:
+    """Whether two runs' summary.json spans (started_at to finished_at) overlap."""
+    start_a, end_a = datetime.fromisoformat(a["started_at"]), datetime.fromisoformat(a["finished_at"])
+    start_b, end_b = datetime.fromisoformat(b["started_at"]), datetime.fromisoformat(b["finished_at"])
+    return start_a < end_b and start_b < end_a
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,7 +314,7 @@ def assert_wandb_holds_the_run(run_dir: Path, status: str, retrained_from: int =
 
 
 # ---------------------------------------------------------------------------------------------
-# The nodes of a ray.cluster_utils.Cluster (conftest.cluster_of_nodes)
+# The nodes of a ray.cluster_utils.Cluster (helpers.cluster_of_nodes)
 
 
 def victim_node(cluster, run_dir, nodes: set):
@@ -553,3 +639,119 @@ class StandInBatchSystem:
 
         with self.on_notice(stop):
             yield
+
+
+# ---------------------------------------------------------------------------------------------
+# Clusters of several Ray nodes on this machine (conftest.py's private_disk_cluster, cluster_of_nodes)
+
+# Dummy credentials for the test S3 server (moto accepts any). A process that reaches it needs
+# them in its environment, or pyarrow falls back to AWS's credential chain (instance metadata),
+# which waits on network timeouts here. Hand them to subprocesses: run_train(..., env=S3_ENV).
+S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def short_temp_dir(prefix: str) -> Path:
+    """A Ray --temp-dir: short, as Ray's unix sockets live below it and a socket path may not exceed 107 bytes."""
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+@contextlib.contextmanager
+def cluster_of_nodes(monkeypatch, nodes: int, temp_prefix: str):
+    """A ray.cluster_utils.Cluster: a head with no CPU (nothing of a run lands there but the driver)
+    and `nodes` 1-CPU nodes, separate raylets that Ray schedules and fails like separate hosts. Its
+    own temp dir (the nodes take the head's), ports and processes: the session's `ray start` cluster
+    is untouched, and shutdown stops only what this cluster started. Its processes, started from
+    this one, find its State API through RAY_API_SERVER_ADDRESS (see raydra.testing.start_ray_head)."""
+    from ray.cluster_utils import Cluster
+
+    dashboard_port = free_port()
+    monkeypatch.setenv("RAY_API_SERVER_ADDRESS", f"http://127.0.0.1:{dashboard_port}")
+    temp_dir = short_temp_dir(temp_prefix)
+    # The head writes its address to $RAY_TMPDIR/ray/ray_current_cluster, a dir it never makes: point
+    # it here, or it fails where /tmp/ray is absent (a fresh machine) and overwrites it where not.
+    monkeypatch.setenv("RAY_TMPDIR", str(temp_dir))
+    (temp_dir / "ray").mkdir()
+    cluster = None
+    try:
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 0,
+                "gcs_server_port": free_port(),
+                "dashboard_port": dashboard_port,
+                "temp_dir": str(temp_dir / "ray"),
+            },
+        )
+        for _ in range(nodes):
+            cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        if cluster is not None:
+            cluster.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@dataclass
+class PrivateDiskCluster:
+    address: str  # the head's GCS address, for ray.address= / ray.init(address=...)
+    outputs: Path  # a directory only the driver's side sees: the worker node has an empty tmpfs there
+    worker_temp_dir: Path  # the worker node's own Ray temp dir (its session logs)
+    env: dict  # what its nodes were started with (S3_ENV, the auth token, its State API address)
+
+
+def start_private_node(cluster: "PrivateDiskCluster", num_cpus: int, temp_dir: Path, log_path: Path) -> subprocess.Popen:
+    """One more node of the private-disk cluster, started and joined: `unshare --mount --propagation
+    private` (its own mount namespace, whose mounts do not propagate back), a private tmpfs mounted
+    over the cluster's outputs, then `ray start --address=<head> --block` with its own --temp-dir (so
+    its log monitor reads only its own workers' logs: two monitors on one session dir publish every
+    line twice) and free ports. unshare execs sh, which execs the node's keeper (raydra.cluster.ray_node),
+    the parent of `ray start`: the pid Popen holds is the one stop_ray_node signals, and the keeper
+    passes the signal on; the tmpfs lives as long as the namespace's processes."""
+    node = start_node(
+        [f"--address={cluster.address}", f"--num-cpus={num_cpus}", f"--temp-dir={temp_dir}"],
+        log_path,
+        cluster.env,
+        private_dir=cluster.outputs,
+    )
+    wait_node_started(node, log_path, f"node in {temp_dir}")
+    return node
+
+
+def start_node(args: list, log_path: Path, env: dict, private_dir: Path = None) -> subprocess.Popen:
+    flags = [*args, *ray_node.port_flags(), "--object-store-memory=300000000", "--num-gpus=0"]
+    prefix = []
+    if private_dir is not None:
+        mount = 'mount -t tmpfs -o size=256m raydra-private-outputs "$1" && shift && exec "$@"'
+        prefix = ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount, "sh", str(private_dir)]
+    return ray_node.start(flags, log_path, env, prefix=prefix)
+
+
+def wait_node_started(proc: subprocess.Popen, log_path: Path, what: str, wait=ray_node.wait_started) -> str:
+    try:
+        return wait(proc, log_path, timeout=120)
+    except RuntimeError as error:
+        pytest.fail(f"the private-disk cluster's {what} did not start: {error}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Lightning pieces for tests of one part (a callback, a data module, a checkpoint) without a run
+
+
+def bare_trainer(**settings):
+    """A plain Lightning Trainer on the CPU that writes and prints nothing; `settings` add to it."""
+    from raydra.lightning import pl
+
+    quiet = dict(
+        accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+    )
+    return pl.Trainer(**{**quiet, **settings})
+
+
+def tiny_vit(**settings):
+    """raydra's ViT at a size that trains on digits-sized (8x8, 1 channel) images in seconds."""
+    from raydra.models.vit import ViTClassifier
+
+    tiny = dict(image_size=8, num_channels=1, num_classes=10, patch_size=2, hidden_size=64, num_layers=4, num_heads=4, mlp_size=128)
+    tiny["optimizer"] = {"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3}
+    return ViTClassifier(**{**tiny, **settings})

@@ -4,8 +4,7 @@ fast, in this process, no Ray."""
 import textwrap
 
 import pytest
-from conftest import run_dirs, summary_of
-from helpers import composed
+from helpers import composed, run_dirs, summary_of
 from omegaconf import OmegaConf
 
 from raydra.config import arguments

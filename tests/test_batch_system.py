@@ -8,8 +8,7 @@ import ast
 import json
 from pathlib import Path
 
-from conftest import run_dirs
-from helpers import StandInBatchSystem
+from helpers import StandInBatchSystem, run_dirs
 
 from raydra.cluster import batch_system
 from raydra.slurm import SYSTEM as SLURM

@@ -6,7 +6,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from conftest import run_dirs, summary_of
+from helpers import run_dirs, summary_of
 
 from raydra.data.cifar10 import TEST_FILE, TRAIN_FILES, CIFAR10DataModule, read_batches
 from raydra.data.device_batches import DeviceBatches

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import own_local_ray_env
+from helpers import own_local_ray_env
 
 # Starts a local Ray through raydra.cluster.ray_cluster.connect, told it has no use for the dashboard, and says
 # whether raydra pointed Ray's processes at a State API and how many of the dashboard's module
@@ -68,7 +68,7 @@ def test_runs_on_a_cluster_of_one_node_the_drivers_own_start_no_preemption_watch
     """A drain of the only node ends the driver, the controller and the workers at once, so Ray
     Train's watcher (a process per run) has nothing to act on. (On a cluster of several nodes the
     watcher runs: test_multinode.)"""
-    from conftest import base_env
+    from helpers import base_env
 
     done = subprocess.run([sys.executable, "-c", JOIN, ray_cluster], env=base_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -19,9 +19,21 @@ from pathlib import Path
 import psutil
 import pyarrow.fs as pafs
 import pytest
-from conftest import REPO, S3_ENV, _short_temp_dir, base_env, run_dirs, run_train, start_private_node, summary_of
 from helpers import EPOCHS as REFERENCE_EPOCHS
-from helpers import OWN_PROJECT, OWN_PROJECT_QUICK, raydra_train, resumed_at
+from helpers import (
+    OWN_PROJECT,
+    OWN_PROJECT_QUICK,
+    REPO,
+    S3_ENV,
+    base_env,
+    raydra_train,
+    resumed_at,
+    run_dirs,
+    run_train,
+    short_temp_dir,
+    start_private_node,
+    summary_of,
+)
 
 from raydra import storage
 from raydra.errors import RaydraError
@@ -358,7 +370,7 @@ def test_an_elastic_run_on_s3_shrinks_when_a_private_disk_node_is_lost_and_grows
         *larger, _storage(s3_bucket), outputs=outputs.with_name(outputs.name + "-refused"), address=private_disk_cluster.address, env=S3_ENV, timeout=120
     )  # fmt: skip
     assert refused.returncode == 1 and "asks for at least 3 workers" in refused.stdout + refused.stderr
-    temps = [_short_temp_dir("rayx-"), _short_temp_dir("rayy-")]
+    temps = [short_temp_dir("rayx-"), short_temp_dir("rayy-")]
     extra = start_private_node(private_disk_cluster, num_cpus=1, temp_dir=temps[0], log_path=tmp_path / "extra.log")
     again = driver = None
     try:

@@ -4,8 +4,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, bare_trainer, run_dirs, summary_of
-from helpers import composed
+from helpers import REPO, bare_trainer, composed, run_dirs, summary_of
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
@@ -35,7 +34,7 @@ def test_default_config_is_the_embedded_digits_vit_on_two_cpu_workers():
 
 def test_the_default_vit_sees_the_images_through_a_conv_stem_and_a_pretrained_one_is_refused_it():
     import torch
-    from conftest import tiny_vit
+    from helpers import tiny_vit
 
     model = tiny_vit(conv_stem=list(composed().model.conv_stem))
     convs = [m for m in model.stem if isinstance(m, torch.nn.Conv2d)]
@@ -323,7 +322,7 @@ def test_help_lists_only_the_groups_a_user_can_pick():
 def test_launches_in_the_same_second_each_get_their_own_run_directory(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
-    from conftest import run_dirs, run_train
+    from helpers import run_dirs, run_train
 
     # Refused before Ray starts, so three launches land within the same second.
     with ThreadPoolExecutor(3) as pool:

@@ -10,8 +10,19 @@ import re
 from collections import Counter
 
 import pytest
-from conftest import cluster_of_nodes, run_train, summary_of
-from helpers import composed, epochs_with_val, logged_steps, node_of, start_train, victim_node, wait_for_checkpoint, worker_pids
+from helpers import (
+    cluster_of_nodes,
+    composed,
+    epochs_with_val,
+    logged_steps,
+    node_of,
+    run_train,
+    start_train,
+    summary_of,
+    victim_node,
+    wait_for_checkpoint,
+    worker_pids,
+)
 from omegaconf import OmegaConf
 from probe import seen_per_epoch
 

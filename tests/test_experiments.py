@@ -6,7 +6,7 @@ import re
 import shlex
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 

@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, base_env
-from helpers import on_a_private_tmpfs
+from helpers import REPO, base_env, on_a_private_tmpfs
 
 import raydra
 

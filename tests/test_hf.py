@@ -5,8 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import run_dirs, run_train, summary_of
-from helpers import composed
+from helpers import composed, run_dirs, run_train, summary_of
 from PIL import Image
 from probe import seen_per_epoch
 

@@ -8,8 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_vit
-from helpers import digits_test_images, hf_loaded
+from helpers import digits_test_images, hf_loaded, tiny_vit
 
 from raydra import storage
 from raydra.data.digits import DigitsDataModule

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from conftest import bare_trainer, run_dirs, summary_of
+from helpers import bare_trainer, run_dirs, summary_of
 from PIL import Image
 
 from raydra.data.imagefolder import ImageFolderDataModule

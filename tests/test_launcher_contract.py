@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, base_env
+from helpers import REPO, base_env
 
 from raydra.records import jobs
 

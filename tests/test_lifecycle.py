@@ -17,8 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import run_dirs, summary_of
-from helpers import STAND_IN_NOTICE, StandInBatchSystem, composed
+from helpers import STAND_IN_NOTICE, StandInBatchSystem, composed, run_dirs, summary_of
 from omegaconf import OmegaConf
 
 from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, bare_trainer, run_dirs, summary_of
-from helpers import raydra_train, tensorboard_of
+from helpers import REPO, bare_trainer, raydra_train, run_dirs, summary_of, tensorboard_of
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf, open_dict

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, base_env, run_dirs, run_train, summary_of
-from helpers import held_at_last_epoch, running_best, tensorboard_of
+from helpers import REPO, base_env, held_at_last_epoch, run_dirs, run_train, running_best, summary_of, tensorboard_of
 
 from raydra.worker.checkpoint_report import LocalCheckpoints
 

@@ -10,15 +10,26 @@ import math
 
 import psutil
 import pytest
-from conftest import cluster_of_nodes, summary_of
-from helpers import EPOCHS, RUN, epochs_with_val, node_of, resumed_at, start_train, victim_node, wait_for_checkpoint, worker_pids
+from helpers import (
+    EPOCHS,
+    RUN,
+    cluster_of_nodes,
+    epochs_with_val,
+    node_of,
+    resumed_at,
+    start_train,
+    summary_of,
+    victim_node,
+    wait_for_checkpoint,
+    worker_pids,
+)
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
 def cluster(monkeypatch):
-    """A head node with no CPU and three 1-CPU nodes (conftest.cluster_of_nodes)."""
+    """A head node with no CPU and three 1-CPU nodes (helpers.cluster_of_nodes)."""
     with cluster_of_nodes(monkeypatch, nodes=3, temp_prefix="raym-") as cluster:
         yield cluster
 

@@ -12,8 +12,18 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, SMALL_JOB, base_env, own_local_ray_env, ran_side_by_side, run_dirs, run_train, summary_of
-from helpers import LISTENING, store_address
+from helpers import (
+    LISTENING,
+    REPO,
+    SMALL_JOB,
+    base_env,
+    own_local_ray_env,
+    ran_side_by_side,
+    run_dirs,
+    run_train,
+    store_address,
+    summary_of,
+)
 
 from raydra.records import jobs as jobs_record
 

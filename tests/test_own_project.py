@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, bare_trainer, run_dirs, summary_of
-from helpers import OWN_PROJECT, OWN_PROJECT_QUICK, raydra_train
+from helpers import OWN_PROJECT, OWN_PROJECT_QUICK, REPO, bare_trainer, raydra_train, run_dirs, summary_of
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 from torch.utils.data import DataLoader, TensorDataset

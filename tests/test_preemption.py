@@ -11,8 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import summary_of
-from helpers import EPOCHS, EVERY_STEP, epochs_with_val, logged_steps, resumed_at, start_train, wait_for_checkpoint, worker_pids
+from helpers import EPOCHS, EVERY_STEP, epochs_with_val, logged_steps, resumed_at, start_train, summary_of, wait_for_checkpoint, worker_pids
 
 from raydra.worker.preemption import MAX_CHECK_EVERY
 

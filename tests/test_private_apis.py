@@ -18,7 +18,7 @@ import tempfile
 
 import pytest
 import torch
-from conftest import bare_trainer
+from helpers import bare_trainer
 
 import raydra.private_apis
 from raydra.lightning import pl
@@ -517,7 +517,7 @@ def test_a_train_worker_runs_a_function_on_its_main_thread_sees_its_reports_take
     import subprocess
     import sys
 
-    from conftest import base_env
+    from helpers import base_env
 
     from raydra.cluster.ray_node import free_port
 
@@ -578,7 +578,7 @@ def test_a_trainer_leaves_out_the_helpers_a_run_has_no_use_for_and_keeps_them_ot
     import subprocess
     import sys
 
-    from conftest import own_local_ray_env
+    from helpers import own_local_ray_env
 
     done = subprocess.run([sys.executable, "-c", HELPERS_SCRIPT], capture_output=True, text=True, timeout=300, env=own_local_ray_env())
     assert "HELPERS [[0, 0, 0, 0], [1, 1, 1, 1]]" in done.stdout, done.stdout + done.stderr[-3000:]
@@ -627,7 +627,7 @@ def test_ray_removes_a_jobs_placement_groups_when_its_driver_exits(ray_cluster):
     import subprocess
     import sys
 
-    from conftest import base_env
+    from helpers import base_env
 
     made = subprocess.run(
         [sys.executable, "-c", PLACEMENT_GROUP_OWNER, ray_cluster], capture_output=True, text=True, timeout=120, env=base_env()
@@ -910,7 +910,7 @@ def test_a_lean_local_ray_prestarts_no_idle_workers_and_an_actors_setup_hook_run
     import sys
     import tempfile
 
-    from conftest import base_env
+    from helpers import base_env
 
     (tmp_path / "hook_module.py").write_text("import os\n\ndef hook():\n    os.environ['HOOK_RAN_IN'] = str(os.getpid())\n")
     temp_dir = tempfile.mkdtemp(prefix="rayl-", dir="/tmp")  # Ray's socket paths must stay short
@@ -957,7 +957,7 @@ def test_ray_takes_up_a_token_set_after_its_import_once_told_to_reread():
     import subprocess
     import sys
 
-    from conftest import base_env
+    from helpers import base_env
 
     env = {k: v for k, v in base_env().items() if not k.startswith("RAY_AUTH")}
     done = subprocess.run(

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, S3_ENV, bare_trainer, tiny_vit
-from helpers import make_run
+from helpers import REPO, S3_ENV, bare_trainer, make_run, tiny_vit
 
 import raydra
 from raydra import compare, storage

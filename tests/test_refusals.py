@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_dirs, summary_of
-from helpers import on_a_private_tmpfs
+from helpers import on_a_private_tmpfs, run_dirs, summary_of
 
 import raydra
 from raydra.errors import RaydraError

@@ -9,7 +9,6 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from conftest import run_train, summary_of
 from helpers import (
     EPOCHS,
     EVERY_STEP,
@@ -18,7 +17,9 @@ from helpers import (
     epochs_with_val,
     logged_steps,
     resumed_at,
+    run_train,
     start_train,
+    summary_of,
     tensorboard_of,
     wait_for_checkpoint,
     worker_pids,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, base_env, run_dirs, run_train, summary_of
+from helpers import REPO, base_env, run_dirs, run_train, summary_of
 
 from raydra.cli import main
 
@@ -101,7 +101,7 @@ def _recorded_before_issue_30(tmp_path: Path) -> Path:
     new trainer fields), and a checkpoint of a ViT that was handed plain-dict hyperparameters
     (instantiate(..., _recursive_=False, _convert_="all")), with no record of how it was built."""
     import torch
-    from conftest import bare_trainer
+    from helpers import bare_trainer
     from hydra.utils import instantiate
 
     from raydra.config.schema import TrainerConfig

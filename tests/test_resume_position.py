@@ -2,7 +2,7 @@
 so every batch a restarted fit trains on can be compared with an uninterrupted fit's."""
 
 import torch
-from conftest import bare_trainer
+from helpers import bare_trainer
 from torch.utils.data import DataLoader, TensorDataset
 
 from raydra.data.device_batches import DeviceBatches

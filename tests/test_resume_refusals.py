@@ -11,8 +11,7 @@ import time
 
 import pytest
 import yaml
-from conftest import run_dirs
-from helpers import composed
+from helpers import composed, run_dirs
 from omegaconf import OmegaConf
 
 from raydra.errors import RaydraError

@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from conftest import REPO, base_env, ran_side_by_side, run_dirs, summary_of
+from helpers import REPO, base_env, ran_side_by_side, run_dirs, summary_of
 from omegaconf import OmegaConf
 from probe import seen_per_epoch
 

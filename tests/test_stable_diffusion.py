@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from conftest import bare_trainer, run_dirs, summary_of
+from helpers import bare_trainer, run_dirs, summary_of
 from PIL import Image
 
 from raydra.data.image_captions import ImageCaptionsDataModule

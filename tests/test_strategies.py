@@ -5,7 +5,6 @@ import signal
 
 import pytest
 import torch
-from conftest import run_dirs, run_train, summary_of, tiny_vit
 from helpers import (
     EPOCHS,
     RUN,
@@ -14,7 +13,11 @@ from helpers import (
     digits_test_images,
     epochs_with_val,
     hf_loaded,
+    run_dirs,
+    run_train,
     start_train,
+    summary_of,
+    tiny_vit,
     wait_for_checkpoint,
 )
 

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, base_env, run_train, summary_of
-from helpers import assert_wandb_holds_the_run, resumed_at
+from helpers import REPO, assert_wandb_holds_the_run, base_env, resumed_at, run_train, summary_of
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import SMALL_JOB, ran_side_by_side, run_dirs, run_train, summary_of
+from helpers import SMALL_JOB, ran_side_by_side, run_dirs, run_train, summary_of
 
 
 def _one_batch_of_two(sweeper: tuple, outputs: Path, address: str) -> tuple:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 import torch
-from conftest import bare_trainer, run_dirs, summary_of, tiny_vit
+from helpers import bare_trainer, run_dirs, summary_of, tiny_vit
 from torch.utils.data import DataLoader, TensorDataset
 
 from raydra.lightning import pl

@@ -7,7 +7,7 @@ import time
 
 import pytest
 import yaml
-from conftest import run_dirs, run_train, summary_of
+from helpers import run_dirs, run_train, summary_of
 
 
 @pytest.mark.e2e

@@ -16,8 +16,7 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
-from conftest import run_dirs, run_train, summary_of
-from helpers import RUN, compare
+from helpers import RUN, compare, run_dirs, run_train, summary_of
 
 from raydra.cli import main
 from raydra.run import hang_watch
