@@ -51,7 +51,7 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	  else echo "chromium or chromedriver is missing: sudo apt-get install chromium chromium-driver"; fi; }
 
-# The SLURM tests run a SLURM of their own on this machine (tests/test_slurm.py): Debian's daemons,
+# The SLURM tests run a SLURM of their own on this machine (tests/system/test_slurm.py): Debian's daemons,
 # client commands and munge, not started here (the tests start and stop theirs, on free ports).
 slurm:
 	@{ command -v slurmctld && command -v slurmd && command -v sbatch && command -v munged; } >/dev/null 2>&1 || { \

@@ -15,7 +15,7 @@ shape, AdamW (lr 1e-3, weight decay 0.01) at a constant rate, no dropout or labe
 raydra's side sets `model.conv_stem=[]`: model/vit.yaml's default stem (two 3x3 convolutions at
 full resolution, for digits) has no counterpart in the plain loop. The H200 figures of 2026-11-27
 were taken with the stem on raydra's side, a larger model than the plain loop's
-(tests/test_gpu_suite.py now compares the two sides' weights).
+(tests/package/test_gpu_suite.py now compares the two sides' weights).
 """
 
 import argparse

@@ -77,7 +77,7 @@ INSTALL_S = 4
 def gpu_test_files() -> list:
     """The test files that hold gpu-marked tests: running only these keeps a module that imports a
     package the GPU machine lacks (moto, mlflow, selenium) from failing the collection."""
-    return sorted(f"tests/{p.name}" for p in (REPO / "tests").glob("test_*.py") if "pytest.mark.gpu" in p.read_text())
+    return sorted(p.relative_to(REPO).as_posix() for p in (REPO / "tests").rglob("test_*.py") if "pytest.mark.gpu" in p.read_text())
 
 
 VIT_IMPORTS = ["torch", "transformers", "raydra.worker.throughput", "ray.train", "hydra"]

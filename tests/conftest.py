@@ -81,7 +81,7 @@ def ray_cluster(tmp_path_factory):
 @pytest.fixture(scope="session")
 def reference(ray_cluster, tmp_path_factory) -> dict:
     """The summary of helpers.EVERY_STEP run without faults on the session cluster: what the runs
-    tests/test_reliability.py and tests/test_preemption.py stop, kill and resume must end up
+    tests/system/test_reliability.py and tests/system/test_preemption.py stop, kill and resume must end up
     matching. One run for both modules (~45 s here)."""
     outputs = tmp_path_factory.mktemp("reference")
     done = run_train(*EVERY_STEP, outputs=outputs, address=ray_cluster)

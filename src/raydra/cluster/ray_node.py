@@ -200,7 +200,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     The head of a SLURM allocation's cluster runs under it. scancel's SIGTERM reaches the driver
     as well, which may block leaving a Ray whose GCS is gone until SLURM kills it, before its own
-    clean-up (seen in tests/test_slurm.py: the head's temp dir left in /tmp); this process has
+    clean-up (seen in tests/system/test_slurm.py: the head's temp dir left in /tmp); this process has
     nothing else to do."""
     cmd = list(argv if argv is not None else sys.argv[1:])
     code = Foreground((signal.SIGTERM, signal.SIGINT)).run(cmd)
@@ -231,7 +231,7 @@ def keep_orphans_here() -> None:
     """Make this process the parent of any of its descendants whose own parent exits first (Linux's
     child subreaper), so that they stay in this process's tree. SLURM without cgroups finds a job's
     processes by their parents: a Ray worker whose raylet ends before it (scancel's SIGTERM reaches
-    both at once) would otherwise pass to init and outlive the job (seen in tests/test_slurm.py)."""
+    both at once) would otherwise pass to init and outlive the job (seen in tests/system/test_slurm.py)."""
     import ctypes
     import ctypes.util
 

@@ -130,7 +130,7 @@ def torch_trainer_class(placement_group_cleaner: bool = True, autoscaling_reques
       receive the driver's DataContext; ~3 s of CPU). data.loader=ray_data keeps it.
     - `placement_group_cleaner=False`: the PlacementGroupCleaner, a detached actor that removes
       the worker group's placement group if the controller dies while the driver lives on (Ray
-      itself does not, until the job ends: tests/test_private_apis.py shows it). For a driver
+      itself does not, until the job ends: tests/private_apis/test_private_apis.py shows it). For a driver
       whose process ends with the run, Ray removes the job's placement groups as it ends.
     - `autoscaling_requests=False` (and no datasets): the fixed-size group's resource requests to
       Ray Data's AutoscalingCoordinator, a detached actor the controller creates and waits for

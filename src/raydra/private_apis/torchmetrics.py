@@ -20,7 +20,7 @@ TORCHMETRICS_OPTIONAL_FLAGS = (
 TORCHMETRICS_IMPORTS_MODULE = "torchmetrics.utilities.imports"
 
 
-# What those flags keep from being imported (tests/test_private_apis.py checks that none is).
+# What those flags keep from being imported (tests/private_apis/test_private_apis.py checks that none is).
 TORCHMETRICS_LEAN_LEAVES_OUT = ("transformers", "scipy.signal", "matplotlib")
 
 

@@ -13,11 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import compare, make_run
+from helpers import REPO, compare, make_run
 
 from raydra.cli import main
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture

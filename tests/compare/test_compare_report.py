@@ -9,7 +9,7 @@ import os
 import re
 
 import pytest
-from helpers import compare, make_run
+from helpers import REPO, compare, make_run
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
@@ -103,12 +103,11 @@ def test_every_diagnostic_raydra_logs_is_listed_as_one():
     and self.log's first argument in src/raydra/worker/) are exactly curves.DIAGNOSTIC_METRICS: a new one drawn among the user's
     metrics would be a bug the report's order test cannot see."""
     import ast
-    from pathlib import Path
 
     from raydra.compare.curves import DIAGNOSTIC_METRICS
 
     logged = set()
-    for source in (Path(__file__).parents[1] / "src" / "raydra" / "worker").glob("*.py"):
+    for source in (REPO / "src" / "raydra" / "worker").glob("*.py"):
         for node in ast.walk(ast.parse(source.read_text())):
             if isinstance(node, ast.Dict):
                 names = node.keys

@@ -1,7 +1,7 @@
 """Preemption notices for real: SIGTERM to a RayTrainWorker's process (what a spot node's shutdown
 or a pod eviction sends) saves a checkpoint at the step of the signal and the run restarts from it;
 a grace period too short to finish that save leaves the previous checkpoint the one resumed from.
-No mocks: `python train.py` on the session Ray cluster with 2 CPU workers, as tests/test_reliability.py."""
+No mocks: `python train.py` on the session Ray cluster with 2 CPU workers, as tests/system/test_reliability.py."""
 
 import csv
 import os

@@ -2,18 +2,17 @@
 environment, no module outside raydra.slurm imports it, and a run takes any batch system's stop
 notice the same way. A stand-in system here plays SLURM's part without a SLURM: its notice has
 come before the run starts, so the run trains nothing and ends interrupted with the system's words.
-SLURM's own notice, requeue and cluster are tests/test_slurm.py's, on a real SLURM."""
+SLURM's own notice, requeue and cluster are tests/system/test_slurm.py's, on a real SLURM."""
 
 import ast
 import json
-from pathlib import Path
 
-from helpers import StandInBatchSystem, run_dirs
+from helpers import REPO, StandInBatchSystem, run_dirs
 
 from raydra.cluster import batch_system
 from raydra.slurm import SYSTEM as SLURM
 
-SRC = Path(__file__).parent.parent / "src" / "raydra"
+SRC = REPO / "src" / "raydra"
 
 
 def test_slurm_is_found_by_its_entry_point_and_by_the_jobs_environment():

@@ -8,13 +8,13 @@ import dataclasses
 import re
 from pathlib import Path
 
+from helpers import REPO
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from raydra.config import schema
 from raydra.entry import CONF_DIR
 
-REPO = Path(__file__).resolve().parents[1]
 schema.register_schemas()
 
 

@@ -212,7 +212,7 @@ def test_a_submitted_run_meets_its_time_limit_checkpoints_requeues_and_trains_ev
     summary = summary_of(run_dir)
     assert summary["status"] == "completed", said
     assert summary["epochs_completed"] == epochs and summary["slurm"]["restarts"] == 1
-    # Watched for hangs on SLURM too: the requeued job's deadlines are on record (tests/test_watchdog.py).
+    # Watched for hangs on SLURM too: the requeued job's deadlines are on record (tests/run/test_watchdog.py).
     assert summary["watchdog"]["deadlines_s"]["train"] >= 90.0 and not summary["hangs"]
     (attempt,) = summary["resumed"]
     assert attempt["from_status"] == "interrupted"

@@ -1,4 +1,4 @@
-"""raydra.storage on local paths: the same calls serve URIs through pyarrow (tests/test_cluster_storage.py
+"""raydra.storage on local paths: the same calls serve URIs through pyarrow (tests/system/test_cluster_storage.py
 runs them against an S3 server)."""
 
 import os

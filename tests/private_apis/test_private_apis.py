@@ -18,7 +18,7 @@ import tempfile
 
 import pytest
 import torch
-from helpers import bare_trainer
+from helpers import REPO, bare_trainer
 
 import raydra.private_apis
 from raydra.lightning import pl
@@ -418,7 +418,7 @@ def test_ray_train_sets_up_the_process_group_through_raydras_backend_whose_store
     backend), which builds the backend from the config's class and starts it on each worker group
     through the group's execute methods; the backend's own part, rank 0's store served on the
     socket it bound, listens on that address alone (torch's env:// store: on every interface, `::`),
-    and the process group works over it. tests/test_multirun.py and test_train_e2e.py check the
+    and the process group works over it. tests/system/test_multirun.py and test_train_e2e.py check the
     store's address in real runs."""
     import psutil
     import ray.train
@@ -841,11 +841,10 @@ def test_installed_versions_are_inside_the_caps_this_file_was_run_against(packag
     file passed with; an install outside the caps means nobody has run it against that version."""
     import tomllib
     from importlib import metadata
-    from pathlib import Path
 
     from packaging.requirements import Requirement
 
-    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     requirements = {Requirement(r).name.lower(): Requirement(r) for r in project["dependencies"]}
     requirement = requirements[package]
     assert any(spec.operator == "<" for spec in requirement.specifier), f"{package} has no upper bound"

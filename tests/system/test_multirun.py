@@ -122,7 +122,7 @@ def test_the_basic_launcher_still_runs_jobs_one_after_another_in_one_process(tmp
     summaries = [summary_of(p) for p in jobs]
     assert [s["epochs_completed"] for s in summaries] == [1, 2]
     assert all(s["status"] == "completed" for s in summaries)
-    # Each multirun job was watched for hangs: its deadlines are on record (tests/test_watchdog.py).
+    # Each multirun job was watched for hangs: its deadlines are on record (tests/run/test_watchdog.py).
     assert all(s["watchdog"]["deadlines_s"]["train"] >= 90.0 and not s["hangs"] for s in summaries)
     assert _when(summaries[1], "started_at") >= _when(summaries[0], "finished_at")
     # The second job's start-up counts from the first's end, not from the process's launch.

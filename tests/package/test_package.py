@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 # What a build never needs from the tree (and what it would write beside the sources).
 NOT_SOURCES = shutil.ignore_patterns(
     ".git", ".venv", "outputs", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache", "wandb"

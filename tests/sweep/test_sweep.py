@@ -187,7 +187,7 @@ def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_b
     for summary in trials.values():
         if summary["status"] == "stopped":
             assert summary["epochs_completed"] < 3 and "val/acc" in summary["metrics"]["final"]
-        else:  # a Tune trial was watched for hangs: its deadlines are on record (tests/test_watchdog.py)
+        else:  # a Tune trial was watched for hangs: its deadlines are on record (tests/run/test_watchdog.py)
             assert summary["watchdog"]["deadlines_s"]["train"] >= 90.0 and not summary["hangs"]
     # Trials ran side by side: two trials' lifetimes overlap.
     spans = sorted((s["started_at"], s["finished_at"]) for s in trials.values())
