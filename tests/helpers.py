@@ -335,6 +335,38 @@ def node_of(cluster, pid: int):
     raise AssertionError(f"process {pid} belongs to no node of the test cluster")
 
 
+def lose_a_worker_node(cluster, driver: subprocess.Popen, outputs: Path, while_it_trains=None) -> Tuple[Path, list, set]:
+    """Once the run `driver` started under `outputs` has registered a checkpoint, remove a node that
+    holds one of its workers but not Ray Train's controller (victim_node), without grace, and wait
+    for the driver, which must end with 0. `while_it_trains(workers, nodes)` checks the run before
+    the loss. Returns (the run dir, the first workers' pids, the nodes they ran on)."""
+    try:
+        run_dir = wait_for_checkpoint(outputs, driver)
+        first_workers = worker_pids(run_dir)
+        nodes = {node_of(cluster, pid) for pid in first_workers}
+        if while_it_trains is not None:
+            while_it_trains(first_workers, nodes)
+        cluster.remove_node(victim_node(cluster, run_dir, nodes), allow_graceful=False)
+        out, _ = driver.communicate(timeout=400)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 0, out
+    return run_dir, first_workers, nodes
+
+
+def steps_per_epoch(world_size: int) -> int:
+    """Optimizer steps an epoch of RUN's digits on `world_size` workers (DistributedSampler pads the shards)."""
+    import math
+
+    from raydra.data.digits import DigitsDataModule
+
+    data = DigitsDataModule()
+    data.setup()
+    per_worker = math.ceil(len(data.splits["train"]) / world_size)
+    return math.ceil(per_worker / (data.hparams.batch_size // world_size))
+
+
 # ---------------------------------------------------------------------------------------------
 # Waiting on a run as it trains
 

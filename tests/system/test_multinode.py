@@ -6,7 +6,6 @@ the shared storage every node reaches, as `paths.outputs` must be on a real clus
 """
 
 import contextlib
-import math
 
 import psutil
 import pytest
@@ -15,12 +14,11 @@ from helpers import (
     RUN,
     cluster_of_nodes,
     epochs_with_val,
-    node_of,
+    lose_a_worker_node,
     resumed_at,
     start_train,
+    steps_per_epoch,
     summary_of,
-    victim_node,
-    wait_for_checkpoint,
     worker_pids,
 )
 
@@ -45,30 +43,21 @@ def test_a_spread_run_survives_losing_a_node_that_holds_a_worker(cluster, tmp_pa
         address=cluster.address,
         env={"RAY_AUTH_MODE": "disabled"},
     )
-    try:
-        run_dir = wait_for_checkpoint(tmp_path, driver)
-        first_workers = worker_pids(run_dir)
-        nodes = {node_of(cluster, pid) for pid in first_workers}
+
+    def while_it_trains(first_workers, nodes):
         # SPREAD: the two workers run on two different nodes.
         assert len(first_workers) == 2 and len(nodes) == 2 and cluster.head_node not in nodes
         # On several nodes a drain can take some workers and leave the driver: Ray Train's
         # preemption watcher runs (raydra leaves it out only on a one-node cluster, test_cluster).
         assert _actor_process_running(cluster, "PreemptionWatcher")
 
-        # Remove a node holding a worker, but not the one the run's controller lives on: losing the
-        # controller ends the run whatever max_failures says (Ray restarts workers, not its controller).
-        victim = victim_node(cluster, run_dir, nodes)
-        cluster.remove_node(victim, allow_graceful=False)
-
-        out, _ = driver.communicate(timeout=400)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-    assert driver.returncode == 0, out
+    # Remove a node holding a worker, but not the one the run's controller lives on: losing the
+    # controller ends the run whatever max_failures says (Ray restarts workers, not its controller).
+    run_dir, first_workers, _ = lose_a_worker_node(cluster, driver, tmp_path, while_it_trains)
 
     summary = summary_of(run_dir)
     assert summary["status"] == "completed" and summary["world_size"] == 2
-    assert summary["epochs_completed"] == EPOCHS and summary["global_step"] == EPOCHS * _steps_per_epoch()
+    assert summary["epochs_completed"] == EPOCHS and summary["global_step"] == EPOCHS * steps_per_epoch(2)
     assert epochs_with_val(run_dir) == list(range(EPOCHS))
     # A new worker group, on the two nodes left, continuing from a checkpoint rather than from scratch.
     restarted = [pid for pid in worker_pids(run_dir) if pid not in first_workers]
@@ -86,13 +75,3 @@ def _actor_process_running(cluster, class_name: str) -> bool:
                 if f"ray::{class_name}" in " ".join(process.cmdline()):
                     return True
     return False
-
-
-def _steps_per_epoch() -> int:
-    """Optimizer steps per epoch of RUN's digits on 2 workers (DistributedSampler pads the shards)."""
-    from raydra.data.digits import DigitsDataModule
-
-    data = DigitsDataModule()
-    data.setup()
-    per_worker = math.ceil(len(data.splits["train"]) / 2)
-    return math.ceil(per_worker / (data.hparams.batch_size // 2))

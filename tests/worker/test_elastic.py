@@ -15,13 +15,11 @@ from helpers import (
     composed,
     epochs_with_val,
     logged_steps,
-    node_of,
+    lose_a_worker_node,
     run_train,
     start_train,
+    steps_per_epoch,
     summary_of,
-    victim_node,
-    wait_for_checkpoint,
-    worker_pids,
 )
 from omegaconf import OmegaConf
 from probe import seen_per_epoch
@@ -114,22 +112,14 @@ def test_a_resize_inside_an_epoch_skips_exactly_the_batches_trained_on_the_old_s
     """Checkpoints every 25 of an epoch's 40 steps: the node goes after one inside an epoch, and the
     1-worker group skips the batches the 2 workers trained, so every step is trained once."""
     epochs, every = 8, 25
-    per_epoch = _steps_per_epoch(2)
-    assert _steps_per_epoch(1) == per_epoch  # the same global batches an epoch on either size
+    per_epoch = steps_per_epoch(2)
+    assert steps_per_epoch(1) == per_epoch  # the same global batches an epoch on either size
     driver = start_train(
         "experiment=vit_digits_smoke", f"trainer.max_epochs={epochs}", "trainer.test=false", "checkpoint.num_to_keep=1",
         f"checkpoint.every_n_steps={every}", *ELASTIC, "model._target_=tests.probe.RecordingViT",
         outputs=tmp_path, address=cluster.address, env=NO_AUTH,
     )  # fmt: skip
-    try:
-        run_dir = wait_for_checkpoint(tmp_path, driver)
-        nodes = {node_of(cluster, pid) for pid in worker_pids(run_dir)}
-        cluster.remove_node(victim_node(cluster, run_dir, nodes), allow_graceful=False)
-        out, _ = driver.communicate(timeout=400)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-    assert driver.returncode == 0, out
+    run_dir, _, _ = lose_a_worker_node(cluster, driver, tmp_path)
 
     summary = summary_of(run_dir)
     (resize,) = summary["resizes"]
@@ -151,15 +141,3 @@ def test_a_resize_inside_an_epoch_skips_exactly_the_batches_trained_on_the_old_s
     whole = after[resize["epoch"] + 1][0]
     assert len(whole) == len(set(whole)) and Counter(trained) == Counter(whole)
     assert all(Counter(after[e][0]) == Counter(whole) for e in range(resize["epoch"] + 1, epochs))
-
-
-def _steps_per_epoch(world_size: int) -> int:
-    """Optimizer steps an epoch of RUN's digits on `world_size` workers (DistributedSampler pads the shards)."""
-    import math
-
-    from raydra.data.digits import DigitsDataModule
-
-    data = DigitsDataModule()
-    data.setup()
-    per_worker = math.ceil(len(data.splits["train"]) / world_size)
-    return math.ceil(per_worker / (data.hparams.batch_size // world_size))
