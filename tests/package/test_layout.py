@@ -184,6 +184,17 @@ def test_no_modules_import_each_other_in_a_circle_as_they_are_imported():
     )
 
 
+def test_test_files_sit_in_their_packages_folder_or_in_package_or_system():
+    """tests/ mirrors src/raydra: a test file sits in tests/<package>/, tests/package/ (the top-level
+    modules and the package whole) or tests/system/ (tests that need real outside parts throughout)."""
+    folders = {path.name for path in SRC.iterdir() if (path / "__init__.py").is_file()} | {"package", "system"}
+    tests = REPO / "tests"
+    misplaced = sorted(
+        str(path.relative_to(tests)) for path in tests.rglob("test_*.py") if path.parent.parent != tests or path.parent.name not in folders
+    )
+    assert not misplaced, f"test files outside tests/<package>/, tests/package/ and tests/system/: {misplaced}"
+
+
 def test_the_checks_find_an_upward_import_a_cycle_and_a_module_in_no_layer(tmp_path):
     """The checks above on a made-up package: an empty answer must mean a clean tree, not a blind check."""
     src = tmp_path / "raydra"
