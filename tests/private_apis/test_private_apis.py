@@ -880,7 +880,7 @@ class Probe:
         return {"pid": os.getpid(), "hook_pid": os.environ.get("HOOK_RAN_IN")}
 
 
-hook_env = {**private_apis.worker_setup_hook_env("hook_module.hook"), "PYTHONPATH": sys.argv[3]}
+hook_env = {**ray_apis.worker_setup_hook_env("hook_module.hook"), "PYTHONPATH": sys.argv[3]}
 seen = ray.get(Probe.options(runtime_env={"env_vars": hook_env}).remote().report.remote())
 # Every address a process of this Ray (the driver's, the GCS, the raylet, its workers and agents) listens on.
 mine = {p.pid for p in [psutil.Process(), *psutil.Process().children(recursive=True)]}
