@@ -195,7 +195,7 @@ def _interrupted(run: RunSequence, reason: str, final: bool = True, hurried: Opt
     checkpoint; `reason` says what stopped it and the command that continues it (raydra.run.lifecycle).
     `final=False`: summary.json alone, at once, as the run directory stands (the final record
     follows once the workers are gone). `hurried`: set by a second stop signal, which ends the wait
-    for a checkpoint being registered. No `place`: a continuation stopped before it took its run
+    for a checkpoint being registered. No `run.place`: a continuation stopped before it took its run
     over, which records nothing."""
     record, place, started = run.record, run.place, run.started
     if place is None:
