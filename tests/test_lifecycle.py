@@ -14,9 +14,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
+import ray.tune
 from conftest import run_dirs, summary_of
 from helpers import STAND_IN_NOTICE, StandInBatchSystem, composed
 from omegaconf import OmegaConf
@@ -29,6 +31,7 @@ from raydra.records import jobs as jobs_record
 from raydra.records import sweep, sync
 from raydra.run import fit, lifecycle
 from raydra.run.lifecycle import Ending, Lifecycle
+from raydra.run.sequence import RunSequence
 from raydra.sweep import tuner
 
 SIGNALLED = "interrupted (Ctrl-C or SIGTERM); continue it with "
@@ -190,6 +193,47 @@ def test_a_run_settles_interrupted_with_its_resume_command_or_failed_with_its_se
         assert done.returncode == 130, done.stdout + done.stderr
         assert (summary["status"], summary["error"]) == ("interrupted", f"{SIGNALLED}resume={run_dir}")
         assert f"continue it with resume={run_dir}" in done.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# The run sequence (raydra.run.sequence): a run and a Tune trial walk the one
+
+
+def _trial_here(monkeypatch, tmp_path, sampled, *overrides):
+    """A sweep's trial as Tune runs it, in this process: Tune's trial context and stop probe stood in."""
+    from raydra.sweep import trial
+
+    monkeypatch.setattr(trial, "tune_stop_probe", lambda: lambda: False)
+    monkeypatch.setattr(ray.tune, "get_context", lambda: SimpleNamespace(get_trial_id=lambda: "ab12c_00000"))
+    sweep = {"dir": str(tmp_path / "sweep"), "storage": None, "id": "the_sweep", "overrides": list(overrides)}
+    trial.run_trial(sampled, tuner._trial_base(composed(*overrides, f"paths.outputs={tmp_path}"), sweep["id"]), sweep)
+
+
+@pytest.mark.parametrize("kind", ["run", "trial"])
+def test_a_check_added_to_the_run_sequence_refuses_a_run_and_a_trial_alike(train_here, monkeypatch, tmp_path, kind):
+    # A trial once walked a copy of the driver's stages: a check added to one was missed by the other.
+    refusal = "a check of the run sequence refused this run."
+    walked = []
+    prepare = RunSequence.prepare
+
+    def refusing_start(self, prepared, **how):
+        walked.append(("start", how["kind"], Path(self.record.run_dir)))
+        raise RaydraError(refusal)
+
+    monkeypatch.setattr(RunSequence, "prepare", lambda self, invocation: walked.append("prepare") or prepare(self, invocation))
+    monkeypatch.setattr(RunSequence, "start", refusing_start)
+    monkeypatch.setattr(fit, "fit_and_record", lambda *args, **kwargs: pytest.fail("a refused run reached the fit"))
+    if kind == "run":
+        done = train_here("experiment=vit_digits_smoke", "logger=csv", "scale.num_workers=0", outputs=tmp_path)
+        assert done.returncode == 1 and f"error: {refusal}" in done.stdout, done.stdout + done.stderr
+        (run_dir,) = run_dirs(tmp_path)
+    else:
+        with pytest.raises(RaydraError, match=refusal):
+            _trial_here(monkeypatch, tmp_path, {"seed": 7}, "experiment=vit_digits_smoke", "logger=csv", "scale.num_workers=1")
+        run_dir = tmp_path / "sweep" / "trials" / "ab12c_00000"
+    # The same stages, to the check; the refusal recorded failed by the sequence, where the run is.
+    assert walked == ["prepare", ("start", kind, run_dir)]
+    assert (summary_of(run_dir)["status"], summary_of(run_dir)["error"]) == ("failed", refusal)
 
 
 # ---------------------------------------------------------------------------------------------
