@@ -1,0 +1,150 @@
+"""Hydra multirun jobs side by side on the Ray cluster: what `python train.py -m ...` runs, and what
+`hydra/launcher=raydra` runs for any Hydra app.
+
+Every job runs through Hydra's own run_job in a process of its own (raydra.multirun.job), so it is
+exactly the job Hydra's basic launcher would run: MULTIRUN mode, its number, its directory, its
+.hydra/ files, the user's Hydra callbacks and resolvers, its JobReturn. Where it runs depends on
+what the job is:
+
+- a raydra run (the multirun's task function is raydra's entry): the job is the run's driver, a
+  process on this machine forked from a server with the imports done (raydra.multirun.job_process); its
+  workers take the resources its own `scale` asks of the cluster. Before any job starts, every job
+  is checked as a single run would be (schema, cluster resources); the multirun ends with the
+  table `raydra compare <sweep dir>` prints, and its jobs share one W&B group.
+- any other app's job: a Ray task on the cluster holding hydra.launcher.cpus_per_job CPUs (1 by
+  default; gpus_per_job, resources_per_job), spread over the cluster's nodes, in a Ray worker process
+  of its own.
+
+As many jobs run side by side as the cluster holds (or hydra.launcher.max_concurrent), the rest
+queue in order. <sweep dir>/jobs.json records every job's overrides, directory and outcome as the
+multirun goes; `hydra.launcher.resume=true` with the same command and hydra.sweep.dir continues a
+multirun that was stopped: completed jobs are kept, the others run again in their own directories
+(a raydra run continues from its last checkpoint).
+
+The launcher's parts, in the order a multirun meets them: raydra.multirun.admission (what may run,
+before any job starts), raydra.multirun.scheduling (the queue; starting, watching and stopping the
+jobs) and raydra.multirun.outcome (each job's outcome, jobs.json, the closing report); the job
+itself is raydra.multirun.job.Job. This module holds the multirun, the lifecycle around its jobs,
+and what the Hydra plugin calls.
+"""
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, List, Optional
+
+from omegaconf import OmegaConf
+
+from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
+from raydra.multirun import admission, outcome, scheduling
+from raydra.multirun.job import Job, JobFailed
+from raydra.records.envelope import Status
+from raydra.records.jobs import JobsRecord
+from raydra.records.layout import MULTIRUN_CONFIG
+from raydra.redact import redact, redact_yaml
+from raydra.run.lifecycle import COMPLETED, FAILED, Ending, Lifecycle
+
+log = logging.getLogger("raydra")
+
+
+@dataclass
+class Multirun:
+    sweep_dir: Path
+    settings: RaydraLauncherConf  # hydra.launcher.*, each explained there
+    # The jobs are runs of raydra's own command (train.py, `raydra train`), not another app's.
+    raydra_runs: bool
+    # The first batch of this multirun (a sweeper launches several); a record already in the sweep
+    # directory then belongs to an earlier multirun.
+    first_batch: bool = True
+    # The multirun's overrides as typed (its hydra.overrides.task and .hydra): the command to continue it.
+    typed: List[str] = field(default_factory=list)
+    # jobs.json as this batch writes it: this multirun's earlier batches' record, the record of the
+    # multirun it resumes, or a new one (admission._take_over_record).
+    record: Optional[JobsRecord] = None
+    # Whether this batch wrote jobs.json yet: until then a refusal leaves the file as it was.
+    written: bool = False
+
+
+def run_jobs(multirun: Multirun, jobs: List[Job]) -> List[Job]:
+    """Run a multirun's `jobs` (composed by the plugin, each with its payload) side by side, each in its
+    own process; returns them with their outcome.
+    Raises RaydraError, before any job starts, if one of them cannot run."""
+    # Hydra's sweeper wrote the multirun's config before this batch came: a secret the command
+    # carries is there three times (its config, hydra.overrides, override_dirname).
+    redact_yaml(multirun.sweep_dir / MULTIRUN_CONFIG)
+    if not jobs:
+        return jobs
+    # Lines name a job by what sets it apart: the overrides all jobs share are said once. Masked
+    # here, where the words are chosen: a line goes on after them (`#1 (...) cannot run, ...`),
+    # and the filter on the console cannot tell where an override's value ends.
+    common = admission.shared(jobs)
+    for job in jobs:
+        job.shown = [redact(o) for o in job.overrides if o not in common]
+    started = time.time()
+    life: Lifecycle
+
+    def settle(ending: Ending) -> None:
+        """jobs.json as the multirun ended: every job's outcome, and the multirun's. A multirun
+        stopped or refused before it wrote its record leaves the directory's record as it was."""
+        if ending.status == FAILED:
+            log.error(f"error: {ending.reason}")
+        if not multirun.written:
+            return
+        for job in jobs:
+            if job.status == Status.QUEUED:
+                job.status, job.error = Status.NOT_STARTED, "the multirun stopped before it started"
+        base = multirun.record or JobsRecord.started()
+        if ending.status == COMPLETED and life.notice.noticed():
+            # The notice stops the multirun without an exception: its jobs end interrupted, the
+            # queued ones never start.
+            multirun.record = base.interrupted(life.reason(), started)
+        elif ending.status == COMPLETED:
+            multirun.record = base.completed(started)
+        else:
+            multirun.record = base.settled(ending, started)
+        outcome.record(multirun, jobs)
+
+    with outcome.console(multirun.sweep_dir):
+        try:
+            with Lifecycle(settle, continue_with=lambda: outcome.how_to_continue(multirun)) as life:
+                admission.prepare(multirun, jobs, life)
+                # A raydra multirun's connect took them already; another app's jobs' Ray was joined
+                # without it (or none is, when every job was kept).
+                life.take_stop_signals()
+                scheduling.schedule(multirun, jobs, life)
+                scheduling.join_processes(jobs)
+        finally:
+            if not multirun.raydra_runs:
+                admission.leave_joined_cluster()
+    return jobs
+
+
+def job_return(job: Job) -> Any:
+    """The job's JobReturn for Hydra (its sweeper reads the return values): the one its run_job
+    returned; for a raydra run that failed, its one sentence as a compact error; for a job that
+    returned none (killed, not started, kept from before), one built from its config."""
+    from hydra.core.utils import JobReturn, JobStatus
+
+    if job.returned is not None and not (job.status != Status.COMPLETED and job.returned.status == JobStatus.COMPLETED):
+        ret = job.returned
+        if ret.status == JobStatus.FAILED and job.error and job.monitor is not None:
+            # A raydra run's failure is in its summary.json as one sentence (its worker's log holds
+            # the trace): Hydra prints that, not a traceback.
+            failure = JobFailed(f"multirun job {job.label} {job.status}: {job.error}; its directory: {job.dir}")
+            failure.__cause__ = ret._return_value if isinstance(ret._return_value, BaseException) else None
+            ret.return_value = failure
+        return ret
+    ret = JobReturn(
+        overrides=job.overrides,
+        cfg=OmegaConf.masked_copy(job.cfg, [k for k in job.cfg if k != "hydra"]),
+        hydra_cfg=OmegaConf.masked_copy(job.cfg, ["hydra"]),
+        working_dir=str(job.dir),
+        task_name=str(job.cfg.hydra.job.name),
+    )
+    if job.status in (Status.COMPLETED, Status.KEPT):
+        ret.status, ret.return_value = JobStatus.COMPLETED, job.value if job.status == Status.KEPT else job.metric
+    else:
+        ret.status = JobStatus.FAILED
+        ret.return_value = JobFailed(f"multirun job {job.label} {job.status}: {job.error}; its directory: {job.dir}")
+    return ret
