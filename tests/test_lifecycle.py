@@ -26,7 +26,8 @@ from omegaconf import OmegaConf
 from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
 from raydra.cluster import batch_system, ray_cluster
 from raydra.errors import RaydraError
-from raydra.multirun import launcher
+from raydra.multirun import admission, launcher, outcome, scheduling
+from raydra.multirun.job import Job
 from raydra.records import jobs as jobs_record
 from raydra.records import sweep, sync
 from raydra.run import fit, lifecycle
@@ -282,13 +283,13 @@ def test_a_sweep_settles_interrupted_with_its_tune_resume_command_or_failed_with
 
 
 def _multirun(tmp_path, monkeypatch, work=None):
-    monkeypatch.setattr(launcher, "_prepare_app_jobs", lambda multirun, jobs: [setattr(job, "share", 1.0) for job in jobs])
-    monkeypatch.setattr(launcher, "_leave_joined_cluster", lambda: None)
+    monkeypatch.setattr(admission, "_prepare_app_jobs", lambda multirun, jobs: [setattr(job, "share", 1.0) for job in jobs])
+    monkeypatch.setattr(admission, "leave_joined_cluster", lambda: None)
     if work is not None:
-        monkeypatch.setattr(launcher, "_start", work)
+        monkeypatch.setattr(scheduling, "_start", work)
     monkeypatch.setattr(sys, "argv", ["app.py"])
     multirun = launcher.Multirun(sweep_dir=tmp_path / "m", settings=RaydraLauncherConf(), raydra_runs=False, typed=["x=1,2"])
-    jobs = [launcher.Job(num=n, overrides=[f"x={n + 1}"], cfg=OmegaConf.create({}), dir=tmp_path / "m" / str(n)) for n in range(2)]
+    jobs = [Job(num=n, overrides=[f"x={n + 1}"], cfg=OmegaConf.create({}), dir=tmp_path / "m" / str(n)) for n in range(2)]
     return multirun, jobs
 
 
@@ -305,7 +306,7 @@ def test_a_multirun_settles_interrupted_with_its_continue_command_or_failed_with
     if stop == "error":
         assert (record.status, record.error) == ("failed", "RuntimeError: a job broke")
     else:
-        assert (record.status, record.error) == ("interrupted", SIGNALLED + launcher.continue_command(multirun))
+        assert (record.status, record.error) == ("interrupted", SIGNALLED + outcome.continue_command(multirun))
         assert record.error.endswith(f"hydra.sweep.dir={multirun.sweep_dir} hydra.launcher.resume=true")
     assert signal.getsignal(signal.SIGTERM) is sigterm_unhandled_fails
 
@@ -317,13 +318,15 @@ def test_the_notice_passes_to_a_multiruns_jobs_and_ends_it_interrupted_with_no_j
     record = jobs_record.read(multirun.sweep_dir)
     assert stand_in.acted == [False]  # no job was running: nothing for a requeue to continue
     assert [record.job(n).status for n in (0, 1)] == ["not started", "not started"]
-    assert (record.status, record.error) == ("interrupted", f"{NOTICE_WORDS}; continue it with {launcher.continue_command(multirun)}")
+    assert (record.status, record.error) == ("interrupted", f"{NOTICE_WORDS}; continue it with {outcome.continue_command(multirun)}")
 
 
 def test_the_lifecycle_module_is_the_one_that_connects_and_takes_the_stop_signals_and_notice():
-    # A new stop signal or notice is added in one place: the three callers reach none of them directly.
+    # A new stop signal or notice is added in one place: the three callers (the launcher's modules
+    # each) reach none of them directly.
     src = Path(lifecycle.__file__).parents[1]
-    for caller in ("run/driver.py", "multirun/launcher.py", "sweep/tuner.py"):
+    launcher_parts = [f"multirun/{name}.py" for name in ("launcher", "admission", "scheduling", "outcome")]
+    for caller in ("run/driver.py", *launcher_parts, "sweep/tuner.py"):
         text = (src / caller).read_text()
         assert "sigterm_interrupts" not in text and "batch_system.notice()" not in text, caller
         assert "connect(\n" not in text.replace("life.connect(", ""), caller
