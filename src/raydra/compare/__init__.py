@@ -9,8 +9,7 @@ only by the functions that need them.
 
 from raydra.compare.curves import render_curves, write_plots
 from raydra.compare.groups import aggregate, render_groups
-from raydra.compare.report import render_html
-from raydra.compare.runs import (
+from raydra.compare.recorded_run import (
     RecordedRun,
     collect,
     config_source,
@@ -22,6 +21,7 @@ from raydra.compare.runs import (
     run_dirs_in,
     runs_below,
 )
+from raydra.compare.report import render_html
 from raydra.compare.show import show_text
 from raydra.compare.table import RENDERERS, build_table, choose_metrics, differing_keys, has_tags, render_table, table_columns
 

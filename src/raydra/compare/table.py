@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from raydra.compare.runs import TAGS_KEY, RecordedRun, config_text, number, read_curves, status_text
+from raydra.compare.recorded_run import TAGS_KEY, RecordedRun, config_text, number, read_curves, status_text
 from raydra.config.keys import ABSENT
 
 FIXED_COLUMNS = ("status", "wall_s", "samples/s")
