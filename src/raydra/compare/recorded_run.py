@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from raydra.config.keys import ABSENT, flatten
+from raydra.errors import whole_message
 from raydra.records import layout
 from raydra.records.envelope import RecordError
 from raydra.records.summary import Checkpoints, RunRecord
@@ -152,7 +153,7 @@ def list_remote(uri: str, want: str = "a run or sweep directory") -> Tuple[Optio
         infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
     except (OSError, ValueError) as error:  # pyarrow: OSError from the store, ArrowInvalid (a ValueError) for the URI
         return None, (
-            f"cannot be read ({one_line(error)}); check the URI, its endpoint and the credentials "
+            f"cannot be read ({whole_message(error)}); check the URI, its endpoint and the credentials "
             "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for s3://)"
         )
     return sorted(i.path[len(root) :] for i in infos if i.type == pafs.FileType.File and i.path.startswith(root)), ""
@@ -235,7 +236,7 @@ def fetch_records(runs: Dict[str, List[str]], notes: List[str]) -> Dict[str, str
         try:
             fetched[uri] = future.result()
         except (OSError, ValueError) as error:
-            notes.append(f"{uri} could not be downloaded ({one_line(error)}); it is left out. Check the storage and run again.")
+            notes.append(f"{uri} could not be downloaded ({whole_message(error)}); it is left out. Check the storage and run again.")
     return fetched
 
 
@@ -311,10 +312,6 @@ def find_run_dirs(paths: List[str], notes: List[str], listings: Optional[Dict[st
     return list(found.values())
 
 
-def one_line(error: Exception) -> str:
-    return " ".join(str(error).split())[:200]
-
-
 def read_yaml(path: Path, kind: type, notes: List[str], shown: Optional[str] = None) -> Any:
     """`shown`: how notes name the file (its URI, for a run in storage)."""
     shown = shown or str(path)
@@ -323,7 +320,7 @@ def read_yaml(path: Path, kind: type, notes: List[str], shown: Optional[str] = N
     try:
         data = yaml.load(path.read_text(), Loader=YAML_LOADER)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-        notes.append(f"{shown} is not readable YAML ({one_line(error)}); the run is shown without it.")
+        notes.append(f"{shown} is not readable YAML ({whole_message(error)}); the run is shown without it.")
         return None
     if data is None:  # an empty file: no overrides, or an empty config
         return kind()
@@ -347,7 +344,9 @@ def load_run(run_dir: str, notes: List[str], source: Optional[str] = None, listi
             data = json.loads(path.read_text())
             run.record = RunRecord.from_dict(data)
         except (OSError, ValueError, RecordError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            notes.append(f"{run.where(layout.SUMMARY)} is corrupt ({one_line(error)}); the run is listed as unknown. Rewrite or delete it.")
+            notes.append(
+                f"{run.where(layout.SUMMARY)} is corrupt ({whole_message(error)}); the run is listed as unknown. Rewrite or delete it."
+            )
             run.status = CORRUPT_SUMMARY
         else:
             # As written: a status that is missing or no string reads as the record's default,
@@ -554,7 +553,7 @@ def read_curves(run: RecordedRun, notes: List[str]) -> Dict[str, List[Tuple[Opti
                     if value is not None:
                         points.append((step, epoch, value))
     except (OSError, UnicodeDecodeError, csv.Error) as error:
-        notes.append(f"{run.where(layout.METRICS)} is not readable CSV ({one_line(error)}); its curves are left out.")
+        notes.append(f"{run.where(layout.METRICS)} is not readable CSV ({whole_message(error)}); its curves are left out.")
     return run.curves
 
 
