@@ -92,9 +92,9 @@ class RecordedRun:
         """Where a path summary.json names is now, and whether it is there (None: in storage beyond
         this run, not checked, as that would cost a request per file)."""
         if self.listing is None:
-            recorded = self.record.resolve(recorded, self.dir) if self.record else recorded
+            recorded = self.record.whole_path(recorded, self.dir) if self.record else recorded
             return (recorded, None) if is_uri(recorded) else (str(Path(recorded)), Path(recorded).exists())
-        location = self.record.resolve(recorded, self.source) if self.record else recorded
+        location = self.record.whole_path(recorded, self.source) if self.record else recorded
         base = self.source.split("?")[0].rstrip("/") + "/"
         if location.split("?")[0].startswith(base):
             return location, self.has(location.split("?")[0][len(base) :])
