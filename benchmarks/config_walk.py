@@ -32,7 +32,16 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "raydra"
 
 LAYERS = [
     ("raydra.entry", "raydra.cli", "raydra.__main__"),
-    ("raydra.sweep", "raydra.multirun.launcher", "raydra.multirun.job", "raydra.multirun.job_process", "raydra.rerun"),
+    (
+        "raydra.sweep",
+        "raydra.multirun.launcher",
+        "raydra.multirun.admission",
+        "raydra.multirun.scheduling",
+        "raydra.multirun.outcome",
+        "raydra.multirun.job",
+        "raydra.multirun.job_process",
+        "raydra.rerun",
+    ),
     ("raydra.run.driver",),
     ("raydra.run.fit",),
     ("raydra.worker",),

@@ -1,9 +1,9 @@
 """The one exception type raydra raises for mistakes a user can fix, and the translation of other
-errors into one sentence: a failed worker's own exception (one_line), a RaydraError or a known user
-mistake wrapped in Ray's failure report (user_error), a refused storage write (storage_error,
-storage_failure), a full disk (out_of_space), a path that cannot be written before anything was
-(unwritable), a config file that is not YAML (yaml_error), an override Hydra's grammar cannot read
-(override_error)."""
+errors into one sentence: a failed worker's own exception (one_line), a reader's message about a
+file (whole_message), a RaydraError or a known user mistake wrapped in Ray's failure report
+(user_error), a refused storage write (storage_error, storage_failure), a full disk (out_of_space),
+a path that cannot be written before anything was (unwritable), a config file that is not YAML
+(yaml_error), an override Hydra's grammar cannot read (override_error)."""
 
 import errno
 import os
@@ -117,6 +117,13 @@ def one_line(error: BaseException) -> str:
             f"worker {rank}: {(raised[-1] if raised else _first_line(failures[rank]))[:400]} (the whole trace is in logs/worker_{rank}.log)"
         )
     return _first_line(error)
+
+
+def whole_message(error: BaseException) -> str:
+    """The error's message, every line of it joined into one, cut at 200 characters: for a note about a
+    file, whose reader (YAML's, JSON's, CSV's, pyarrow's) says where and what after its first line,
+    which one_line keeps alone."""
+    return " ".join(str(error).split())[:200]
 
 
 def _first_line(error: BaseException) -> str:

@@ -183,7 +183,8 @@ def test_failed_running_corrupt_and_bad_paths_are_reported_and_the_table_still_p
     )
     assert any(str(not_a_run) in line and "is not a run or sweep directory" in line for line in err_lines)
     assert any(str(tmp_path / "missing") in line and "does not exist" in line for line in err_lines)
-    assert any(str(corrupt / "summary.json") in line and "corrupt" in line for line in err_lines)
+    # The JSON reader's own words, where and what (errors.whole_message).
+    assert any(str(corrupt / "summary.json") in line and "corrupt (Expecting property name" in line for line in err_lines)
     assert any("'val/acx'" in line and "val/acc" in line for line in err_lines)
 
     records, _ = as_json(capsys, sweep, "--filter", "status=failed")

@@ -245,12 +245,12 @@ def test_a_ray_run_refuses_a_wrong_optimizer_argument_before_its_workers_start(t
     alongside Ray's start (it imports torch and transformers, which held Ray's start back by ~1.5 s)
     and refuses before the run is recorded running or any worker starts."""
     from raydra.cluster import ray_cluster
-    from raydra.run import driver
+    from raydra.run import fit, resolve
 
     connected = []
     monkeypatch.setattr(ray_cluster, "connect", lambda *args, **kwargs: connected.append(True))
-    monkeypatch.setattr(driver.fit, "fit_and_record", lambda *args, **kwargs: pytest.fail("a refused run reached its workers"))
-    monkeypatch.setattr(driver.resolve, "resolve", lambda *args, **kwargs: pytest.fail("a refused run was resolved"))
+    monkeypatch.setattr(fit, "fit_and_record", lambda *args, **kwargs: pytest.fail("a refused run reached its workers"))
+    monkeypatch.setattr(resolve, "resolve", lambda *args, **kwargs: pytest.fail("a refused run was resolved"))
     done = train_here("model.optimizer.lr=fast", "scale.num_workers=2", "logger=csv", outputs=tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "error: model.optimizer.lr=fast is not a float (torch.optim.AdamW takes lr: float | Tensor)" in done.stdout

@@ -434,12 +434,12 @@ def test_a_data_root_without_the_data_is_refused_on_the_driver_before_the_worker
     driver checks it as it resolves the run (local mode, and a local Ray: the workers read this
     disk), before the record says running, and without importing the data module."""
     from raydra.cluster import ray_cluster
-    from raydra.run import driver
+    from raydra.run import fit
     from raydra.run.resolve import check_data_paths
 
     # Ray is not started: the lifecycle connects through raydra.cluster.ray_cluster.connect.
     monkeypatch.setattr(ray_cluster, "connect", lambda *args, **kwargs: None)
-    monkeypatch.setattr(driver.fit, "fit_and_record", lambda *args, **kwargs: pytest.fail("a refused run reached the fit"))
+    monkeypatch.setattr(fit, "fit_and_record", lambda *args, **kwargs: pytest.fail("a refused run reached the fit"))
     sentence = (
         "error: data.root=/nonexistent does not exist on this machine, whose disk the workers read; point it at your data, "
         "or set data.download=true to fetch it there."

@@ -25,7 +25,7 @@ from omegaconf import OmegaConf, open_dict
 from raydra.config.checks import validate as validate_schema
 from raydra.config.project import check_classes, shadowed_configs
 from raydra.config.schema import register_schemas
-from raydra.config.user_callbacks import resolve as resolve_callbacks
+from raydra.config.user_callbacks import take_over_callbacks
 from raydra.entry import CONF_DIR
 from raydra.errors import RaydraError, user_error
 from raydra.run import resolve
@@ -328,7 +328,7 @@ def test_a_model_checkpoint_sets_checkpoint_keys_and_a_conflict_names_both(proje
     cfg = composed(
         project, *QUICK, "callbacks=default", "callbacks.model_checkpoint.save_top_k=-1", "callbacks.model_checkpoint.every_n_epochs=2"
     )
-    resolve_callbacks(cfg, [])
+    take_over_callbacks(cfg, [])
     assert set(cfg.callbacks) == {"early_stopping", "model_summary"}
     assert (cfg.checkpoint.monitor, cfg.checkpoint.mode, cfg.checkpoint.num_to_keep, cfg.checkpoint.every_n_epochs) == (
         "val/acc",
@@ -337,20 +337,20 @@ def test_a_model_checkpoint_sets_checkpoint_keys_and_a_conflict_names_both(proje
         2,
     )
     validate(cfg)
-    resolve_callbacks(cfg, [])  # once resolved, nothing left to do
+    take_over_callbacks(cfg, [])  # once taken over, nothing left to do
     overrides = ["callbacks=default", "checkpoint.monitor=val/loss"]
     with pytest.raises(RaydraError) as error:
-        resolve_callbacks(composed(project, *QUICK, *overrides), overrides)
+        take_over_callbacks(composed(project, *QUICK, *overrides), overrides)
     assert str(error.value) == (
         "callbacks.model_checkpoint.monitor=val/acc and checkpoint.monitor=val/loss disagree: a ModelCheckpoint in callbacks sets "
         "checkpoint.monitor, so keep one of the two (or make them agree)."
     )
     with pytest.raises(RaydraError, match=r"callbacks.model_checkpoint.save_top_k=0 would keep no checkpoint"):
-        resolve_callbacks(composed(project, *QUICK, "callbacks=default", "callbacks.model_checkpoint.save_top_k=0"), [])
+        take_over_callbacks(composed(project, *QUICK, "callbacks=default", "callbacks.model_checkpoint.save_top_k=0"), [])
     with pytest.raises(
         RaydraError, match=r"callbacks.model_checkpoint.train_time_interval=.*set callbacks.model_checkpoint.every_n_train_steps"
     ):
-        resolve_callbacks(composed(project, *QUICK, "callbacks=default", "callbacks.model_checkpoint.train_time_interval=600"), [])
+        take_over_callbacks(composed(project, *QUICK, "callbacks=default", "callbacks.model_checkpoint.train_time_interval=600"), [])
 
 
 @pytest.mark.parametrize(
@@ -389,7 +389,7 @@ def test_callbacks_none_and_null_mean_none_of_the_users(project, on_path):
         unset.callbacks = None  # `callbacks: null` in a YAML (on the command line: callbacks=none)
     for cfg in (composed(project, *QUICK, "callbacks=none"), composed(project, *QUICK, "~callbacks"), unset):
         validate(cfg)
-        resolve_callbacks(cfg, [])
+        take_over_callbacks(cfg, [])
         assert not cfg.get("callbacks")
     with open_dict(unset):
         unset.callbacks = ["lightning.pytorch.callbacks.EarlyStopping"]  # a list, as Lightning's Trainer takes them

@@ -324,15 +324,16 @@ def test_a_stopped_multirun_says_where_its_secrets_go_and_resumes_only_with_them
     place is refused, and the secrets passed again continue it."""
     from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
     from raydra.errors import RaydraError
-    from raydra.multirun import launcher
+    from raydra.multirun import admission, launcher, outcome, scheduling
+    from raydra.multirun.job import Job
     from raydra.records import jobs as jobs_record
 
     def stopped(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(launcher, "_prepare_app_jobs", lambda multirun, jobs: [setattr(job, "share", 1.0) for job in jobs])
-    monkeypatch.setattr(launcher, "_leave_joined_cluster", lambda: None)
-    monkeypatch.setattr(launcher, "_start", stopped)
+    monkeypatch.setattr(admission, "_prepare_app_jobs", lambda multirun, jobs: [setattr(job, "share", 1.0) for job in jobs])
+    monkeypatch.setattr(admission, "leave_joined_cluster", lambda: None)
+    monkeypatch.setattr(scheduling, "_start", stopped)
     monkeypatch.setattr(sys, "argv", ["app.py"])
     sweep_dir = tmp_path / "m"
     typed = [PLANTED[1], NESTED_PLANTED[0], "x=1,2"]
@@ -344,16 +345,16 @@ def test_a_stopped_multirun_says_where_its_secrets_go_and_resumes_only_with_them
     def multirun(*secrets: str, resume: bool = False):
         settings = RaydraLauncherConf(resume=resume)
         runs = launcher.Multirun(sweep_dir=sweep_dir, settings=settings, raydra_runs=False, typed=typed)
-        jobs = [launcher.Job(num=n, overrides=[*secrets, f"x={n + 1}"], cfg=OmegaConf.create({}), dir=sweep_dir / str(n)) for n in range(2)]
+        jobs = [Job(num=n, overrides=[*secrets, f"x={n + 1}"], cfg=OmegaConf.create({}), dir=sweep_dir / str(n)) for n in range(2)]
         return runs, jobs
 
     runs, jobs = multirun(PLANTED[1], NESTED_PLANTED[0])
     with pytest.raises(KeyboardInterrupt):
         launcher.run_jobs(runs, jobs)
-    launcher.report(runs, jobs)
+    outcome.report(runs, jobs)
     out = capsys.readouterr()
     record = jobs_record.read(sweep_dir)
-    command = launcher.continue_command(runs)
+    command = outcome.continue_command(runs)
     assert command == (
         "python app.py -m '+logger.wandb.api_key=***' 'ray.runtime_env={env_vars:{MY_API_TOKEN:***,OMP_NUM_THREADS:\"1\"}}' "
         f"x=1,2 hydra.sweep.dir={sweep_dir} hydra.launcher.resume=true"

@@ -136,7 +136,7 @@ def test_a_number_that_is_not_finite_is_written_as_strict_json_and_read_back_as_
     """A diverged loss is a legitimate NaN: summary.json, sweep.json and jobs.json stay JSON that
     any reader parses (Python wrote NaN and Infinity, which JSON has not), and read back, in
     `raydra compare` too, as the numbers they were."""
-    from raydra.compare.runs import load_run
+    from raydra.compare.recorded_run import load_run
 
     nan, inf = math.nan, math.inf
     metrics = summary.Metrics(final={"train/loss": nan, "val/acc": 0.5}, best={"train/loss": -inf})

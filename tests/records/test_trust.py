@@ -59,7 +59,7 @@ def test_a_pickle_in_a_checkpoint_file_is_refused_in_one_sentence_naming_it_wher
         with pytest.raises(RaydraError, match=sentence) as refused:
             raydra.load(planted, trusted=trusted)
         assert "\n" not in str(refused.value) and str(refused.value).endswith("else use a checkpoint of a run you trust.")
-    # What a worker reads first: resume='s checkpoint (loop._position_of), ckpt_path='s weights (loop._start_from).
+    # What a worker reads first: resume='s checkpoint (trainer._position_of), ckpt_path='s weights (loop._start_from).
     with pytest.raises(RaydraError, match=sentence):
         checkpoint_meta(planted, trusted=True)
     with pytest.raises(RaydraError, match=sentence):

@@ -14,20 +14,24 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
+import ray.tune
 from helpers import STAND_IN_NOTICE, StandInBatchSystem, composed, run_dirs, summary_of
 from omegaconf import OmegaConf
 
 from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
 from raydra.cluster import batch_system, ray_cluster
 from raydra.errors import RaydraError
-from raydra.multirun import launcher
+from raydra.multirun import admission, launcher, outcome, scheduling
+from raydra.multirun.job import Job
 from raydra.records import jobs as jobs_record
 from raydra.records import sweep, sync
 from raydra.run import fit, lifecycle
 from raydra.run.lifecycle import Ending, Lifecycle
+from raydra.run.sequence import RunSequence
 from raydra.sweep import tuner
 
 SIGNALLED = "interrupted (Ctrl-C or SIGTERM); continue it with "
@@ -192,6 +196,47 @@ def test_a_run_settles_interrupted_with_its_resume_command_or_failed_with_its_se
 
 
 # ---------------------------------------------------------------------------------------------
+# The run sequence (raydra.run.sequence): a run and a Tune trial walk the one
+
+
+def _trial_here(monkeypatch, tmp_path, sampled, *overrides):
+    """A sweep's trial as Tune runs it, in this process: Tune's trial context and stop probe stood in."""
+    from raydra.sweep import trial
+
+    monkeypatch.setattr(trial, "tune_stop_probe", lambda: lambda: False)
+    monkeypatch.setattr(ray.tune, "get_context", lambda: SimpleNamespace(get_trial_id=lambda: "ab12c_00000"))
+    sweep = {"dir": str(tmp_path / "sweep"), "storage": None, "id": "the_sweep", "overrides": list(overrides)}
+    trial.run_trial(sampled, tuner._trial_base(composed(*overrides, f"paths.outputs={tmp_path}"), sweep["id"]), sweep)
+
+
+@pytest.mark.parametrize("kind", ["run", "trial"])
+def test_a_check_added_to_the_run_sequence_refuses_a_run_and_a_trial_alike(train_here, monkeypatch, tmp_path, kind):
+    # A trial once walked a copy of the driver's stages: a check added to one was missed by the other.
+    refusal = "a check of the run sequence refused this run."
+    walked = []
+    prepare = RunSequence.prepare
+
+    def refusing_start(self, prepared, **how):
+        walked.append(("start", how["kind"], Path(self.record.run_dir)))
+        raise RaydraError(refusal)
+
+    monkeypatch.setattr(RunSequence, "prepare", lambda self, invocation: walked.append("prepare") or prepare(self, invocation))
+    monkeypatch.setattr(RunSequence, "start", refusing_start)
+    monkeypatch.setattr(fit, "fit_and_record", lambda *args, **kwargs: pytest.fail("a refused run reached the fit"))
+    if kind == "run":
+        done = train_here("experiment=vit_digits_smoke", "logger=csv", "scale.num_workers=0", outputs=tmp_path)
+        assert done.returncode == 1 and f"error: {refusal}" in done.stdout, done.stdout + done.stderr
+        (run_dir,) = run_dirs(tmp_path)
+    else:
+        with pytest.raises(RaydraError, match=refusal):
+            _trial_here(monkeypatch, tmp_path, {"seed": 7}, "experiment=vit_digits_smoke", "logger=csv", "scale.num_workers=1")
+        run_dir = tmp_path / "sweep" / "trials" / "ab12c_00000"
+    # The same stages, to the check; the refusal recorded failed by the sequence, where the run is.
+    assert walked == ["prepare", ("start", kind, run_dir)]
+    assert (summary_of(run_dir)["status"], summary_of(run_dir)["error"]) == ("failed", refusal)
+
+
+# ---------------------------------------------------------------------------------------------
 # A Tune sweep
 
 
@@ -237,13 +282,13 @@ def test_a_sweep_settles_interrupted_with_its_tune_resume_command_or_failed_with
 
 
 def _multirun(tmp_path, monkeypatch, work=None):
-    monkeypatch.setattr(launcher, "_prepare_app_jobs", lambda multirun, jobs: [setattr(job, "share", 1.0) for job in jobs])
-    monkeypatch.setattr(launcher, "_leave_joined_cluster", lambda: None)
+    monkeypatch.setattr(admission, "_prepare_app_jobs", lambda multirun, jobs: [setattr(job, "share", 1.0) for job in jobs])
+    monkeypatch.setattr(admission, "leave_joined_cluster", lambda: None)
     if work is not None:
-        monkeypatch.setattr(launcher, "_start", work)
+        monkeypatch.setattr(scheduling, "_start", work)
     monkeypatch.setattr(sys, "argv", ["app.py"])
     multirun = launcher.Multirun(sweep_dir=tmp_path / "m", settings=RaydraLauncherConf(), raydra_runs=False, typed=["x=1,2"])
-    jobs = [launcher.Job(num=n, overrides=[f"x={n + 1}"], cfg=OmegaConf.create({}), dir=tmp_path / "m" / str(n)) for n in range(2)]
+    jobs = [Job(num=n, overrides=[f"x={n + 1}"], cfg=OmegaConf.create({}), dir=tmp_path / "m" / str(n)) for n in range(2)]
     return multirun, jobs
 
 
@@ -260,7 +305,7 @@ def test_a_multirun_settles_interrupted_with_its_continue_command_or_failed_with
     if stop == "error":
         assert (record.status, record.error) == ("failed", "RuntimeError: a job broke")
     else:
-        assert (record.status, record.error) == ("interrupted", SIGNALLED + launcher.continue_command(multirun))
+        assert (record.status, record.error) == ("interrupted", SIGNALLED + outcome.continue_command(multirun))
         assert record.error.endswith(f"hydra.sweep.dir={multirun.sweep_dir} hydra.launcher.resume=true")
     assert signal.getsignal(signal.SIGTERM) is sigterm_unhandled_fails
 
@@ -272,13 +317,15 @@ def test_the_notice_passes_to_a_multiruns_jobs_and_ends_it_interrupted_with_no_j
     record = jobs_record.read(multirun.sweep_dir)
     assert stand_in.acted == [False]  # no job was running: nothing for a requeue to continue
     assert [record.job(n).status for n in (0, 1)] == ["not started", "not started"]
-    assert (record.status, record.error) == ("interrupted", f"{NOTICE_WORDS}; continue it with {launcher.continue_command(multirun)}")
+    assert (record.status, record.error) == ("interrupted", f"{NOTICE_WORDS}; continue it with {outcome.continue_command(multirun)}")
 
 
 def test_the_lifecycle_module_is_the_one_that_connects_and_takes_the_stop_signals_and_notice():
-    # A new stop signal or notice is added in one place: the three callers reach none of them directly.
+    # A new stop signal or notice is added in one place: the three callers (the launcher's modules
+    # each) reach none of them directly.
     src = Path(lifecycle.__file__).parents[1]
-    for caller in ("run/driver.py", "multirun/launcher.py", "sweep/tuner.py"):
+    launcher_parts = [f"multirun/{name}.py" for name in ("launcher", "admission", "scheduling", "outcome")]
+    for caller in ("run/driver.py", *launcher_parts, "sweep/tuner.py"):
         text = (src / caller).read_text()
         assert "sigterm_interrupts" not in text and "batch_system.notice()" not in text, caller
         assert "connect(\n" not in text.replace("life.connect(", ""), caller

@@ -50,8 +50,8 @@ def _placement_group_cleaners(address: str) -> int:
 # Secrets a multirun is given: an override's value, and inside the values of a task's and a Hydra override.
 SECRETS = {"key": "mrKey5150abc", "nested": "mrNested6160", "hook": "mrHook7170"}
 WITH_SECRETS = (
-    f"+logger.wandb.api_key={SECRETS['key']}",
     f"ray.runtime_env={{env_vars: {{MY_API_TOKEN: {SECRETS['nested']}}}}}",
+    f"+ray.runtime_env.env_vars.WANDB_API_KEY={SECRETS['key']}",
     f"++hydra.job.env_set={{HOOK_AUTH: {SECRETS['hook']}}}",
 )
 
@@ -97,11 +97,9 @@ def test_jobs_run_side_by_side_as_the_cluster_allows_and_a_failed_job_stops_no_o
     assert "1 of 3 jobs did not complete: #1 (model.optimizer.lr=-1) failed" in done.stdout
     # The command that continues it shows where each secret goes, and says to put it back.
     (command,) = [line.strip() for line in done.stdout.splitlines() if "hydra.launcher.resume=true" in line]
-    assert "'+logger.wandb.api_key=***'" in command and "'++hydra.job.env_set={HOOK_AUTH:***}'" in command, command
-    assert (
-        "*** stands for a secret, which nothing records: put each back in its place (+logger.wandb.api_key, ray.runtime_env, "
-        in done.stdout
-    )
+    assert "'+ray.runtime_env.env_vars.WANDB_API_KEY=***'" in command and "'++hydra.job.env_set={HOOK_AUTH:***}'" in command, command
+    (left_out,) = [line for line in done.stdout.splitlines() if "*** stands for a secret, which nothing records: put each back" in line]
+    assert "ray.runtime_env" in left_out and "+ray.runtime_env.env_vars.WANDB_API_KEY" in left_out, left_out
     assert "multirun job #1 (model.optimizer.lr=-1) failed" in done.stderr
     assert "Traceback" not in done.stderr  # one sentence per failed job, as Hydra prints a compact error
     assert "[0] completed in" in done.stdout and "best val/acc" in done.stdout

@@ -3,9 +3,11 @@
 
 Selected in conf/hydra/default.yaml; `hydra/launcher=basic` on the command line brings back
 Hydra's one-after-another launcher. Each job is composed here as Hydra's basic launcher composes it
-and runs through Hydra's own run_job in a process of its own (raydra.multirun.job); the scheduling,
-the checks and the record are in raydra.multirun.launcher. Hydra imports every module under hydra_plugins
-at each start (a single run and --help included), so this one imports only Hydra at its top.
+and runs through Hydra's own run_job in a process of its own (raydra.multirun.job); the multirun
+is raydra.multirun.launcher's (its checks in raydra.multirun.admission, its queue in
+raydra.multirun.scheduling, its record and closing report in raydra.multirun.outcome). Hydra imports
+every module under hydra_plugins at each start (a single run and --help included), so this one
+imports only Hydra at its top.
 """
 
 import os
@@ -22,13 +24,13 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 if TYPE_CHECKING:
-    from raydra.multirun.launcher import Job
+    from raydra.multirun.job import Job
 
 
 @dataclass
 class RaydraLauncherConf:
     """hydra.launcher.* for raydra's launcher: the one home of these settings and their defaults
-    (raydra.multirun.launcher reads them as this class)."""
+    (raydra.multirun's launcher, admission and scheduling read them as this class)."""
 
     _target_: str = "hydra_plugins.raydra_launcher.raydra_launcher.RaydraLauncher"
     # Most jobs running at once; null: as many as the Ray cluster can place side by side.
@@ -67,7 +69,7 @@ class RaydraLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from raydra.errors import RaydraError
-        from raydra.multirun import launcher
+        from raydra.multirun import launcher, outcome
         from raydra.multirun.job import JobPayload, is_raydra_command
 
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
@@ -92,14 +94,14 @@ class RaydraLauncher(Launcher):
             # Already said in one sentence, as a single run says it; nothing started.
             raise SystemExit(1) from None
         except KeyboardInterrupt:
-            launcher.report(multirun, jobs)
+            outcome.report(multirun, jobs)
             raise SystemExit(130) from None
-        launcher.report(multirun, jobs)
+        outcome.report(multirun, jobs)
         return [launcher.job_return(job) for job in jobs]
 
     def _compose(self, job_overrides: List[List[str]], initial_job_idx: int) -> List["Job"]:
         """Each job's config as Hydra's basic launcher composes it, and its directory."""
-        from raydra.multirun.launcher import Job
+        from raydra.multirun.job import Job
 
         jobs = []
         outer = HydraConfig.instance().cfg

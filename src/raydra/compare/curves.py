@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from raydra.compare.runs import RecordedRun, config_text, read_curves
+from raydra.compare.recorded_run import RecordedRun, read_curves
+from raydra.compare.run_text import config_text
 from raydra.compare.table import clip
 from raydra.records.layout import METRICS
 

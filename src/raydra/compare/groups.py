@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from raydra.compare.runs import RecordedRun, config_text
+from raydra.compare.recorded_run import RecordedRun
+from raydra.compare.run_text import config_text
 from raydra.compare.table import metric_mode, metric_values
 from raydra.config.keys import ABSENT
 

@@ -19,7 +19,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from raydra.compare.curves import monitored, plot_order
 from raydra.compare.groups import Grouped
-from raydra.compare.runs import RecordedRun, config_source, config_text, number, read_curves, run_files, status_text
+from raydra.compare.recorded_run import RecordedRun, config_source, number, read_curves
+from raydra.compare.run_text import config_text, run_files, status_text
 from raydra.compare.table import cell_text, is_numeric
 from raydra.config.keys import ABSENT
 from raydra.records.layout import METRICS

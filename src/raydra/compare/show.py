@@ -2,7 +2,8 @@
 
 from typing import List
 
-from raydra.compare.runs import RecordedRun, config_source, number, run_files, status_text, watchdog_lines
+from raydra.compare.recorded_run import RecordedRun, config_source, number
+from raydra.compare.run_text import run_files, status_text, watchdog_lines
 from raydra.compare.table import cell_text
 from raydra.records.layout import WANDB
 

@@ -6,7 +6,8 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from raydra.compare.runs import TAGS_KEY, RecordedRun, config_text, number, read_curves, status_text
+from raydra.compare.recorded_run import TAGS_KEY, RecordedRun, number, read_curves
+from raydra.compare.run_text import config_text, status_text
 from raydra.config.keys import ABSENT
 
 FIXED_COLUMNS = ("status", "wall_s", "samples/s")

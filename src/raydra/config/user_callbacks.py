@@ -2,8 +2,8 @@
 before the run's record is written and Ray starts.
 
     resolve_and_validate(cfg, overrides)
-        what a run checks before Ray starts: resolve, then the schema's checks, then the user's classes
-    resolve(cfg, overrides)
+        what a run checks before Ray starts: take_over_callbacks, then the schema's checks, then the user's classes
+    take_over_callbacks(cfg, overrides)
         what raydra does itself takes the place of an entry that would do it a second time: a
         ModelCheckpoint sets checkpoint.* (monitor, mode, top-k, frequency), so one checkpointing
         system runs, raydra's, which resume and Ray's fault tolerance rely on; a progress bar gives
@@ -41,25 +41,25 @@ def resolve_and_validate(
     cfg: DictConfig, overrides: Sequence[str] = (), own_classes: Optional[bool] = None, check_arguments: bool = True
 ) -> DictConfig:
     """What a run (a single run, a sweep, each multirun job as its launcher checks it first) checks
-    before Ray starts, on `cfg` in place: resolve, then the schema's checks (raydra.config.checks.validate),
+    before Ray starts, on `cfg` in place: take_over_callbacks, then the schema's checks (raydra.config.checks.validate),
     then the user's classes with every `_target_`'s arguments (project.check_classes). With
     `own_classes`, the arguments of raydra's own model and data classes too (raydra.config.arguments), which
     import Lightning; None: where this process imports them anyway, local mode. Elsewhere the
     workers check them before building them: on the driver of a Ray run the import delayed the first
     step by seconds. `check_arguments=False`: the `_target_`s' arguments are left to the caller (raydra.run.prepare).
-    Returns the config as composed, before resolve changed it: what a resumed run is compared with
+    Returns the config as composed, before take_over_callbacks changed it: what a resumed run is compared with
     its record by."""
     from raydra.config.checks import validate
 
     composed = copy.deepcopy(cfg)
-    resolve(cfg, overrides)
+    take_over_callbacks(cfg, overrides)
     validate(cfg)
     # Last: it imports the user's classes, which is worth doing only for an otherwise valid config.
     check_classes(cfg, own_classes=own_classes or own_classes is None and cfg.scale.num_workers == 0, check_arguments=check_arguments)
     return composed
 
 
-def resolve(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
+def take_over_callbacks(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
     """Turn the callbacks raydra stands in for into its own settings, in place. `overrides`: the
     command line's, so that an explicitly given checkpoint.* value that a ModelCheckpoint would
     change is refused rather than silently replaced. Idempotent: what it handles leaves `callbacks`."""

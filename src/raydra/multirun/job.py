@@ -12,21 +12,59 @@ logging, runs the callbacks' `on_job_start`/`on_job_end` around the task functio
 job's JobReturn, which travels back to the launcher.
 
 A job of raydra's own command (train.py, `raydra train`) also gets raydra's settings for it
-(JobSettings: the Ray cluster the multirun joined, its W&B group, the run to continue) through its
-environment, so that its config and overrides stay exactly as the user typed them.
+(raydra.run.prepare.JobSettings: the Ray cluster the multirun joined, its W&B group, the run to
+continue) through its environment, so that its config and overrides stay exactly as the user typed
+them.
+
+The launcher holds each job as a Job, from its composed config to its outcome (its status one of
+the records' Status, as jobs.json keeps it).
 """
 
 import os
 import sys
 import traceback
-from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
 
 import cloudpickle
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import CompactHydraException
+from omegaconf import DictConfig
 
 from raydra.errors import RaydraError
+from raydra.records.envelope import Status
+from raydra.run.prepare import JobSettings
+
+
+@dataclass
+class Job:
+    """One job of a multirun as the launcher holds it: what it runs, where, and how it is going or went."""
+
+    num: int
+    overrides: List[str]  # the job's own overrides, as the sweeper made them
+    cfg: DictConfig  # its composed config
+    dir: Path
+    payload: bytes = b""  # what its process runs (JobPayload)
+    share: float = 1.0  # the fraction of the cluster it takes
+    settings: JobSettings = field(default_factory=JobSettings)
+    process: Any = None  # a raydra run's: its multiprocessing Process, and the pipe its result comes through
+    result: Any = None
+    task: Any = None  # another app's: its Ray task
+    started: float = 0.0
+    ended: float = 0.0
+    status: Status = Status.QUEUED
+    error: Optional[str] = None
+    returned: Any = None  # the JobReturn its run_job returned
+    value: Any = None  # a kept job's recorded return value
+    metric: Optional[float] = None
+    monitor: Optional[str] = None
+    shown: List[str] = field(default_factory=list)  # its overrides that tell it from the other jobs, masked
+    trained: bool = False  # a raydra run whose summary.json holds its outcome: its workers are gone
+
+    @property
+    def label(self) -> str:
+        return f"#{self.num} ({' '.join(self.shown) or 'no overrides'})"
 
 
 class JobFailed(RaydraError, CompactHydraException):

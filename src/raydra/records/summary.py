@@ -76,7 +76,7 @@ class Metrics:
 
 @dataclass(frozen=True)
 class Checkpoints:
-    """The run's checkpoints, relative to its home (RunRecord.checkpoint resolves them), and what
+    """The run's checkpoints, relative to its home (RunRecord.checkpoint makes them whole), and what
     saving them cost."""
 
     best: Optional[str] = None
@@ -280,9 +280,9 @@ class RunRecord(Envelope):
 
     def checkpoint(self, which: str, found: Any = None) -> Optional[str]:
         """The best or last checkpoint's path or URI, for the run found at `found` (see home)."""
-        return self.resolve(getattr(self.checkpoints, which), found)
+        return self.whole_path(getattr(self.checkpoints, which), found)
 
-    def resolve(self, recorded: Optional[str], found: Any = None) -> Optional[str]:
+    def whole_path(self, recorded: Optional[str], found: Any = None) -> Optional[str]:
         """A path the record names, made whole: relative ones below the run's home."""
         if not recorded or storage.is_uri(recorded) or posixpath.isabs(recorded):
             return recorded

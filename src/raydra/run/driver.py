@@ -1,9 +1,9 @@
-"""The single-run driver: one run's lifecycle around the fit core.
+"""The single-run driver: one run's lifecycle around the run sequence (raydra.run.sequence), whose
+stages a Tune trial walks too; what only a run does is here, between them.
 
-    prepare (raydra.run.prepare: the config final and checked) -> resume? -> connect to Ray (the `_target_`s' arguments
-    checked and the training code imported alongside) -> resolve.resolve
-    -> summary.json "running" -> check the cluster can hold it -> fit.fit_and_record ->
-    summary.json's outcome -> the closing lines
+    prepare (the config final and checked) -> resume? -> connect to Ray (the `_target_`s' arguments
+    checked and the training code imported alongside) -> start (resolved, summary.json "running")
+    -> check the cluster can hold it -> fit (summary.json's outcome) -> the closing lines
 
 Local mode (scale.num_workers=0) starts no Ray: the fit runs the worker function in this process.
 
@@ -39,9 +39,10 @@ from raydra.records import layout, lock, summary, sync, trust, wandb_run
 from raydra.records.checkpoints import last_checkpoint
 from raydra.records.summary import RunRecord
 from raydra.redact import redact, redact_yaml_files
-from raydra.run import fit, recording, resolve, resume, startup
+from raydra.run import resolve, resume, startup
 from raydra.run.lifecycle import FAILED, INTERRUPTED, Ending, Lifecycle
-from raydra.run.prepare import Invocation, JobSettings, prepare
+from raydra.run.prepare import Invocation, JobSettings
+from raydra.run.sequence import RunSequence, record_ended
 
 log = logging.getLogger("raydra")
 
@@ -69,25 +70,30 @@ def train_run(
     marks = {"run_began": startup.run_began(), "run_entered": started}
     run_dir = fresh_dir = Path(run_dir).resolve()
     run_id = f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{layout.ray_safe(cfg.name)}_{uuid.uuid4().hex[:6]}"
-    # The run's record as it stands: each stage below replaces it with the next (raydra.records.summary).
-    record = recording.new_summary(cfg, run_dir, run_id, list(overrides))
     # A resumed multirun continues the job's run in its own directory, where this job runs again.
     continues = job.resume if job and job.resume else None
-    # Where a refusal before the spec exists is recorded: this invocation's directory, no storage.
-    # None for an invocation that continues another run: the run's record is left as it was until
-    # this invocation has the run running again (summary.record_start), and its own directory is
-    # no run (_no_run_here).
-    place: Optional[Place] = None if cfg.resume or continues else Place(dir=str(run_dir), id=run_id, storage=None, logged_config={})
+    # The run's stages, its record and where it is written (raydra.run.sequence). A refusal before the
+    # spec exists is recorded in this invocation's directory, no storage; nowhere for an invocation
+    # that continues another run: the run's record is left as it was until this invocation has the
+    # run running again (RunSequence.start), and its own directory is no run (_no_run_here).
+    run = RunSequence(
+        cfg,
+        run_dir,
+        run_id,
+        overrides,
+        started,
+        place=None if cfg.resume or continues else Place(dir=str(run_dir), id=run_id, storage=None, logged_config={}),
+    )
     release_run = lambda: None  # noqa: E731
     fitted = False  # whether this invocation trained: only then may it add to the run's W&B run
 
     def settle(ending: Ending) -> None:
         """The run's record as the lifecycle found it ended; a completed run's fit recorded it."""
         in_place = _continues_here(cfg.resume or continues, fresh_dir)
-        if place is None and not in_place:
+        if run.place is None and not in_place:
             _no_run_here(fresh_dir)
         if ending.status == INTERRUPTED and not ending.final:
-            _interrupted(record, place, started, run_dir, run_id, ending.reason, final=False)
+            _interrupted(run, ending.reason, final=False)
         elif ending.status == INTERRUPTED:
             # Ray Train's controller and workers train on until this process leaves Ray, and a
             # checkpoint they register after the one named here deletes it under
@@ -97,16 +103,16 @@ def train_run(
             # A SIGTERM during Ray's shutdown still reaches raydra's handler (cluster.connect).
             if ray.is_initialized():
                 ray.shutdown()
-            _interrupted(record, place, started, run_dir, run_id, ending.reason, hurried=ending.hurried)
-        elif ending.status == FAILED and place is None and in_place:
+            _interrupted(run, ending.reason, hurried=ending.hurried)
+        elif ending.status == FAILED and run.place is None and in_place:
             _refused_in_place(fresh_dir, ending.reason)
         elif ending.status == FAILED:
             # Hung (raydra.run.hang_watch), or failed with the error's sentence (the lifecycle's `reason`).
-            _settle(recording.failure(record, ending.error, started), place)
+            run.failed(ending.error, say=True)
 
     def continue_with() -> str:
         # A continuation stopped before it took its run over is continued as it was asked.
-        return f"resume={cfg.resume or continues}" if place is None and run_dir == fresh_dir else f"resume={run_dir}"
+        return f"resume={cfg.resume or continues}" if run.place is None and run_dir == fresh_dir else f"resume={run_dir}"
 
     redact_yaml_files(run_dir / layout.HYDRA_DIR)
     if not _continues_here(cfg.resume or continues, run_dir):
@@ -120,25 +126,24 @@ def train_run(
                 # SLURM runs a requeued job's batch script again: the run it started continues.
                 continues = _run_of_requeued_job(cfg, requeued)
                 if continues:
-                    place = None
+                    run.place = None
             if (run_dir / layout.SUMMARY).exists() and not _continues_here(cfg.resume or continues, run_dir):
                 raise RaydraError(f"{run_dir} already holds a run; give this one its own hydra.run.dir.")
             # From here on the run reads its prepared config only (read-only: raydra.run.prepare).
             local = cfg.scale.num_workers == 0
-            prepared = prepare(
-                cfg,
+            prepared = run.prepare(
                 Invocation(
                     overrides=tuple(overrides),
                     job_ray_address=job.ray_address if job else None,
                     continues=continues,
                     # A Ray run's `_target_`s' arguments are checked alongside Ray's start (below).
                     arguments_by_caller=not local,
-                ),
+                )
             )
             cfg = prepared.config
             if cfg.resume:
-                record, release_run = _continue(prepared.composed, record, run_dir)
-                run_dir, run_id = Path(record.run_dir), record.run_id
+                run.record, release_run = _continue(prepared.composed, run.record, run_dir)
+                run_dir, run_id = Path(run.record.run_dir), run.record.run_id
             else:
                 release_run = lock.hold(run_dir, "this run")
             if cfg.paths.storage:
@@ -151,20 +156,16 @@ def train_run(
                 # A refusal comes here, before the run is recorded running and before any worker starts.
                 checked()
             marks["ray_ready"] = time.time()
-            spec = resolve.resolve(
-                cfg,
-                run_dir,
-                run_id,
+            spec = run.start(
+                prepared,
                 wandb_group=job.wandb_group if job else None,
                 kind="run" if multirun_label is None else "job",
                 label=multirun_label,
             )
-            place = spec.place
-            record = recording.record_start(spec, record)
-            log.info(f"run {run_id}\n  dir  {run_dir}" + (f"\n  storage  {place.storage}" if place.storage else ""))
+            log.info(f"run {run_id}\n  dir  {run_dir}" + (f"\n  storage  {spec.place.storage}" if spec.place.storage else ""))
             if not spec.local:
                 check_fits(spec.scale)
-                if not place.storage:
+                if not spec.place.storage:
                     sync.check_shared(run_dir)
                 if spec.loader == "ray_data":
                     check_room_for_data(spec.scale)
@@ -175,7 +176,7 @@ def train_run(
                 # SLURM's time-limit notice (when this process watches for it): the workers checkpoint
                 # at the step in flight and the fit ends interrupted.
                 with contextlib.nullcontext() if spec.local else life.stops_on_notice():
-                    record = fit.fit_and_record(spec, record, started, marks=marks, process_ends_with_run=process_ends_with_run)
+                    run.fit(spec, marks=marks, process_ends_with_run=process_ends_with_run)
             finally:
                 worker_output.end_run()
     finally:
@@ -184,31 +185,24 @@ def train_run(
             wandb_run.complete(run_dir)
         release_run()
         startup.run_ended()
-    _report(record, spec)
-    sync.push_driver_files(place)  # driver.log with the closing lines
-    return record
+    _report(run.record, spec)
+    sync.push_driver_files(run.place)  # driver.log with the closing lines
+    return run.record
 
 
-def _interrupted(
-    record: RunRecord,
-    place: Optional[Place],
-    started: float,
-    run_dir: Path,
-    run_id: str,
-    reason: str,
-    final: bool = True,
-    hurried: Optional[threading.Event] = None,
-) -> None:
+def _interrupted(run: RunSequence, reason: str, final: bool = True, hurried: Optional[threading.Event] = None) -> None:
     """Record the run interrupted (Ctrl-C, SIGTERM, SLURM's time-limit notice), with its last
     checkpoint; `reason` says what stopped it and the command that continues it (raydra.run.lifecycle).
     `final=False`: summary.json alone, at once, as the run directory stands (the final record
     follows once the workers are gone). `hurried`: set by a second stop signal, which ends the wait
-    for a checkpoint being registered. No `place`: a continuation stopped before it took its run
+    for a checkpoint being registered. No `run.place`: a continuation stopped before it took its run
     over, which records nothing."""
+    record, place, started = run.record, run.place, run.started
     if place is None:
         if final:
-            _settle(record.interrupted(reason, started), None)
+            record_ended(record.interrupted(reason, started), None)
         return
+    run_dir, run_id = Path(record.run_dir), record.run_id
     home = place.storage or str(run_dir)
     if not final:
         if Path(place.dir).exists():
@@ -216,7 +210,7 @@ def _interrupted(
             summary.write(Path(place.dir), record.interrupted(reason, started, record.relative(last, home)))
         return
     last = last_checkpoint(run_dir, run_id, place.storage, settle_s=5.0, hurried=hurried)
-    _settle(record.interrupted(reason, started, record.relative(last, home)), place)
+    record_ended(record.interrupted(reason, started, record.relative(last, home)), place)
 
 
 def _no_run_here(fresh_dir: Path) -> None:
@@ -235,7 +229,7 @@ def _refused_in_place(run_dir: Path, reason: Optional[str]) -> None:
     history, wall time and checkpoints, and so can still be continued once the cause is fixed."""
     own = summary.try_read(run_dir)
     place = Place(dir=str(run_dir), id=own.run_id, storage=None, logged_config={}) if own else None
-    _settle(own.failed(reason) if own else RunRecord(error=reason), place)
+    record_ended(own.failed(reason) if own else RunRecord(error=reason), place)
 
 
 def _run_of_requeued_job(cfg: DictConfig, job_id: str) -> Optional[str]:
@@ -334,18 +328,6 @@ def _check_same_storage(cfg: DictConfig, previous: RunRecord, location: Optional
         raise RaydraError(
             f"resume={cfg.resume}: the run kept its checkpoints in {before or 'its run directory'}, not {location or 'the run directory'}; {hint}."
         )
-
-
-def _settle(ended: RunRecord, place: Optional[Place]) -> None:
-    """Write the record of a run that ended without completing, and say why (only say it, with no
-    `place`: a continuation refused or stopped before it took its run over)."""
-    log.error(f"error: {ended.error}")
-    if place is not None and Path(place.dir).exists():
-        summary.write(Path(place.dir), ended)
-        try:
-            sync.push_driver_files(place)
-        except Exception as error:  # bad or unreachable storage: the local record stands all the same
-            log.warning(f"could not copy the record to {place.storage}: {error}")
 
 
 def _report(record: RunRecord, spec: RunSpec) -> None:

@@ -1,5 +1,6 @@
 """One lifecycle for what this process drives: a single run (raydra.run.driver), a Tune sweep
-(raydra.sweep.tuner) and a multirun's jobs (raydra.multirun.launcher). Each says how its record settles; this
+(raydra.sweep.tuner) and a multirun's jobs (raydra.multirun.launcher); in Tune's process, a sweep's
+trial (raydra.sweep.trial), which connects nothing and takes no signals. Each says how its record settles; this
 is the one place that connects to Ray, installs the stop signals, takes the batch system's stop
 notice and decides how the work ended, so a new stop signal or notice is added here once.
 
@@ -66,7 +67,7 @@ class Ending:
 
 
 class Lifecycle:
-    """The lifecycle of one run, sweep or multirun batch (see the module's docstring).
+    """The lifecycle of one run, trial, sweep or multirun batch (see the module's docstring).
 
     `settle(ending)`: the caller's record, settled; called once with the final Ending, and for a
     run with `settle_at_once` possibly once before it with a non-final one.

@@ -202,7 +202,7 @@ def _ckpt_file(checkpoints: str, checkpoint_path: Optional[str]) -> Optional[str
 
 def json_number(value: Any) -> Any:
     """A metric as JSON holds it: an int when whole, a float otherwise, None when not a number
-    (raydra.compare.runs.number, by contrast, only passes numbers through)."""
+    (raydra.compare.recorded_run.number, by contrast, only passes numbers through)."""
     try:
         number = float(value)
     except (TypeError, ValueError):

@@ -12,7 +12,7 @@ batch job, sent with sbatch; the command returns once SLURM has the job.
     sbatch       the job id, the directory, the output file, and how to follow or cancel it
 
 A requeued job runs the script again: the run continues in its directory (raydra.run.driver), the
-multirun in its (raydra.multirun.launcher).
+multirun in its (raydra.multirun.admission).
 """
 
 import os

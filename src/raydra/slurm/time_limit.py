@@ -11,7 +11,7 @@
       a Tune sweep            stops as Ctrl-C stops it (Tune saves its state; tune.resume= continues)
     as the process ends       `scontrol requeue <job>` (slurm.requeue) once the Ray cluster is
                               stopped: SLURM runs the batch script again, and the run (or the
-                              multirun) continues where it stopped (raydra.run.driver, raydra.multirun.launcher)
+                              multirun) continues where it stopped (raydra.run.driver, raydra.multirun.admission)
 
 `watch` installs the handler as early as the command knows it runs on an allocation, so a notice
 during start-up is noted rather than ending the process (SIGUSR1's default); what acts on it is

@@ -1,7 +1,7 @@
 """`tune=`: a Ray Tune search over runs, each trial the same fit as a single run.
 
     space.py    tune.space -> Tune domains, checked against the config before any trial starts
-    trial.py    the trial: sampled values applied to the config, then raydra.run.fit as for any run
+    trial.py    the trial: sampled values applied to the config, then a run's stages (raydra.run.sequence)
     tuner.py    the sweep's driver: Tuner or Tuner.restore, concurrency, signals, the sweep record
     report.py   every trial's final record, trials.csv/md, best_config.yaml, the console lines
 
@@ -11,8 +11,8 @@
 
 A trial is Tune's function trainable `trial.run_trial`: it applies its sampled values by dotted
 key to the composed config (resolved again per trial, so keys interpolated from a sampled one follow it),
-validates it, and calls fit.fit_and_record, which launches the TorchTrainer with
-ReportToTune. The sweep directory is the Hydra run directory of the invocation:
+then walks a single run's stages (raydra.run.sequence: prepare, start, fit), whose fit launches the
+TorchTrainer with ReportToTune. The sweep directory is the Hydra run directory of the invocation:
 
     <outputs>/sweeps/<date>/<time>_<name>/
       sweep.json             status (running / completed / failed / interrupted), metric, best trial

@@ -43,8 +43,10 @@ class TrialRow:
     record: Optional[RunRecord] = None
 
 
-class Progress(ray.tune.Callback):
-    """One console line per trial event, and every trial's latest status for the sweep's record."""
+class TrialEvents(ray.tune.Callback):
+    """Tune's callback on a sweep's trial events: one console line per event, every trial's latest
+    status for the sweep's record, and the scheduler's state saved after each result (a resumed
+    sweep's scheduler starts from it)."""
 
     def __init__(self, metric: str, max_epochs: int) -> None:
         self.metric, self.max_epochs = metric, max_epochs
@@ -87,7 +89,7 @@ class Progress(ray.tune.Callback):
 
 
 def settle_trials(
-    sweep_dir: Path, grid: Any, progress: Any, metric: str, mode: str, scheduler: str, interrupted: bool = False
+    sweep_dir: Path, grid: Any, trial_events: Any, metric: str, mode: str, scheduler: str, interrupted: bool = False
 ) -> List[TrialRow]:
     """Bring every trial's summary.json to its final state and return the table's rows.
 
@@ -98,7 +100,7 @@ def settle_trials(
     for result in grid or []:
         if result.metrics and "trial_id" in result.metrics:
             results[result.metrics["trial_id"]] = result
-    statuses = progress.statuses
+    statuses = trial_events.statuses
     rows = []
     seen = set()
     for run_dir in sorted(Path(sweep_dir, layout.TRIALS).glob("*/" + layout.SUMMARY)):

@@ -1,4 +1,7 @@
-"""One trial of a sweep: Tune's function trainable around the same fit as a single run."""
+"""One trial of a sweep: Tune's function trainable, walking a single run's stages (raydra.run.sequence)
+inside a Lifecycle of its own. What only a trial does is here: its config from the sweep's and its
+sampled values, its scratch place with storage, Tune's report callback, and leaving a trial Tune
+stopped to the sweep's driver."""
 
 import tempfile
 import time
@@ -18,8 +21,9 @@ from raydra.records import layout, summary, trust
 from raydra.records.envelope import Status
 from raydra.records.summary import Trial
 from raydra.redact import redact_yaml_files
-from raydra.run import fit, recording, resolve
-from raydra.run.prepare import Invocation, prepare
+from raydra.run.lifecycle import FAILED, Ending, Lifecycle
+from raydra.run.prepare import Invocation
+from raydra.run.sequence import RunSequence
 from raydra.sweep.space import plain
 
 
@@ -50,31 +54,28 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     (run_dir / layout.OVERRIDES).write_text(yaml.safe_dump(overrides, sort_keys=False))
     redact_yaml_files(run_dir / layout.HYDRA_DIR)
     trust.mark_run(run_dir)  # the sweep's own trial: `raydra rerun` of it needs no --trusted
-    run = recording.new_summary(conf, record_dir, run_id, overrides).with_start(
-        trial=Trial(sweep=sweep["id"], id=trial_id, sampled=sampled)
-    )
+    run = RunSequence(conf, record_dir, run_id, overrides, started, place, trial=Trial(sweep=sweep["id"], id=trial_id, sampled=sampled))
     if previous:
         # A resumed sweep runs an unfinished trial again under the same run id: Train V2 continues
         # it from its last checkpoint.
-        run = run.resumed_from(previous, run_dir=str(record_dir))
-    try:
+        run.record = run.record.resumed_from(previous, run_dir=str(record_dir))
+
+    def settle(ending: Ending) -> None:
+        # A trial the scheduler ended is recorded by the sweep's driver, from Tune's results; so is
+        # one interrupted with its sweep (raydra.sweep.report).
+        if ending.status == FAILED and not (stopped_by_tune() or _settled(run_dir)):
+            run.failed(ending.error)
+
+    # Tune's process: no Ray to connect to and no stop signals to take (Tune stops a trial itself).
+    with Lifecycle(settle, continue_with=lambda: f"tune.resume={sweep['dir']}"):
         # The same checks as every run's (raydra.run.prepare), on the sweep's config with this trial's samples.
-        conf = prepare(conf, Invocation(overrides=tuple(overrides), trial=True)).config
-        spec = resolve.resolve(conf, record_dir, run_id, kind="trial", label=",".join(f"{k}={v}" for k, v in sampled.items()))
-        # Named here, not recomputed from paths.outputs: this process's working directory is Ray's.
-        spec = spec.with_place(dir=place.dir, storage=place.storage)
-        run = recording.record_start(spec, run)
-        run = fit.fit_and_record(spec, run, started, tune_trial=True, callbacks=[ReportToTune(spec.trainer.max_epochs)])
-    except Exception as error:
-        if stopped_by_tune() or _settled(run_dir):
-            # The scheduler ended this trial; the sweep driver records it from Tune's results.
-            raise
-        recording.save(place, recording.failure(run, error, started))
-        raise
+        prepared = run.prepare(Invocation(overrides=tuple(overrides), trial=True))
+        spec = run.start(prepared, kind="trial", label=",".join(f"{k}={v}" for k, v in sampled.items()), at=place)
+        run.fit(spec, tune_trial=True, callbacks=[ReportToTune(spec.trainer.max_epochs)])
     # The last epoch reaches Tune only now, with the test metrics, once summary.json is complete
     # (see ReportToTune).
-    final = dict(run.metrics.final)
-    final["epochs_done"] = run.epochs_completed
+    final = dict(run.record.metrics.final)
+    final["epochs_done"] = run.record.epochs_completed
     ray.tune.report(final)
 
 

@@ -30,7 +30,7 @@ from raydra.run.prepare import Invocation, prepare, writable
 from raydra.run.resolve import wandb_mode
 from raydra.run.resume import changed_keys
 from raydra.sweep import report
-from raydra.sweep.report import Progress
+from raydra.sweep.report import TrialEvents
 from raydra.sweep.space import check_samples, domain, parse_space
 from raydra.sweep.trial import run_trial
 
@@ -71,7 +71,7 @@ def run_sweep(
         mode=mode,
         num_samples=tune_cfg.num_samples,
     )
-    progress = Progress(metric, cfg.trainer.max_epochs)
+    trial_events = TrialEvents(metric, cfg.trainer.max_epochs)
     # Another sweep's record in this directory is refused and left as it was.
     claimed = not (fresh_dir / layout.SWEEP).exists()
 
@@ -80,7 +80,7 @@ def run_sweep(
             report.end(sweep_dir, record, write=claimed)
             return
         if ending.status == INTERRUPTED:
-            report.settle_trials(sweep_dir, None, progress, metric, mode, tune_cfg.scheduler, interrupted=True)
+            report.settle_trials(sweep_dir, None, trial_events, metric, mode, tune_cfg.scheduler, interrupted=True)
         report.end(sweep_dir, record.settled(ending, started), write=claimed)
 
     # Tune ends its trials and saves its state on SIGINT, so tune.resume= can continue the sweep:
@@ -92,7 +92,7 @@ def run_sweep(
         prepared = prepare(cfg, Invocation(overrides=tuple(overrides), job_ray_address=job_ray_address))
         cfg, composed = prepared.config, prepared.composed
         tune_cfg = cfg.tune
-        metric = progress.metric = tune_cfg.metric or cfg.checkpoint.monitor
+        metric = trial_events.metric = tune_cfg.metric or cfg.checkpoint.monitor
         mode = tune_cfg.mode or cfg.checkpoint.mode
         record = record.with_settings(metric=metric, mode=mode)
         if tune_cfg.resume:
@@ -121,12 +121,12 @@ def run_sweep(
             f"sweep {record.id}: {tune_cfg.num_samples} trials of {cfg.name}, {concurrency} at a time, "
             f"{tune_cfg.search} search, {tune_cfg.scheduler} scheduler, {mode} {metric}\n  dir  {sweep_dir}"
         )
-        progress.scheduler_state = sweep_dir / layout.SCHEDULER_STATE
+        trial_events.scheduler_state = sweep_dir / layout.SCHEDULER_STATE
         # The driver's own file, here even when Tune keeps its state in storage.
-        progress.scheduler_state.parent.mkdir(parents=True, exist_ok=True)
-        tuner = _tuner(cfg, sweep_dir, sweep_place.storage, record, concurrency, progress)
+        trial_events.scheduler_state.parent.mkdir(parents=True, exist_ok=True)
+        tuner = _tuner(cfg, sweep_dir, sweep_place.storage, record, concurrency, trial_events)
         worker_output.start_run(sweep_dir)
-        # Concurrent trials' epoch lines would interleave; _Progress prints one line per trial event.
+        # Concurrent trials' epoch lines would interleave; TrialEvents prints one line per trial event.
         echo, worker_output.echo_progress = worker_output.echo_progress, False
         try:
             # SLURM's time-limit notice stops the sweep as Ctrl-C does (_stop_as_ctrl_c).
@@ -140,7 +140,7 @@ def run_sweep(
         finally:
             worker_output.end_run()
             worker_output.echo_progress = echo
-        rows = report.settle_trials(sweep_dir, grid, progress, metric, mode, tune_cfg.scheduler)
+        rows = report.settle_trials(sweep_dir, grid, trial_events, metric, mode, tune_cfg.scheduler)
         report.write_tables(sweep_dir, rows, metric)
         unfinished = [row for row in rows if row.status in ("running", "pending", "interrupted")]
         if unfinished:
@@ -197,7 +197,7 @@ def _concurrency(cfg: DictConfig) -> int:
 
 
 def _tuner(
-    cfg: DictConfig, sweep_dir: Path, sweep_storage: Optional[str], record: SweepRecord, concurrency: int, progress: "Progress"
+    cfg: DictConfig, sweep_dir: Path, sweep_storage: Optional[str], record: SweepRecord, concurrency: int, trial_events: "TrialEvents"
 ) -> Any:
     tune = ray.tune
     filesystem, tune_root = storage.filesystem(sweep_storage or str(sweep_dir))
@@ -206,7 +206,7 @@ def _tuner(
     # sweep killed outright loses at most that much of its record of finished trials.
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "5")
     if not cfg.verbose:
-        # Tune's newer console output prints its banner and paths even at verbose=0; Progress
+        # Tune's newer console output prints its banner and paths even at verbose=0; TrialEvents
         # prints what a researcher needs.
         os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     sweep = {
@@ -227,16 +227,16 @@ def _tuner(
         )
         # The restored RunConfig holds the interrupted driver's callback, unpickled; this process
         # needs its own to see the trials. Tuner.restore takes no callbacks of its own.
-        replace_restored_tuner_callbacks(tuner, [progress])
+        replace_restored_tuner_callbacks(tuner, [trial_events])
         # Tuner.restore brings back the scheduler as it was created, with no rungs: trials run
-        # after a resume would be compared only with each other. Progress saved its rungs.
-        progress.scheduler = restored_tuner_scheduler(tuner)
-        if progress.scheduler is not None and progress.scheduler_state.is_file():
-            restore_scheduler_rungs(progress.scheduler, str(progress.scheduler_state))
+        # after a resume would be compared only with each other. TrialEvents saved its rungs.
+        trial_events.scheduler = restored_tuner_scheduler(tuner)
+        if trial_events.scheduler is not None and trial_events.scheduler_state.is_file():
+            restore_scheduler_rungs(trial_events.scheduler, str(trial_events.scheduler_state))
         return tuner
     space = {key: domain(key, name, args) for key, (name, args) in parse_space(cfg).items()}
     metric, mode = record.metric, record.mode
-    progress.scheduler = _scheduler(cfg)
+    trial_events.scheduler = _scheduler(cfg)
     return tune.Tuner(
         trainable,
         param_space=space,
@@ -245,14 +245,18 @@ def _tuner(
             mode=mode,
             num_samples=cfg.tune.num_samples,
             search_alg=_search(cfg, concurrency),
-            scheduler=progress.scheduler,
+            scheduler=trial_events.scheduler,
             # Random search limits itself (above); Tune wraps Optuna in a ConcurrencyLimiter.
             max_concurrent_trials=concurrency if cfg.tune.search == "optuna" else None,
             # A stopped trial's process must end: reused, its training thread would run on.
             reuse_actors=False,
         ),
         run_config=tune.RunConfig(
-            name=layout.TUNE, storage_path=tune_root, storage_filesystem=filesystem, verbose=1 if cfg.verbose else 0, callbacks=[progress]
+            name=layout.TUNE,
+            storage_path=tune_root,
+            storage_filesystem=filesystem,
+            verbose=1 if cfg.verbose else 0,
+            callbacks=[trial_events],
         ),
     )
 

@@ -28,7 +28,7 @@ from raydra.storage import replacing
 
 
 def build_loggers(spec: RunSpec, rank: int, resumed_from: Optional[Dict[str, Any]] = None) -> List[Any]:
-    """`resumed_from`: where the checkpoint this attempt restarts from stands (worker._position_of), if anywhere."""
+    """`resumed_from`: where the checkpoint this attempt restarts from stands (raydra.worker.trainer._position_of), if anywhere."""
     # Only rank 0 writes: other ranks' metrics are the same after sync_dist, and a second writer
     # would fight over metrics.csv and start a second W&B run.
     if rank != 0:

@@ -16,44 +16,30 @@ import tempfile
 import threading
 import time
 import traceback
-import warnings
-from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pyarrow.fs
 import ray.train
-import ray.train.torch
 import torch
 from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
-from ray.train.lightning import RayLightningEnvironment
 
 import raydra.worker
-from raydra import storage
 from raydra.cluster.worker_output import PROGRESS_MARK
 from raydra.config import arguments
-from raydra.config.schema import lightning_trainer_arguments
 from raydra.config.spec import RunSpec, WorkerOutcome
 from raydra.errors import WORKER_RANK, RaydraError
 from raydra.lightning import pl
-from raydra.records.checkpoints import checkpoint_meta
 from raydra.records.envelope import COMPLETED, FAILED, INTERRUPTED
 from raydra.records.hf_export import HFExport
-from raydra.records.layout import CHECKPOINT_FILE, METRICS, checkpoints_location, worker_log
+from raydra.records.layout import CHECKPOINT_FILE, METRICS, worker_log
 from raydra.records.sync import WorkerMirror
 from raydra.records.wandb_run import EXIT_CODES, copy_segments, finish_in_process
-from raydra.redact import SecretsFilter
-from raydra.worker.callbacks import build_callbacks, stop_record
-from raydra.worker.checkpoint_report import LocalCheckpoints, TimedReport
-from raydra.worker.console_progress import ConsoleProgress
-from raydra.worker.contract import Contract, check_importable
-from raydra.worker.hyperparameters import PlainHyperparameters
-from raydra.worker.loggers import build_loggers
-from raydra.worker.preemption import PreemptionNotice
-from raydra.worker.resumable import Resumable
-from raydra.worker.strategies import build_strategy, check_ray_environment
-from raydra.worker.tensorboard import HpMetric, ModelGraph
-from raydra.worker.throughput import Throughput, model_state_bytes, peak_flops, peak_memory_bytes
+from raydra.worker.callbacks import stop_record
+from raydra.worker.contract import check_importable
+from raydra.worker.log_routing import route_logs
+from raydra.worker.throughput import model_state_bytes, peak_memory_bytes
+from raydra.worker.trainer import Fitting, build_trainer
 from raydra.worker.watchdog import Heartbeat, Progress, Watchdog
 
 # The end of the imports above (raydra.run.startup's phases; their start is raydra.worker.IMPORTS_STARTED).
@@ -87,7 +73,7 @@ def train_loop(config: Dict[str, Any]) -> WorkerOutcome:
             # What the run's earlier W&B segments hold, for the one this attempt starts (raydra.records.wandb_run).
             copy_segments(spec.place.storage, mirror.dir)
     log_file = mirror.dir / worker_log(rank)
-    unroute = _route_logs(log_file, verbose=spec.verbose, local=spec.local)
+    unroute = route_logs(log_file, verbose=spec.verbose, local=spec.local)
     try:
         with contextlib.ExitStack() as stack:
             # Local mode: Ray Train hands no checkpoint back; the driver names the run's last one.
@@ -131,29 +117,66 @@ def _moved(node: Any, old: str, new: str) -> Any:
 
 
 def _train(spec: RunSpec, mirror: WorkerMirror, restored: Optional[str], heartbeat: Optional[Heartbeat] = None) -> WorkerOutcome:
+    """This worker's part of one attempt of the run, phase by phase; `restored`: the Lightning
+    checkpoint it resumes from (None: it starts afresh). The arguments are checked before anything
+    is built, and the trainer built after the model, whose node its callbacks record; `built` ends
+    start-up in summary.json's phases (raydra.run.startup)."""
     context = ray.train.get_context()
     rank, world_size = context.get_world_rank(), context.get_world_size()
-    run_dir = Path(spec.place.dir)
+    _set_up_process(spec)
+    _check_arguments(spec)
+    datamodule = _build_data(spec, world_size)
+    model, model_config, shard_blocks = _build_model(spec, restored)
+    fitting = build_trainer(
+        spec,
+        rank=rank,
+        world_size=world_size,
+        mirror=mirror,
+        restored=restored,
+        heartbeat=heartbeat,
+        model_config=model_config,
+        shard_blocks=shard_blocks,
+    )
+    built = time.time()
+    stopped_early = _fit(fitting, model, datamodule, restored)
+    test_metrics, test_skipped = _test(fitting.trainer, model, datamodule, spec, rank)
+    _finish_loggers(fitting.trainer)
+    return _outcome(spec, fitting, model, rank, world_size, (test_metrics, test_skipped), stopped_early, built)
 
-    scale, trainer_cfg, local = spec.scale, spec.trainer, spec.local
+
+def _set_up_process(spec: RunSpec) -> None:
+    """The process's torch settings and seeds, before anything is built: the model's initial weights
+    and the data's shuffling come from the seed."""
     # Each worker gets its CPU share; torch's default (all cores) makes N workers fight over them.
-    torch.set_num_threads(max(1, int(scale.cpus_per_worker)))
-    if trainer_cfg.tf32 and scale.use_gpu:
+    torch.set_num_threads(max(1, int(spec.scale.cpus_per_worker)))
+    if spec.trainer.tf32 and spec.scale.use_gpu:
         torch.set_float32_matmul_precision("high")
     pl.seed_everything(spec.seed, workers=True, verbose=False)
 
-    if not local:
-        # raydra's own model and data classes are not imported on the driver of a Ray run (Lightning
-        # there delayed its first step by seconds): their arguments are checked here, said in one
-        # sentence before either is built, rather than as a TypeError from inside it.
+
+def _check_arguments(spec: RunSpec) -> None:
+    """raydra's own model and data classes are not imported on the driver of a Ray run (Lightning
+    there delayed its first step by seconds): their arguments are checked here, said in one
+    sentence before either is built, rather than as a TypeError from inside it."""
+    if not spec.local:
         arguments.check(OmegaConf.create({"model": spec.model, "data": spec.data}), raydras_own=True)
+
+
+def _build_data(spec: RunSpec, world_size: int) -> Any:
+    """The data module: this worker's shard of the rows the driver prepared (data.loader=ray_data),
+    else the data node as Hydra builds it."""
     if spec.loader == "ray_data":
         from raydra.data.ray_data import RayDataModule
 
-        datamodule = RayDataModule(spec.place.data_rows, spec.data["batch_size"], world_size, spec.seed)
-    else:
-        check_importable(spec.data, "data")
-        datamodule = instantiate(spec.data)
+        return RayDataModule(spec.place.data_rows, spec.data["batch_size"], world_size, spec.seed)
+    check_importable(spec.data, "data")
+    return instantiate(spec.data)
+
+
+def _build_model(spec: RunSpec, restored: Optional[str]) -> Tuple[Any, Dict[str, Any], Optional[List[str]]]:
+    """The LightningModule, started from ckpt_path='s weights and compiled where the run asks; with the
+    model node it was built from (what its checkpoints keep as hyperparameters) and strategy=fsdp's
+    shard_blocks, which that node holds for raydra."""
     model_config = dict(spec.model)
     # Read by strategy=fsdp; the module's constructor does not take it.
     shard_blocks = model_config.pop("shard_blocks", None)
@@ -165,103 +188,47 @@ def _train(spec: RunSpec, mirror: WorkerMirror, restored: Optional[str], heartbe
     model = instantiate(model_config)
     if spec.place.init_weights and restored is None:
         _start_from(model, spec)
-    if trainer_cfg.compile:
+    if spec.trainer.compile:
         compile_networks(model)
+    return model, model_config, shard_blocks
 
-    device = ray.train.torch.get_device()
-    _check_precision(device, str(trainer_cfg.precision))
-    throughput = Throughput(world_size=world_size, peak_flops=peak_flops(device, str(trainer_cfg.precision)))
-    # Throughput logs its epoch figures in on_train_epoch_end, so it must run before Ray's report.
-    ckpt = spec.checkpoint
-    kept = (
-        LocalCheckpoints(Path(storage.join(checkpoints_location(spec.place), spec.place.id)), ckpt.num_to_keep, ckpt.monitor, ckpt.mode)
-        if local
-        else None
-    )
-    report = TimedReport(
-        every_n_epochs=ckpt.every_n_epochs,
-        every_n_steps=ckpt.every_n_steps,
-        monitor=ckpt.monitor,
-        mode=ckpt.mode,
-        background_upload=ckpt.upload == "background",
-        after_report=mirror.push,
-        local=kept,
-        saving=heartbeat.progress.saving if heartbeat else None,
-    )
-    # The world size is Ray's, at run time: an elastic group ([min, max]) restarts on another size.
-    resumable = Resumable(world_size=world_size, elastic=scale.elastic)
-    # The contract first: its sentence must come before a callback that trips over the same thing.
-    # HpMetric before the report: an epoch's checkpoint keeps the best that epoch logged.
-    callbacks = [
-        Contract(monitor=ckpt.monitor),
-        throughput,
-        resumable,
-        HpMetric(ckpt.monitor, ckpt.mode),
-        report,
-        PlainHyperparameters(model_config, spec.data),
-        ModelGraph(),
-    ]
-    if heartbeat:
-        # First: its marks come before any other callback's hook can block (and its per-rank step
-        # times are logged before the epoch's report).
-        callbacks.insert(0, heartbeat)
-    if rank == 0:
-        callbacks.append(
-            ConsoleProgress(
-                max_steps=trainer_cfg.max_steps,
-                world_size=world_size,
-                # Local mode is the driver's own process: its log shows the lines as they are.
-                emit=logging.getLogger("raydra").info if local else None,
-            )
-        )
-    if not local and spec.failure.preemption_notice:
-        # Last of raydra's: it checkpoints through `report` after Resumable has counted the batch.
-        callbacks.append(PreemptionNotice(report, rank))
-    # The user's, after raydra's own (whose checks and records come first).
-    user_callbacks = build_callbacks(spec.callbacks, rank)
-    callbacks += [callback for _, callback in user_callbacks]
-    if heartbeat:
-        callbacks.append(heartbeat.tail())
-    trainer = pl.Trainer(
-        accelerator="gpu" if scale.use_gpu else "cpu",
-        # Local mode: one device in this process, Lightning's own single-device strategy.
-        devices=1 if local else "auto",
-        strategy="auto" if local else build_strategy(spec.strategy, shard_blocks),
-        plugins=[] if local else [RayLightningEnvironment()],
-        callbacks=callbacks,
-        logger=build_loggers(spec, rank, resumed_from=_position_of(restored)) or False,
-        # Ray owns checkpointing: TimedReport saves and reports at checkpoint.every_n_epochs/every_n_steps.
-        enable_checkpointing=False,
-        # Each logger has the run's config as its hyperparameters (build_loggers); Lightning's own
-        # would add the module's and data module's save_hyperparameters() flat beside it.
-        enable_autolog_hparams=False,
-        enable_progress_bar=False,
-        enable_model_summary=spec.verbose,
-        default_root_dir=str(run_dir),
-        # max_epochs, precision, gradient_clip_val, ...: the trainer group as it is (TrainerConfig).
-        **lightning_trainer_arguments(dataclasses.asdict(trainer_cfg)),
-    )
-    if not local:
-        trainer = check_ray_environment(trainer)
-    built = time.time()
 
+def _fit(fitting: Fitting, model: Any, datamodule: Any, restored: Optional[str]) -> Optional[Dict[str, Any]]:
+    """Lightning's fit, from `restored` if any; returns summary.json's `stopped_early` (None: it was not)."""
     # After a worker death or resume=, Lightning restores weights, optimizer, scheduler, loop counters
     # and callback state (Resumable: RNG) from the last reported checkpoint. weights_only: a
     # checkpoint is plain tensors and containers, so loading it runs no pickled code.
-    with _interrupts_reach_the_driver(trainer):
-        trainer.fit(model, datamodule=datamodule, ckpt_path=restored, weights_only=True)
-    stopped_early = stop_record(trainer, user_callbacks)
-    if resumable.resumed_at:
-        at = resumable.resumed_at
+    with _interrupts_reach_the_driver(fitting.trainer):
+        fitting.trainer.fit(model, datamodule=datamodule, ckpt_path=restored, weights_only=True)
+    stopped_early = stop_record(fitting.trainer, fitting.user_callbacks)
+    if fitting.resumable.resumed_at:
+        at = fitting.resumable.resumed_at
         logging.getLogger("raydra").info(
             f"resumed from {restored} at epoch {at['epoch']}, batch {at['batches']} of {at['of']} (global step {at['global_step']})"
         )
+    return stopped_early
 
+
+def _test(trainer: Any, model: Any, datamodule: Any, spec: RunSpec, rank: int) -> Tuple[Dict[str, float], Optional[str]]:
+    """The test/* metrics once fit is done (run_test), a Ctrl-C meanwhile reaching the driver as one."""
     # Local mode logs on the driver's console itself; a Ray worker's rank 0 prints for it.
     with _interrupts_reach_the_driver(trainer):
-        test_metrics, test_skipped = run_test(trainer, model, datamodule, trainer_cfg.test, rank if not local else -1)
+        return run_test(trainer, model, datamodule, spec.trainer.test, rank if not spec.local else -1)
 
-    _finish_loggers(trainer)
+
+def _outcome(
+    spec: RunSpec,
+    fitting: Fitting,
+    model: Any,
+    rank: int,
+    world_size: int,
+    tested: Tuple[Dict[str, float], Optional[str]],
+    stopped_early: Optional[Dict[str, Any]],
+    built: float,
+) -> WorkerOutcome:
+    """What this worker tells the driver (rank 0's reaches it): the figures summary.json records."""
+    trainer, throughput, report, kept = fitting.trainer, fitting.throughput, fitting.report, fitting.kept
+    test_metrics, test_skipped = tested
     return WorkerOutcome(
         hf_export=_hf_export(model, spec) if rank == 0 else None,
         test_metrics=test_metrics,
@@ -281,7 +248,7 @@ def _train(spec: RunSpec, mirror: WorkerMirror, restored: Optional[str], heartbe
         epochs_completed=trainer.current_epoch,
         stopped_early=stopped_early,
         world_size=world_size,
-        resizes=resumable.resizes,
+        resizes=fitting.resumable.resizes,
         local_record=kept.record() if kept else None,
         startup_marks={
             "worker_imports_started": raydra.worker.IMPORTS_STARTED,
@@ -394,26 +361,6 @@ def _restored_checkpoint_path(stack: contextlib.ExitStack, run_id: str, rank: in
     return os.path.join(checkpoint.to_directory(local), CHECKPOINT_FILE)
 
 
-def _position_of(checkpoint_path: Optional[str]) -> Optional[Dict[str, Any]]:
-    """Where a restored checkpoint stands (epoch, global step, whether mid-epoch); metrics.csv rows
-    after it are about to be logged again."""
-    if checkpoint_path is None:
-        return None
-    # The run's own checkpoint (resume= of a run from elsewhere was let through by name on the driver).
-    meta = checkpoint_meta(checkpoint_path, trusted=True)
-    data = meta.get("callbacks", {}).get("Resumable", {}).get("data", {})
-    return {"epoch": int(meta["epoch"]), "global_step": int(meta["global_step"]), "mid_epoch": bool(data.get("mid_epoch"))}
-
-
-def _check_precision(device: torch.device, precision: str) -> None:
-    """bf16 needs an Ampere-or-newer GPU; only the worker can see which GPU it got."""
-    if device.type == "cuda" and precision.startswith("bf16") and not torch.cuda.is_bf16_supported():
-        raise RaydraError(
-            f"trainer.precision={precision} needs a GPU with bf16 support (Ampere or newer), but this worker has a "
-            f"{torch.cuda.get_device_name(device)}; use trainer.precision=16-mixed."
-        )
-
-
 def _gather(trainer: Any, figures: Dict[str, int]) -> List[Dict[str, int]]:
     """Every worker's `figures`, in rank order, on every worker."""
     if not torch.distributed.is_initialized():
@@ -455,46 +402,3 @@ def _finish_loggers(trainer: Any) -> None:
         logger.finalize("success")
         if hasattr(logger, "end"):
             logger.end(exit_code=EXIT_CODES[COMPLETED], status=COMPLETED)
-
-
-def _route_logs(path: Path, verbose: bool, local: bool) -> Callable[[], None]:
-    """Everything Lightning, torch and W&B say goes to the worker's log file; the console only
-    gets warnings unless the run is verbose. In local mode the process is the driver's, whose own
-    console and driver.log stay as they are: the file is added, and removed by the returned function."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
-    handler.addFilter(SecretsFilter())
-    loggers = [
-        logging.getLogger(name)
-        for name in ("raydra", "lightning", "lightning.pytorch", "pytorch_lightning", "lightning_fabric", "torch", "wandb", "ray.train")
-    ]
-
-    before = {logger.name: (logger.level, logger.propagate) for logger in loggers}
-
-    def unroute() -> None:
-        for logger in loggers:
-            logger.removeHandler(handler)
-            logger.setLevel(before[logger.name][0])
-            logger.propagate = before[logger.name][1]
-        handler.close()
-
-    for logger in loggers:
-        logger.addHandler(handler)
-        if local:
-            # raydra's own lines reach the console as the driver's do; the libraries' go to the file
-            # only, at the levels they chose (torch's INFO would reach the console through its own handler).
-            logger.propagate = logger.name == "raydra" or verbose
-            continue
-        logger.setLevel(logging.INFO)
-        if not verbose:
-            for existing in logger.handlers:
-                if existing is not handler:
-                    existing.setLevel(logging.WARNING)
-            logger.propagate = False
-    if not verbose:
-        # Lightning's tips about workers, logging intervals and sync_dist are advice for scripts,
-        # not for a framework that already chose those settings.
-        warnings.filterwarnings("ignore", module=r"(lightning|pytorch_lightning|lightning_fabric)\..*")
-        logging.captureWarnings(True)
-    return unroute

@@ -1,0 +1,243 @@
+"""How each job of a multirun ended and what the multirun says of it: each job's outcome settled
+(its JobReturn, a raydra run's summary.json, or why it has neither), jobs.json (what a resumed
+multirun reads), the closing report on the console and in multirun.log, and the command that
+continues the multirun.
+"""
+
+import logging
+import os
+import shlex
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional
+
+from raydra.multirun.job import Job
+from raydra.records import envelope, summary
+from raydra.records import jobs as jobs_record
+from raydra.records.envelope import Status
+from raydra.records.jobs import JobsRecord
+from raydra.records.layout import CONSOLE, MULTIRUN_LOG
+from raydra.records.summary import RunRecord
+from raydra.redact import SecretsFilter, redact
+
+if TYPE_CHECKING:
+    from raydra.multirun.launcher import Multirun
+
+log = logging.getLogger("raydra")
+
+
+def summary_of(job: Job) -> Optional[RunRecord]:
+    # None: not written yet (summary.json is replaced whole, never seen half-written).
+    return summary.try_read(job.dir)
+
+
+def take_result(job: Job) -> None:
+    """Read the job's JobReturn as soon as it comes: a large one fills the pipe, and the job's
+    process cannot end before it is read."""
+    import cloudpickle
+
+    try:
+        job.returned = cloudpickle.loads(job.result.recv_bytes())
+    except (EOFError, OSError):
+        job.returned = None  # it ended without one: settle says why
+
+
+def settle(multirun: "Multirun", job: Job, stopped: bool) -> None:
+    """The job's outcome: its JobReturn and, for a raydra run, its summary.json; a job that ended
+    without either (killed, or stopped before it started) gets an outcome that says so."""
+    from hydra.core.utils import JobStatus
+
+    job.ended = time.time()
+    if job.task is not None:
+        _take_task_result(job)
+    elif job.returned is None and not job.result.closed:
+        if job.result.poll():
+            take_result(job)
+        job.result.close()
+    if multirun.raydra_runs:
+        _settle_run(job, stopped)
+    elif job.returned is not None:
+        job.status = Status.COMPLETED if job.returned.status == JobStatus.COMPLETED else Status.FAILED
+        if job.status == Status.FAILED:
+            error = job.returned._return_value
+            job.error = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+    else:
+        job.status = Status.INTERRUPTED if stopped else Status.FAILED
+        job.error = job.error or "its Ray task ended without a result"
+    took = f"{job.ended - job.started:.1f} s"
+    if job.status == Status.COMPLETED:
+        if multirun.raydra_runs:
+            shown = f"best {job.monitor} {job.metric:.4f}" if job.metric is not None else f"no {job.monitor} logged"
+        else:
+            shown = f"returned {_shown_value(job.returned.return_value)}"
+        log.info(f"[{job.num}] completed in {took}  {shown}  {' '.join(job.shown)}\n  dir  {job.dir}")
+    else:
+        log.info(f"[{job.num}] {job.status} after {took}  {' '.join(job.shown)}: {job.error}\n  dir  {job.dir}")
+
+
+def _take_task_result(job: Job) -> None:
+    import cloudpickle
+    import ray
+
+    try:
+        job.returned = cloudpickle.loads(ray.get(job.task, timeout=10))
+    except ray.exceptions.TaskCancelledError:
+        job.error = "stopped with the multirun"
+    except ray.exceptions.RayTaskError as error:
+        # Hydra could not set the job up (run_job raised outside the task function).
+        cause = error.cause if isinstance(getattr(error, "cause", None), BaseException) else error
+        job.error = f"{type(cause).__name__}: {cause}".splitlines()[0][:300]
+    except Exception as error:  # the task's worker or node died
+        job.error = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"[:300]
+
+
+def _settle_run(job: Job, stopped: bool) -> None:
+    run = summary_of(job)
+    if run and run.ended:
+        job.status, job.error = run.status, run.error
+    else:
+        job.error = _last_words(job, job.process.exitcode)
+        if run:
+            run = run.interrupted(job.error) if stopped else run.failed(job.error)
+            summary.write(job.dir, run)
+        job.status = Status.INTERRUPTED if stopped else Status.FAILED
+    if run:
+        job.monitor = run.monitor.metric
+        job.metric = run.best_value()
+
+
+def _shown_value(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _last_words(job: Job, code: int) -> str:
+    console = job.dir / CONSOLE
+    lines = [line.strip() for line in console.read_text(errors="replace").splitlines() if line.strip()] if console.is_file() else []
+    how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+    said = f" ({lines[-1][:200]})" if lines else ""
+    return f"its process ended ({how}) before recording an outcome{said}; see {console}"
+
+
+def read_record(sweep_dir: Path) -> Optional[JobsRecord]:
+    """The multirun's jobs.json, or None where there is none to read (missing, cut short, not an object)."""
+    try:
+        return jobs_record.read(sweep_dir)
+    except (envelope.RecordError, OSError):
+        return None
+
+
+def record(multirun: "Multirun", jobs: List[Job]) -> None:
+    """jobs.json: what a resumed multirun reads. Jobs of earlier batches stay in it."""
+    entries = {}
+    for job in jobs:
+        if job.status == Status.KEPT:
+            value = job.value
+        elif job.status == Status.COMPLETED:
+            value = _json_value(job.metric if multirun.raydra_runs else job.returned.return_value)
+        else:
+            value = None
+        status = Status.COMPLETED if job.status == Status.KEPT else job.status
+        entries[job.num] = jobs_record.JobEntry(
+            overrides=list(job.overrides), dir=str(job.dir), status=status, return_value=value, error=job.error
+        )
+    multirun.record = (multirun.record or JobsRecord.started()).with_jobs(entries)
+    jobs_record.write(multirun.sweep_dir, multirun.record)
+    multirun.written = True
+
+
+def _json_value(value: Any) -> Any:
+    """A return value as jobs.json can keep it for a resumed multirun's sweeper: JSON, or null."""
+    import json
+
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return None
+
+
+def report(multirun: "Multirun", jobs: List[Job]) -> None:
+    """The closing lines: for raydra runs the table `raydra compare <sweep dir>` prints; what did
+    not complete; how to continue the multirun."""
+    sweep_dir = multirun.sweep_dir
+    with console(sweep_dir):
+        if multirun.raydra_runs:
+            from raydra import compare as cmp
+
+            notes: List[str] = []
+            runs = cmp.collect([str(sweep_dir)], [], notes)
+            if runs:
+                metrics = cmp.choose_metrics(runs, None, notes)
+                keys = cmp.differing_keys(runs)
+                rows = cmp.build_table(runs, metrics, keys, notes)
+                log.info("\n" + cmp.render_table(cmp.table_columns(keys, metrics), rows, keys))
+        bad = [j for j in jobs if j.status not in (Status.COMPLETED, Status.KEPT)]
+        if not bad:
+            then = f"; compare them again with: raydra compare {sweep_dir}" if multirun.raydra_runs else f"\n  dir  {sweep_dir}"
+            log.info(f"all {len(jobs)} jobs completed{then}")
+            return
+        log.info(f"{len(bad)} of {len(jobs)} jobs did not complete: " + ", ".join(f"{j.label} {j.status}" for j in bad))
+        left_out = secrets_left_out(multirun)
+        log.info(
+            "continue the multirun (completed jobs are kept, the others run again"
+            + (", a run from its last checkpoint" if multirun.raydra_runs else "")
+            + f") with:\n  {continue_command(multirun)}"
+            + (f"\n  {left_out}" if left_out else "")
+        )
+
+
+def continue_command(multirun: "Multirun") -> str:
+    """This multirun's command line as typed, pointed at its sweep directory, with resume on; each
+    secret in it shown as *** (secrets_left_out says so)."""
+    script = sys.argv[0]
+    shown = script if " " in script else f"python {os.path.relpath(script)}"
+    kept = [redact(o) for o in _typed_to_continue(multirun)]
+    return " ".join(
+        [shown, "-m", *(shlex.quote(o) for o in kept), shlex.quote(f"hydra.sweep.dir={multirun.sweep_dir}"), "hydra.launcher.resume=true"]
+    )
+
+
+def secrets_left_out(multirun: "Multirun") -> Optional[str]:
+    """The sentence that goes with continue_command when it shows *** for a secret: nothing records
+    a secret, so the user gives it again (resume refuses *** in its place, raydra.redact.stands_for_a_secret)."""
+    held = [o for o in _typed_to_continue(multirun) if redact(o) != o]
+    if not held:
+        return None
+    keys = ", ".join(o.split("=", 1)[0] for o in held)
+    return f"*** stands for a secret, which nothing records: put each back in its place ({keys}) before running it"
+
+
+def how_to_continue(multirun: "Multirun") -> str:
+    """An interrupted record's command, and the sentence on its secrets, if it has any."""
+    return "; ".join(filter(None, (continue_command(multirun), secrets_left_out(multirun))))
+
+
+def _typed_to_continue(multirun: "Multirun") -> List[str]:
+    # hydra.mode=MULTIRUN is Hydra's own record of -m.
+    return [o for o in multirun.typed if not o.lstrip("+~").startswith(("hydra.sweep.dir=", "hydra.launcher.resume=", "hydra.mode="))]
+
+
+@contextmanager
+def console(sweep_dir: Path) -> Iterator[None]:
+    """raydra's lines on this process's console and in <sweep dir>/multirun.log. Hydra configures
+    logging for a job only inside the job, so the multirun's own process has none for them."""
+    logger = logging.getLogger("raydra")
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    console = logging.StreamHandler(sys.stdout)
+    console.setFormatter(logging.Formatter("%(message)s"))
+    file = logging.FileHandler(sweep_dir / MULTIRUN_LOG)
+    file.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
+    for handler in (console, file):
+        handler.addFilter(SecretsFilter())
+    saved = logger.handlers[:], logger.level, logger.propagate
+    logger.handlers, logger.propagate = [console, file], False
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        file.close()
+        logger.handlers, logger.propagate = saved[0], saved[2]
+        logger.setLevel(saved[1])
