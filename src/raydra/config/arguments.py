@@ -271,7 +271,8 @@ def checkable(annotation: Any) -> Any:
         if not args:
             return origin
         inner = tuple(a if a is Ellipsis else (Any if checkable(a) is UNKNOWN else checkable(a)) for a in args)
-        return origin[inner if len(inner) > 1 else inner[0]]
+        generic: Any = origin  # subscripted at run time, with arguments known only then
+        return generic[inner[0] if len(inner) == 1 else inner]
     if origin is not None:
         return UNKNOWN  # Callable[...], Type[...], a user's generic class
     if isinstance(annotation, type):

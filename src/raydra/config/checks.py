@@ -9,9 +9,9 @@ import importlib.util
 import math
 import re
 import typing
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple, cast
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from raydra.config.schema import (
     GPU_ONLY_PRECISIONS,
@@ -90,7 +90,7 @@ def _non_finite(cfg: Any) -> Iterator[Tuple[str, float]]:
     them as floats) under the sections the schema types: `failure.step_timeout_min_s=nan` would
     turn the watchdog's deadlines into NaN, and `inf` reach summary.json as a number JSON has not.
     The user's groups (model, data, logger, callbacks) are their classes' arguments."""
-    plain = OmegaConf.to_container(cfg, resolve=False)
+    plain = cast(Dict[str, Any], OmegaConf.to_container(cfg, resolve=False))
     yield from _numbers_not_finite({key: value for key, value in plain.items() if key not in OPEN_GROUPS})
 
 
@@ -229,7 +229,7 @@ def _check_lightning_unions(trainer: Any) -> Iterator[str]:
     if limit is not None and not (
         isinstance(limit, str)
         and DURATION.fullmatch(limit.strip())
-        or OmegaConf.is_dict(limit)
+        or isinstance(limit, DictConfig)
         and all(k in TIMEDELTA_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in limit.items())
     ):
         yield (
@@ -240,8 +240,7 @@ def _check_lightning_unions(trainer: Any) -> Iterator[str]:
         value = trainer[key]
         if value is None and key != "overfit_batches":
             continue
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not (number and (0 <= value <= 1 or value > 1 and value % 1 == 0)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value <= 1 or value > 1 and value % 1 == 0):
             yield f"trainer.{key}={_shown(value)} must be a fraction in [0, 1] or a whole number of batches, e.g. trainer.{key}=0.25 or trainer.{key}=10."
 
 
@@ -317,7 +316,7 @@ def _check_template_keys(cfg: Any) -> Iterator[str]:
     """lightning-hydra-template's trainer keys whose job raydra does through its own keys: one
     sentence naming raydra's key for each. Read unresolved: `default_root_dir: ${paths.output_dir}`
     resolves to null until the run starts."""
-    trainer = OmegaConf.to_container(cfg.trainer, resolve=False)
+    trainer = cast(Dict[str, Any], OmegaConf.to_container(cfg.trainer, resolve=False))
     found = [(key, trainer[key]) for key in TEMPLATE_TRAINER_KEYS if trainer.get(key) is not None]
     if found:
         named = ", ".join(f"trainer.{key}={_shown(value)}" for key, value in found)
@@ -406,7 +405,7 @@ def _validate_wandb(cfg: Any) -> Iterator[str]:
     log_model=all that would log one worker's shard of a sharded checkpoint as the model."""
     logger = cfg.get("logger")
     wandb = logger.get("wandb") if OmegaConf.is_dict(logger) else None
-    if not OmegaConf.is_dict(wandb):
+    if not isinstance(wandb, DictConfig):
         return
     yield from wandb_problems(OmegaConf.to_container(wandb, resolve=False))
     sharded = cfg.strategy.name == "deepspeed" or (cfg.strategy.name == "fsdp" and cfg.strategy.checkpoint_layout == "sharded")

@@ -21,7 +21,7 @@ import importlib.util
 import inspect
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, cast
 
 from omegaconf import OmegaConf
 
@@ -155,7 +155,7 @@ def _other_lightning_base(cls: Any, base: type) -> Optional[str]:
 def runtime_env(cfg: Any, cwd: Optional[Path] = None) -> Optional[Dict[str, Any]]:
     """What ray.init gets as runtime_env: ray.runtime_env, plus the project's code as working_dir
     (and any src/-layout package as py_modules) when ray.working_dir asks for it; None for nothing."""
-    env = OmegaConf.to_container(cfg.ray.runtime_env, resolve=True) if cfg.ray.runtime_env else {}
+    env = cast(Dict[str, Any], OmegaConf.to_container(cfg.ray.runtime_env, resolve=True)) if cfg.ray.runtime_env else {}
     if "working_dir" in env:
         raise RaydraError(
             f"ray.runtime_env.working_dir={env['working_dir']}: set ray.working_dir instead (raydra adds its excludes there)."

@@ -252,7 +252,7 @@ def _read(kind: Any, value: Any) -> Tuple[Any, bool]:
         if value is None:
             return None, True
         return _read(next(a for a in args if a is not type(None)), value)
-    if dataclasses.is_dataclass(kind):
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
         if not isinstance(value, dict):
             return None, False
         hints = typing.get_type_hints(kind)
