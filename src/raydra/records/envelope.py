@@ -92,10 +92,10 @@ class Envelope:
     def ended(self) -> bool:
         return self.status in self.ENDS
 
-    def failed(self: E, reason: str, started: Optional[float] = None) -> E:
+    def failed(self: E, reason: Optional[str], started: Optional[float] = None) -> E:
         return self._ended(Status.FAILED, reason, started)
 
-    def interrupted(self: E, reason: str, started: Optional[float] = None, **fields: Any) -> E:
+    def interrupted(self: E, reason: Optional[str], started: Optional[float] = None, **fields: Any) -> E:
         """Ctrl-C, SIGTERM, a time limit: `reason` names the command that continues the work."""
         return self._ended(Status.INTERRUPTED, reason, started, **fields)
 

@@ -255,7 +255,7 @@ class RunRecord(Envelope):
         return self._ended(FAILED, hangs[-1].sentence(), started, hangs=list(hangs), **outcome)
 
     def interrupted(
-        self, reason: str, started: Optional[float] = None, last_checkpoint: Optional[str] = None, **fields: Any
+        self, reason: Optional[str], started: Optional[float] = None, last_checkpoint: Optional[str] = None, **fields: Any
     ) -> "RunRecord":
         """Ctrl-C, SIGTERM, a time limit: `reason` names the command that continues it, and the
         checkpoint it continues from (relative to the run's home) is recorded."""

@@ -343,7 +343,7 @@ def _report(record: RunRecord, spec: RunSpec) -> None:
     lines.append(f"  dir  {record.run_dir}")
     if record.checkpoints.best:
         lines.append(f"  best checkpoint  {record.checkpoint('best')}")
-    exported = Path(record.run_dir) / layout.HF_EXPORT
+    exported = Path(record.run_dir) / layout.HF_EXPORT  # pyright: ignore[reportArgumentType]: a started run's record names its directory
     if exported.is_dir():
         lines.append(f"  hugging face  {exported}  (transformers' from_pretrained)")
     wandb = (spec.logger or {}).get("wandb")
