@@ -401,7 +401,7 @@ def _complete(run_dir: Path) -> bool:
     return True
 
 
-def _checkpoints_to_log(run: Any, settings: RunSettings) -> List[Tuple[str, List[str]]]:
+def _checkpoints_to_log(run: summary_record.RunRecord, settings: RunSettings) -> List[Tuple[str, List[str]]]:
     """log_model=true: the best and last checkpoints of a run that completed or was stopped, with
     their aliases; [] where the run asked for none (log_model=all logs each as it is saved)."""
     if settings.log_model is not True or run.status not in (Status.COMPLETED, Status.STOPPED):
@@ -415,7 +415,7 @@ def _checkpoints_to_log(run: Any, settings: RunSettings) -> List[Tuple[str, List
     return list(chosen.items())
 
 
-def _log_checkpoints(segment: Any, run: Any, settings: RunSettings, artifacts: List[Tuple[str, List[str]]]) -> None:
+def _log_checkpoints(segment: Any, run: summary_record.RunRecord, settings: RunSettings, artifacts: List[Tuple[str, List[str]]]) -> None:
     from raydra.records.checkpoints import fetch
 
     for path, aliases in artifacts:
