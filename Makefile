@@ -61,10 +61,12 @@ slurm:
 train: install
 	$(PY) train.py $(ARGS)
 
-# The linter and formatter the tree must pass (configured in pyproject.toml); `make test` runs it first.
+# The linter, formatter and type checker the tree must pass (configured in pyproject.toml); `make test`
+# runs them first. basedpyright is told the venv's Python, whose packages it checks raydra against.
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/basedpyright --pythonpath $(PY)
 
 test: install browser slurm lint
 	$(PY) -m pytest $(ARGS)

@@ -7,6 +7,14 @@ always agree, and so do lightning-hydra-template's `_target_`s (`lightning.pytor
 and modules (`from lightning import LightningModule`).
 """
 
-import lightning.pytorch as pl
+# The submodules raydra reaches through `pl` (pl.callbacks.ModelCheckpoint, pl.loggers.Logger) are
+# imported by name, and `pl` bound after them, so that a type checker knows them as its attributes
+# (lightning.pytorch imports them itself: nothing more is imported at run time).
+import lightning.pytorch
+import lightning.pytorch.callbacks
+import lightning.pytorch.loggers
+import lightning.pytorch.strategies
+
+pl = lightning.pytorch
 
 __all__ = ["pl"]

@@ -10,7 +10,7 @@ import os
 import secrets
 import socket
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import ray
 
@@ -284,6 +284,6 @@ def _count_fits(node: Dict[str, float], per_worker: Dict[str, float]) -> int:
     return int(min(counts)) if counts else 1 << 30
 
 
-def _fmt(resources: Dict[str, float], keys: Any = None) -> str:
+def _fmt(resources: Mapping[str, float], keys: Any = None) -> str:
     shown = {k: resources.get(k, 0.0) for k in (keys or resources)}
     return "{" + ", ".join(f"{k}: {v:g}" for k, v in shown.items()) + "}"

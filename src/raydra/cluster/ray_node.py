@@ -105,7 +105,9 @@ def wait_head_started(proc: subprocess.Popen, log_path: Path, timeout: float) ->
     """Until the head runs and has printed the address other nodes join (its GCS, on the node's
     address), which it returns; RuntimeError as `wait_started`. The address comes a few lines after
     "Ray runtime started": a log read between the two has none (seen once in CI)."""
-    return _JOIN_ADDRESS.search(_wait_printed(proc, log_path, timeout, _JOIN_ADDRESS.search)).group(1)
+    printed = _JOIN_ADDRESS.search(_wait_printed(proc, log_path, timeout, _JOIN_ADDRESS.search))
+    assert printed is not None  # _wait_printed returns only a log the search found the address in
+    return printed.group(1)
 
 
 def _wait_printed(proc: subprocess.Popen, log_path: Path, timeout: float, done: Callable[[str], object]) -> str:

@@ -34,7 +34,7 @@ import types
 import typing
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from raydra.errors import RaydraError
 
@@ -66,14 +66,14 @@ CONTAINERS = (
 UNKNOWN = object()  # an annotation (or a member of one) that a config value is not checked against
 
 
-def check(cfg: Any, raydras_own: Optional[bool] = None) -> None:
+def check(cfg: DictConfig, raydras_own: Optional[bool] = None) -> None:
     """Raise one RaydraError naming every problem problems() finds in `cfg`."""
     found = list(problems(cfg, raydras_own))
     if found:
         raise RaydraError(" ".join(found))
 
 
-def problems(cfg: Any, raydras_own: Optional[bool] = None) -> Iterator[str]:
+def problems(cfg: DictConfig, raydras_own: Optional[bool] = None) -> Iterator[str]:
     """A sentence for each argument of the run's `_target_`s that its callable would refuse.
 
     `raydras_own`: True for the arguments of the model and data classes only where those are
@@ -93,7 +93,7 @@ def problems(cfg: Any, raydras_own: Optional[bool] = None) -> Iterator[str]:
             yield from _node_problems(node, key, leave_out=leave_out, itself=itself, inside=inside)
 
 
-def _instantiated(cfg: Any) -> Iterator[Tuple[str, Any, Sequence[str]]]:
+def _instantiated(cfg: DictConfig) -> Iterator[Tuple[str, Any, Sequence[str]]]:
     """(key, node, keys raydra reads itself) of every `_target_` node the workers instantiate."""
     model = cfg.get("model")
     if _is_dict(model) and model.get("_target_"):
@@ -271,7 +271,8 @@ def checkable(annotation: Any) -> Any:
         if not args:
             return origin
         inner = tuple(a if a is Ellipsis else (Any if checkable(a) is UNKNOWN else checkable(a)) for a in args)
-        return origin[inner if len(inner) > 1 else inner[0]]
+        generic: Any = origin  # subscripted at run time, with arguments known only then
+        return generic[inner[0] if len(inner) == 1 else inner]
     if origin is not None:
         return UNKNOWN  # Callable[...], Type[...], a user's generic class
     if isinstance(annotation, type):

@@ -9,9 +9,9 @@ import importlib.util
 import math
 import re
 import typing
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple, cast
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from raydra.config.schema import (
     GPU_ONLY_PRECISIONS,
@@ -29,7 +29,7 @@ from raydra.errors import RaydraError
 from raydra.records.wandb_run import problems as wandb_problems
 
 
-def _check_num_workers(cfg: Any) -> Iterator[str]:
+def _check_num_workers(cfg: DictConfig) -> Iterator[str]:
     """scale.num_workers is a count, or [min, max] with 1 <= min <= max."""
     value = cfg.scale.num_workers
     shown = f"scale.num_workers={_shown(value)}"
@@ -64,7 +64,7 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def validate(cfg: Any) -> None:
+def validate(cfg: DictConfig) -> None:
     """Checks that need more than one key or a value range. Raises one RaydraError that names every
     problem of the config, one sentence each (each naming its key), so that one attempt shows them all."""
     problems = list(problems_of(cfg))
@@ -72,7 +72,7 @@ def validate(cfg: Any) -> None:
         raise RaydraError(" ".join(problems))
 
 
-def problems_of(cfg: Any) -> Iterator[str]:
+def problems_of(cfg: DictConfig) -> Iterator[str]:
     """Each problem validate() finds in `cfg`, as a sentence that names its key, in a fixed order.
     A number that is not finite is said once, as that: the range checks after it would call
     `nan` in range or not as their comparisons fall, and say it again."""
@@ -85,12 +85,12 @@ def problems_of(cfg: Any) -> Iterator[str]:
     yield from (problem for problem in _range_problems(cfg) if not problem.startswith(said))
 
 
-def _non_finite(cfg: Any) -> Iterator[Tuple[str, float]]:
+def _non_finite(cfg: DictConfig) -> Iterator[Tuple[str, float]]:
     """(key, value) of every number that is not finite (nan, inf, -inf: Hydra's grammar reads
     them as floats) under the sections the schema types: `failure.step_timeout_min_s=nan` would
     turn the watchdog's deadlines into NaN, and `inf` reach summary.json as a number JSON has not.
     The user's groups (model, data, logger, callbacks) are their classes' arguments."""
-    plain = OmegaConf.to_container(cfg, resolve=False)
+    plain = cast(Dict[str, Any], OmegaConf.to_container(cfg, resolve=False))
     yield from _numbers_not_finite({key: value for key, value in plain.items() if key not in OPEN_GROUPS})
 
 
@@ -104,7 +104,7 @@ def _numbers_not_finite(node: Any, where: str = "") -> Iterator[Tuple[str, float
             yield from _numbers_not_finite(value, path)
 
 
-def _default_of(cfg: Any, key: str) -> Optional[float]:
+def _default_of(cfg: DictConfig, key: str) -> Optional[float]:
     """The schema's default number for `key`, if its section is a schema and the default is a number."""
     parent, _, leaf = key.rpartition(".")
     schema = OmegaConf.get_type(OmegaConf.select(cfg, parent) if parent else cfg)
@@ -125,7 +125,7 @@ def _and_parents(key: str) -> List[str]:
     return [key, *(".".join(parts[:n]) for n in range(2, len(parts) + 1))]
 
 
-def _range_problems(cfg: Any) -> Iterator[str]:
+def _range_problems(cfg: DictConfig) -> Iterator[str]:
     """problems_of's checks of values, ranges and keys together."""
     scale, trainer, ckpt = cfg.scale, cfg.trainer, cfg.checkpoint
     yield from _check_template_keys(cfg)
@@ -229,7 +229,7 @@ def _check_lightning_unions(trainer: Any) -> Iterator[str]:
     if limit is not None and not (
         isinstance(limit, str)
         and DURATION.fullmatch(limit.strip())
-        or OmegaConf.is_dict(limit)
+        or isinstance(limit, DictConfig)
         and all(k in TIMEDELTA_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in limit.items())
     ):
         yield (
@@ -240,12 +240,11 @@ def _check_lightning_unions(trainer: Any) -> Iterator[str]:
         value = trainer[key]
         if value is None and key != "overfit_batches":
             continue
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not (number and (0 <= value <= 1 or value > 1 and value % 1 == 0)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value <= 1 or value > 1 and value % 1 == 0):
             yield f"trainer.{key}={_shown(value)} must be a fraction in [0, 1] or a whole number of batches, e.g. trainer.{key}=0.25 or trainer.{key}=10."
 
 
-def _check_unknown_keys(cfg: Any, where: str = "") -> Iterator[str]:
+def _check_unknown_keys(cfg: DictConfig, where: str = "") -> Iterator[str]:
     """A key that no schema field names, under the root or a section the schema types (scale,
     trainer, checkpoint, ...): Hydra refuses `scale.num_workerz=2` itself, but `+scale.num_workerz=2`
     adds the key, which nothing would ever read. The open groups (model, data, logger, callbacks)
@@ -313,11 +312,11 @@ def composition_error(error: BaseException) -> Optional[str]:
     return f"{path}={value} is not {said}; give it {said}{f', e.g. {path}={shown(example)}' if example is not None else ''}."
 
 
-def _check_template_keys(cfg: Any) -> Iterator[str]:
+def _check_template_keys(cfg: DictConfig) -> Iterator[str]:
     """lightning-hydra-template's trainer keys whose job raydra does through its own keys: one
     sentence naming raydra's key for each. Read unresolved: `default_root_dir: ${paths.output_dir}`
     resolves to null until the run starts."""
-    trainer = OmegaConf.to_container(cfg.trainer, resolve=False)
+    trainer = cast(Dict[str, Any], OmegaConf.to_container(cfg.trainer, resolve=False))
     found = [(key, trainer[key]) for key in TEMPLATE_TRAINER_KEYS if trainer.get(key) is not None]
     if found:
         named = ", ".join(f"trainer.{key}={_shown(value)}" for key, value in found)
@@ -351,7 +350,7 @@ def _check_batch_splits(batch_size: int, num_workers: Any) -> Iterator[str]:
     )
 
 
-def _validate_local_mode(cfg: Any) -> Iterator[str]:
+def _validate_local_mode(cfg: DictConfig) -> Iterator[str]:
     """scale.num_workers=0 trains in the driver's process on one device, without Ray: what needs
     workers, a cluster or storage for them is refused by name."""
     why = "scale.num_workers=0 (local mode) trains in this process on one device"
@@ -401,12 +400,12 @@ def _validate_strategy(strategy: Any, scale: Any, precision: str) -> Iterator[st
             yield ("strategy=deepspeed needs the deepspeed package; install it with `pip install raydra[deepspeed]`.")
 
 
-def _validate_wandb(cfg: Any) -> Iterator[str]:
+def _validate_wandb(cfg: DictConfig) -> Iterator[str]:
     """logger.wandb's keys, as W&B's logger takes them (raydra.records.wandb_run.problems), and a
     log_model=all that would log one worker's shard of a sharded checkpoint as the model."""
     logger = cfg.get("logger")
     wandb = logger.get("wandb") if OmegaConf.is_dict(logger) else None
-    if not OmegaConf.is_dict(wandb):
+    if not isinstance(wandb, DictConfig):
         return
     yield from wandb_problems(OmegaConf.to_container(wandb, resolve=False))
     sharded = cfg.strategy.name == "deepspeed" or (cfg.strategy.name == "fsdp" and cfg.strategy.checkpoint_layout == "sharded")

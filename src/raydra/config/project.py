@@ -21,9 +21,9 @@ import importlib.util
 import inspect
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, cast
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from raydra.config import arguments
 from raydra.config.arguments import RAYDRA_LOGGERS, import_target
@@ -35,7 +35,7 @@ from raydra.errors import RaydraError
 EXCLUDES = [".git", ".venv", "venv", "__pycache__", "*.pyc", "*.ckpt", "wandb", ".ipynb_checkpoints"]
 
 
-def check_classes(cfg: Any, own_classes: bool = False, check_arguments: bool = True) -> None:
+def check_classes(cfg: DictConfig, own_classes: bool = False, check_arguments: bool = True) -> None:
     """Raise RaydraError, naming the key, if the model or data class cannot serve as one, or if
     the arguments of any `_target_` of the run do not fit its signature (raydra.config.arguments); those
     of raydra's own model and data classes with `own_classes` (importing them imports Lightning).
@@ -66,7 +66,7 @@ def writes_to_loggers(cls: type) -> bool:
     return issubclass(cls, (pl.callbacks.LearningRateMonitor, pl.callbacks.DeviceStatsMonitor))
 
 
-def entries(cfg: Any, key: str) -> List[Any]:
+def entries(cfg: DictConfig, key: str) -> List[Any]:
     """(name, node) of the root key `key`, a dict of named `_target_` entries (callbacks, logger); a
     null entry is left out, as is a null or empty dict: none."""
     node = cfg.get(key)
@@ -152,10 +152,10 @@ def _other_lightning_base(cls: Any, base: type) -> Optional[str]:
     return None
 
 
-def runtime_env(cfg: Any, cwd: Optional[Path] = None) -> Optional[Dict[str, Any]]:
+def runtime_env(cfg: DictConfig, cwd: Optional[Path] = None) -> Optional[Dict[str, Any]]:
     """What ray.init gets as runtime_env: ray.runtime_env, plus the project's code as working_dir
     (and any src/-layout package as py_modules) when ray.working_dir asks for it; None for nothing."""
-    env = OmegaConf.to_container(cfg.ray.runtime_env, resolve=True) if cfg.ray.runtime_env else {}
+    env = cast(Dict[str, Any], OmegaConf.to_container(cfg.ray.runtime_env, resolve=True)) if cfg.ray.runtime_env else {}
     if "working_dir" in env:
         raise RaydraError(
             f"ray.runtime_env.working_dir={env['working_dir']}: set ray.working_dir instead (raydra adds its excludes there)."
@@ -179,7 +179,7 @@ def runtime_env(cfg: Any, cwd: Optional[Path] = None) -> Optional[Dict[str, Any]
     return env
 
 
-def _directory_to_ship(cfg: Any, cwd: Path) -> Optional[Path]:
+def _directory_to_ship(cfg: DictConfig, cwd: Path) -> Optional[Path]:
     setting = cfg.ray.working_dir
     if setting is None:
         return None
@@ -198,7 +198,7 @@ def _directory_to_ship(cfg: Any, cwd: Path) -> Optional[Path]:
     return cwd if _project_packages(cfg, cwd) else None
 
 
-def _project_packages(cfg: Any, directory: Path) -> List[Path]:
+def _project_packages(cfg: DictConfig, directory: Path) -> List[Path]:
     """The files or package folders under `directory` that the run's `_target_`s come from."""
     found = []
     for target in targets(OmegaConf.to_container(cfg, resolve=False)):

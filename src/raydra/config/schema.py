@@ -12,6 +12,7 @@ YAML option under conf/ selects its schema and sets only what that option change
 """
 
 import os
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -20,6 +21,12 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from raydra.records.layout import name_in_directory
 from raydra.records.lock import claim_directory
+
+
+def _open_dict() -> Dict[str, Any]:
+    """The default of an open dict field (ray.runtime_env, tune.space): empty, taking keys its YAML
+    lacks (struct off). A DictConfig, which OmegaConf keeps with its flag, typed as the field is."""
+    return typing.cast(Dict[str, Any], DictConfig({}, flags={"struct": False}))
 
 
 @dataclass
@@ -284,7 +291,7 @@ class RayConfig:
     working_dir: Optional[str] = "auto"
     # The rest of Ray's runtime_env for the run's processes, handed to ray.init as it is: env_vars,
     # py_modules, pip, excludes (added to raydra's: .git, .venv, caches, checkpoints, paths.outputs).
-    runtime_env: Dict[str, Any] = field(default_factory=lambda: DictConfig({}, flags={"struct": False}))
+    runtime_env: Dict[str, Any] = field(default_factory=_open_dict)
 
 
 @dataclass
@@ -339,7 +346,7 @@ class TuneConfig:
     scheduler: str = "asha"
     # {dotted config key: {distribution: [arguments]}}, e.g. {model.optimizer.lr: {loguniform: [1e-4, 1e-1]}}.
     # Open (struct off): Hydra would otherwise refuse a command-line distribution the YAML lacks.
-    space: Dict[str, Any] = field(default_factory=lambda: DictConfig({}, flags={"struct": False}))
+    space: Dict[str, Any] = field(default_factory=_open_dict)
     num_samples: int = 4
     # null: checkpoint.monitor and checkpoint.mode.
     metric: Optional[str] = None

@@ -89,7 +89,7 @@ def take_over_callbacks(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
             del cfg.callbacks[name]
     for name in RAYDRA_LOGGERS:
         node = (cfg.get("logger") or {}).get(name)
-        if OmegaConf.is_dict(node) and node.get("_target_"):
+        if isinstance(node, DictConfig) and node.get("_target_"):
             log.info(
                 f"logger.{name} is raydra's own ({'metrics.csv in the run directory, what raydra compare reads' if name == 'csv' else 'W&B, one run per raydra run'}): "
                 f"its _target_ {node._target_} is not used (name another logger to build yours)."

@@ -178,11 +178,11 @@ def load_weights(module: torch.nn.Module, path: PathLike, source: str, remedy: s
     sharded = (path / "meta.pt").is_file()
     # A sharded checkpoint is read into the module's own tensors: its shapes are compared first.
     state = None if sharded else _state_dict(path, module, trusted)
-    found = _sharded_shapes(path) if sharded else {key: tuple(tensor.shape) for key, tensor in state.items()}
+    found = _sharded_shapes(path) if state is None else {key: tuple(tensor.shape) for key, tensor in state.items()}
     misfit = _first_misfit(expected, found)
     if misfit:
         raise RaydraError(f"{source}: its weights do not fit {type(module).__name__} ({misfit}); {remedy}.")
-    module.load_state_dict(_state_dict(path, module, trusted) if sharded else state)
+    module.load_state_dict(_state_dict(path, module, trusted) if state is None else state)
 
 
 def _first_misfit(expected: Dict[str, tuple], found: Dict[str, tuple]) -> Optional[str]:
@@ -202,10 +202,12 @@ def _sharded_shapes(path: Path) -> Dict[str, tuple]:
 
 def _sharded_weights(path: Path) -> Dict[str, Any]:
     """The metadata (full size, dtype) of every weight in a sharded checkpoint, by the module's name for it."""
-    import torch.distributed.checkpoint as dcp
+    # torch.distributed.checkpoint's names, from the modules that define them: its __init__ lists no
+    # __all__, so a type checker takes what it re-exports for private.
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
 
     prefix = "state_dict."
-    metadata = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    metadata = FileSystemReader(str(path)).read_metadata().state_dict_metadata
     return {key[len(prefix) :]: item for key, item in metadata.items() if key.startswith(prefix) and hasattr(item, "size")}
 
 
@@ -308,7 +310,7 @@ def _state_dict(path: Path, module: Optional[torch.nn.Module], trusted: bool = F
         return _torch_load(path, weights_only=True)["state_dict"]
     if (path / "meta.pt").is_file():
         import torch
-        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict_loader import load  # from its defining module, as in _sharded_weights
 
         # The shards hold the full-size tensors between them; reading into full-size tensors here
         # (the module's own state dict, or empty ones of the recorded shapes) reassembles them in this one process.
@@ -321,7 +323,7 @@ def _state_dict(path: Path, module: Optional[torch.nn.Module], trusted: bool = F
             warnings.filterwarnings("ignore", message=".*single process.*")
             # no_dist: every process reads the whole model for itself (a worker starting from ckpt_path
             # has a process group, whose collectives a load by every rank would otherwise wait on).
-            dcp.load({"state_dict": state}, checkpoint_id=path, no_dist=True)
+            load({"state_dict": state}, checkpoint_id=path, no_dist=True)
         return state
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -92,10 +92,10 @@ class Envelope:
     def ended(self) -> bool:
         return self.status in self.ENDS
 
-    def failed(self: E, reason: str, started: Optional[float] = None) -> E:
+    def failed(self: E, reason: Optional[str], started: Optional[float] = None) -> E:
         return self._ended(Status.FAILED, reason, started)
 
-    def interrupted(self: E, reason: str, started: Optional[float] = None, **fields: Any) -> E:
+    def interrupted(self: E, reason: Optional[str], started: Optional[float] = None, **fields: Any) -> E:
         """Ctrl-C, SIGTERM, a time limit: `reason` names the command that continues the work."""
         return self._ended(Status.INTERRUPTED, reason, started, **fields)
 
@@ -252,7 +252,7 @@ def _read(kind: Any, value: Any) -> Tuple[Any, bool]:
         if value is None:
             return None, True
         return _read(next(a for a in args if a is not type(None)), value)
-    if dataclasses.is_dataclass(kind):
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
         if not isinstance(value, dict):
             return None, False
         hints = typing.get_type_hints(kind)

@@ -21,6 +21,7 @@ jobs.json held before it had `format` (format 1: `jobs` alone, read with no stat
 """
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Optional, Tuple
@@ -88,13 +89,13 @@ class JobsRecord(Envelope):
         return dataclasses.replace(record, jobs=jobs)
 
 
-def read(sweep_dir: Any) -> JobsRecord:
+def read(sweep_dir: str | os.PathLike[str]) -> JobsRecord:
     """The multirun's record in `sweep_dir`. A missing, truncated or non-object file is refused in
     one sentence naming it (RecordError); a field of the wrong type reads as unset (record.problems)."""
     return read_record(JobsRecord, Path(sweep_dir) / JOBS_RECORD, "multirun record", "the directory of a multirun raydra's launcher ran")
 
 
-def write(sweep_dir: Any, record: JobsRecord) -> None:
+def write(sweep_dir: str | os.PathLike[str], record: JobsRecord) -> None:
     write_json(Path(sweep_dir) / JOBS_RECORD, record.to_dict())
 
 

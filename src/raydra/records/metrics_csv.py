@@ -10,7 +10,7 @@ Only the standard library: the driver reads it without Lightning or torch.
 import csv
 import math
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from raydra.errors import RaydraError
 
@@ -18,7 +18,7 @@ from raydra.errors import RaydraError
 POSITION = ("epoch", "step")
 
 
-def read(path: Path) -> Tuple[Optional[List[str]], List[Dict[str, str]]]:
+def read(path: Path) -> Tuple[Optional[Sequence[str]], List[Dict[str, str]]]:
     """metrics.csv's columns (None for an empty file) and rows. A file that is not UTF-8 text, not
     CSV, or whose epoch or step is not a number is refused in one sentence naming it (RaydraError)."""
     try:

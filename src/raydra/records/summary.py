@@ -28,6 +28,7 @@ value: from_json_number).
 """
 
 import dataclasses
+import os
 import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -255,7 +256,7 @@ class RunRecord(Envelope):
         return self._ended(FAILED, hangs[-1].sentence(), started, hangs=list(hangs), **outcome)
 
     def interrupted(
-        self, reason: str, started: Optional[float] = None, last_checkpoint: Optional[str] = None, **fields: Any
+        self, reason: Optional[str], started: Optional[float] = None, last_checkpoint: Optional[str] = None, **fields: Any
     ) -> "RunRecord":
         """Ctrl-C, SIGTERM, a time limit: `reason` names the command that continues it, and the
         checkpoint it continues from (relative to the run's home) is recorded."""
@@ -311,7 +312,7 @@ class RunRecord(Envelope):
         return dataclasses.replace(record, metrics=Metrics(final=figures, best=best))
 
 
-def read(run_dir: Any, name: str = SUMMARY) -> RunRecord:
+def read(run_dir: str | os.PathLike[str], name: str = SUMMARY) -> RunRecord:
     """The run record in `run_dir`. A missing, truncated or non-object file is refused in one
     sentence naming it (RecordError); a field of the wrong type reads as unset (record.problems)."""
     return read_record(RunRecord, Path(run_dir) / name, "run record", "a run directory a raydra run wrote")
@@ -323,7 +324,7 @@ def parse(text: str, where: str) -> RunRecord:
     return parse_record(RunRecord, text, where, "run record")
 
 
-def try_read(run_dir: Any, name: str = SUMMARY) -> Optional[RunRecord]:
+def try_read(run_dir: str | os.PathLike[str], name: str = SUMMARY) -> Optional[RunRecord]:
     """The run record, or None where there is none to read (not written yet, cut short, not an object)."""
     try:
         return read(run_dir, name)
@@ -331,7 +332,7 @@ def try_read(run_dir: Any, name: str = SUMMARY) -> Optional[RunRecord]:
         return None
 
 
-def write(run_dir: Any, record: RunRecord, name: str = SUMMARY) -> None:
+def write(run_dir: str | os.PathLike[str], record: RunRecord, name: str = SUMMARY) -> None:
     write_json(Path(run_dir) / name, record.to_dict())
 
 

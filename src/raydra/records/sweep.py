@@ -17,6 +17,7 @@ and `format`.
 """
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Optional, Tuple
@@ -103,12 +104,12 @@ class SweepRecord(Envelope):
         return self.kind == RESUME_KIND
 
 
-def read(sweep_dir: Any) -> SweepRecord:
+def read(sweep_dir: str | os.PathLike[str]) -> SweepRecord:
     """The sweep record in `sweep_dir`. A missing, truncated or non-object file is refused in one
     sentence naming it (RecordError); a field of the wrong type reads as unset (record.problems)."""
     return read_record(SweepRecord, Path(sweep_dir) / SWEEP, "sweep record", "a sweep directory a tune= run printed")
 
 
-def write(sweep_dir: Any, record: SweepRecord) -> None:
+def write(sweep_dir: str | os.PathLike[str], record: SweepRecord) -> None:
     Path(sweep_dir).mkdir(parents=True, exist_ok=True)
     write_json(Path(sweep_dir) / SWEEP, record.to_dict())

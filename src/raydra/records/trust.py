@@ -181,7 +181,8 @@ def weights_only_loads() -> Iterator[None]:
     before = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
     os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
     try:
-        with torch.serialization.safe_globals(deepspeed_types()):
+        # A list of its own: safe_globals takes a list of callables, which a List[type] is not (lists are invariant).
+        with torch.serialization.safe_globals(list(deepspeed_types())):
             yield
     finally:
         if before is None:

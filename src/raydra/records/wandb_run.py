@@ -32,7 +32,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, Literal, Optional, Tuple
 
 from raydra.errors import RaydraError
 from raydra.records import metrics_csv
@@ -118,7 +118,7 @@ class RunSettings:
     monitor_mode: str = "max"
     log_model: Any = False
     checkpoint_name: Optional[str] = None
-    add_file_policy: str = "mutable"
+    add_file_policy: Literal["mutable", "immutable"] = "mutable"  # as problems() holds it
 
     @staticmethod
     def of(
@@ -323,16 +323,15 @@ def missing(found: List[Row], what: Held, settings: RunSettings) -> List[Row]:
 
 def best(found: List[Row], settings: RunSettings) -> Dict[str, Any]:
     """The summary's best: the monitored metric's best value in metrics.csv, with its step and epoch."""
-    if not settings.monitor:
+    monitor = settings.monitor
+    if not monitor:
         return {}
-    candidates = [
-        r for r in found if isinstance(r.values.get(settings.monitor), (int, float)) and not math.isnan(r.values[settings.monitor])
-    ]
+    candidates = [r for r in found if isinstance(r.values.get(monitor), (int, float)) and not math.isnan(r.values[monitor])]
     if not candidates:
         return {}
     pick = max if settings.monitor_mode == "max" else min
-    top = pick(candidates, key=lambda r: r.values[settings.monitor])
-    return best_summary(settings.monitor, top.values[settings.monitor], top.step, top.values.get(EPOCH))
+    top = pick(candidates, key=lambda r: r.values[monitor])
+    return best_summary(monitor, top.values[monitor], top.step, top.values.get(EPOCH))
 
 
 def best_summary(monitor: str, value: float, step: int, epoch: Any) -> Dict[str, Any]:
@@ -366,7 +365,11 @@ def complete(run_dir: Path) -> bool:
 def _complete(run_dir: Path) -> bool:
     settings = RunSettings.read(run_dir)
     run = summary_record.try_read(run_dir)
-    if settings is None or run is None or run.status not in EXIT_CODES or settings.init.get("mode") == "disabled":
+    # A record with no id (the W&B run's) names no W&B run; `status is None` tells the type checker what
+    # `not in EXIT_CODES` already does (it does not narrow a StrEnum through `in`).
+    if settings is None or run is None or run.run_id is None or run.status is None or run.status not in EXIT_CODES:
+        return False
+    if settings.init.get("mode") == "disabled":
         return False
     what = held(run_dir)
     found = rows(run_dir)
@@ -398,7 +401,7 @@ def _complete(run_dir: Path) -> bool:
     return True
 
 
-def _checkpoints_to_log(run: Any, settings: RunSettings) -> List[Tuple[str, List[str]]]:
+def _checkpoints_to_log(run: summary_record.RunRecord, settings: RunSettings) -> List[Tuple[str, List[str]]]:
     """log_model=true: the best and last checkpoints of a run that completed or was stopped, with
     their aliases; [] where the run asked for none (log_model=all logs each as it is saved)."""
     if settings.log_model is not True or run.status not in (Status.COMPLETED, Status.STOPPED):
@@ -412,7 +415,7 @@ def _checkpoints_to_log(run: Any, settings: RunSettings) -> List[Tuple[str, List
     return list(chosen.items())
 
 
-def _log_checkpoints(segment: Any, run: Any, settings: RunSettings, artifacts: List[Tuple[str, List[str]]]) -> None:
+def _log_checkpoints(segment: Any, run: summary_record.RunRecord, settings: RunSettings, artifacts: List[Tuple[str, List[str]]]) -> None:
     from raydra.records.checkpoints import fetch
 
     for path, aliases in artifacts:

@@ -190,7 +190,7 @@ def train_run(
     return run.record
 
 
-def _interrupted(run: RunSequence, reason: str, final: bool = True, hurried: Optional[threading.Event] = None) -> None:
+def _interrupted(run: RunSequence, reason: Optional[str], final: bool = True, hurried: Optional[threading.Event] = None) -> None:
     """Record the run interrupted (Ctrl-C, SIGTERM, SLURM's time-limit notice), with its last
     checkpoint; `reason` says what stopped it and the command that continues it (raydra.run.lifecycle).
     `final=False`: summary.json alone, at once, as the run directory stands (the final record
@@ -202,14 +202,15 @@ def _interrupted(run: RunSequence, reason: str, final: bool = True, hurried: Opt
         if final:
             record_ended(record.interrupted(reason, started), None)
         return
-    run_dir, run_id = Path(record.run_dir), record.run_id
+    # The record's Optional run_dir and run_id: a run's record names them from its opening record on.
+    run_dir, run_id = Path(record.run_dir), record.run_id  # pyright: ignore[reportArgumentType]
     home = place.storage or str(run_dir)
     if not final:
         if Path(place.dir).exists():
-            last = last_checkpoint(run_dir, run_id, place.storage) if place.storage is None else None
+            last = last_checkpoint(run_dir, run_id, place.storage) if place.storage is None else None  # pyright: ignore[reportArgumentType]
             summary.write(Path(place.dir), record.interrupted(reason, started, record.relative(last, home)))
         return
-    last = last_checkpoint(run_dir, run_id, place.storage, settle_s=5.0, hurried=hurried)
+    last = last_checkpoint(run_dir, run_id, place.storage, settle_s=5.0, hurried=hurried)  # pyright: ignore[reportArgumentType]
     record_ended(record.interrupted(reason, started, record.relative(last, home)), place)
 
 
@@ -228,7 +229,7 @@ def _refused_in_place(run_dir: Path, reason: Optional[str]) -> None:
     before it was taken over: the refusal is recorded on the run's own record, which keeps its id,
     history, wall time and checkpoints, and so can still be continued once the cause is fixed."""
     own = summary.try_read(run_dir)
-    place = Place(dir=str(run_dir), id=own.run_id, storage=None, logged_config={}) if own else None
+    place = Place(dir=str(run_dir), id=own.run_id, storage=None, logged_config={}) if own else None  # pyright: ignore[reportArgumentType]: a run's record names its id
     record_ended(own.failed(reason) if own else RunRecord(error=reason), place)
 
 
@@ -343,7 +344,7 @@ def _report(record: RunRecord, spec: RunSpec) -> None:
     lines.append(f"  dir  {record.run_dir}")
     if record.checkpoints.best:
         lines.append(f"  best checkpoint  {record.checkpoint('best')}")
-    exported = Path(record.run_dir) / layout.HF_EXPORT
+    exported = Path(record.run_dir) / layout.HF_EXPORT  # pyright: ignore[reportArgumentType]: a started run's record names its directory
     if exported.is_dir():
         lines.append(f"  hugging face  {exported}  (transformers' from_pretrained)")
     wandb = (spec.logger or {}).get("wandb")

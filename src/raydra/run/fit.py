@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, cast
 
 from raydra import storage
 from raydra.cluster.ray_cluster import has_no_autoscaler, worker_resources
@@ -148,7 +148,7 @@ def _fit(
     # Ray reads and writes its storage through this filesystem: a URI's options (endpoint,
     # scheme) are parsed once here, not by each of Ray's processes.
     filesystem, storage_path = storage.filesystem(layout.checkpoints_location(spec.place))
-    failure = {"max_failures": spec.failure.max_failures}
+    failure: Dict[str, Any] = {"max_failures": spec.failure.max_failures}
     if tune_trial:
         # A trial whose workers cannot be placed must fail, not wait: by default Ray restarts
         # the controller of a worker group that timed out starting, without end.
@@ -180,7 +180,10 @@ def _fit(
             callbacks=callbacks,
             worker_runtime_env=_worker_runtime_env(spec),
             checkpoint_config=ray.train.CheckpointConfig(
-                num_to_keep=ckpt.num_to_keep, checkpoint_score_attribute=ckpt.monitor, checkpoint_score_order=ckpt.mode
+                num_to_keep=ckpt.num_to_keep,
+                checkpoint_score_attribute=ckpt.monitor,
+                # min or max, as config.checks holds it (OmegaConf's schemas cannot say Literal).
+                checkpoint_score_order=cast(Literal["max", "min"], ckpt.mode),
             ),
         ),
     )

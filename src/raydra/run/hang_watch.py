@@ -195,7 +195,7 @@ class Watch:
             backwards = [b for b, _, _ in ranks.values() if b is not None]
             first_backward = min(backwards) if len(backwards) == len(ranks) else None
             lags = {
-                r: max(ended - first, backward - first_backward if first_backward is not None else 0.0)
+                r: max(ended - first, backward - first_backward if first_backward is not None and backward is not None else 0.0)
                 for r, (backward, ended, _) in ranks.items()
             }
             self.steps.append((batch, min(step for _, _, step in ranks.values()), first, lags))

@@ -34,7 +34,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Optional
+from typing import Any, Callable, ContextManager, Literal, Optional, cast
 
 from raydra.cluster import batch_system
 from raydra.errors import said
@@ -134,6 +134,7 @@ class Lifecycle:
 
             from raydra.cluster.ray_cluster import connect
             from raydra.config import project
+            from raydra.config.schema import SlurmConfig
 
             connect(
                 cfg.ray.address,
@@ -142,7 +143,7 @@ class Lifecycle:
                 project.runtime_env(cfg),
                 dashboard=dashboard,
                 launchers_local=launchers_local,
-                slurm=OmegaConf.to_object(cfg.slurm),
+                slurm=cast(SlurmConfig, OmegaConf.to_object(cfg.slurm)),  # a structured node's object: its dataclass
                 record_dir=record_dir,
             )
         self.take_stop_signals()
@@ -167,7 +168,7 @@ class Lifecycle:
     def __enter__(self) -> "Lifecycle":
         return self
 
-    def __exit__(self, kind: Any, error: Optional[BaseException], traceback: Any) -> bool:
+    def __exit__(self, kind: Any, error: Optional[BaseException], traceback: Any) -> Literal[False]:
         try:
             if error is None:
                 self._settle(Ending(COMPLETED))

@@ -101,12 +101,13 @@ def record_start(spec: RunSpec, opening: RunRecord) -> RunRecord:
     return started
 
 
-def failure(run: RunRecord, error: BaseException, started: float) -> RunRecord:
+def failure(run: RunRecord, error: Optional[BaseException], started: float) -> RunRecord:
     """The record of a run that `error` ended: hung, with what the watchdog found (raydra.run.hang_watch),
-    or failed, with the error's sentence (a RaydraError's) or its last line."""
+    or failed, with the error's sentence (a RaydraError's) or its last line (None: a failed
+    raydra.run.lifecycle Ending without its error, which the lifecycle never makes)."""
     if isinstance(error, RunHung):
         return error.ended(run, started)
-    return run.failed(said(error), started)
+    return run.failed(said(error) if error is not None else None, started)
 
 
 def save(place: Place, run: RunRecord) -> None:

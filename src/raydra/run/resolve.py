@@ -12,7 +12,7 @@ import dataclasses
 import netrc
 import os
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, cast
 from urllib.parse import urlparse
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -43,7 +43,7 @@ def resolve(
     describe_data(cfg)
     resolved = copy.deepcopy(cfg)
     OmegaConf.resolve(resolved)
-    plain = OmegaConf.to_container(resolved, throw_on_missing=True)
+    plain = cast(Dict[str, Any], OmegaConf.to_container(resolved, throw_on_missing=True))
     location = layout.location(plain["paths"]["storage"], plain["paths"]["outputs"], run_dir)
     # What loggers may record: masked here, where the secrets are known (a worker's environment is
     # its Ray node's, which need not hold the variables this process was started with), and before
@@ -142,7 +142,7 @@ def describe_data(cfg: DictConfig) -> None:
     describe = getattr(get_class(target), "describe", None)
     if describe is None:
         return
-    facts = describe(**{k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if k != "_target_"})
+    facts = describe(**{k: v for k, v in cast(Dict[str, Any], OmegaConf.to_container(cfg.data, resolve=True)).items() if k != "_target_"})
     stated = cfg.data.get("num_classes")
     if stated is not None and stated != facts["num_classes"]:
         where = cfg.data.get("name") or cfg.data.get("root")

@@ -81,7 +81,13 @@ class RunSequence:
         record is written when the caller decides it (a trial's scratch directory and storage), not
         the run directory and paths.storage."""
         spec = resolve.resolve(
-            prepared.config, Path(self.record.run_dir), self.record.run_id, wandb_group=wandb_group, kind=kind, label=label
+            prepared.config,
+            # Optional in a record, named in a run's from its opening record (recording.new_summary) on.
+            Path(self.record.run_dir),  # pyright: ignore[reportArgumentType]
+            self.record.run_id,  # pyright: ignore[reportArgumentType]
+            wandb_group=wandb_group,
+            kind=kind,
+            label=label,
         )
         if at is not None:
             # Named by the caller, not recomputed from paths.outputs: a trial's working directory is Ray's.
@@ -111,7 +117,7 @@ class RunSequence:
         )
         return self.record
 
-    def failed(self, error: BaseException, say: bool = False) -> RunRecord:
+    def failed(self, error: Optional[BaseException], say: bool = False) -> RunRecord:
         """The record of the run `error` ended (failed with its sentence, or hung), written where the
         run is: at the place the run had reached. `say`: log its sentence first (a driver's console)."""
         self.record = recording.failure(self.record, error, self.started)
