@@ -279,7 +279,7 @@ TINY_VIT = (
     ],
     ids=["save_to_disk", "parquet_through_ray_data"],
 )
-def test_trains_on_two_workers_from_save_to_disk_or_streams_parquet_through_ray_data(ray_cluster, tmp_path, written, reading):
+def test_trains_on_two_workers_from_disk_or_parquet_through_ray_data(ray_cluster, tmp_path, written, reading):
     """The same dataset, saved with save_to_disk and read by the data module, or written as parquet
     and streamed by Ray Data: every sample once an epoch on each of two workers, either way."""
     name = save_to_disk(tmp_path / "disk") if written == "save_to_disk" else to_parquet(tmp_path / "beans.parquet")

@@ -43,8 +43,11 @@ LAYERS = [
     {"storage", "errors"},
 ]
 
-# Modules allowed over MAX_LINES because they are a data table, with why. None today.
-DATA_TABLES: dict = {}
+# Modules allowed over MAX_LINES because they are a data table, with why.
+DATA_TABLES = {
+    "config/schema.py": "the config's declarations, one dataclass per group (28), each key with its default and why: "
+    "the one home of the defaults, whose few functions read those declarations; split, the home would scatter"
+}
 
 # Temporary exceptions while a module's split is under way on its own branch, each with the branch:
 # remove an entry once its split is merged (this test fails on an entry no longer over MAX_LINES).
@@ -155,14 +158,14 @@ def long_modules(src: Path) -> dict:
     return {path: lines for path, lines in lengths.items() if lines > MAX_LINES}
 
 
-def test_at_most_10_modules_sit_directly_under_src_raydra():
+def test_at_most_10_modules_at_the_top():
     top = sorted(path.name for path in SRC.glob("*.py"))
     assert len(top) <= MAX_TOP_MODULES, (
         f"{len(top)} modules directly under src/raydra, over {MAX_TOP_MODULES}: {top}; move one into its package"
     )
 
 
-def test_no_module_is_over_500_lines_but_a_named_data_table():
+def test_no_module_over_500_lines():
     long = long_modules(SRC)
     over = [f"src/raydra/{path}: {lines} lines" for path, lines in long.items() if path not in DATA_TABLES and path not in SPLITS_UNDER_WAY]
     assert not over, f"modules over {MAX_LINES} lines (split at a seam; a data table goes in DATA_TABLES with why):\n" + "\n".join(over)
@@ -170,19 +173,19 @@ def test_no_module_is_over_500_lines_but_a_named_data_table():
     assert not done, f"no longer over {MAX_LINES} lines: remove {done} from SPLITS_UNDER_WAY"
 
 
-def test_every_import_points_down_the_layers():
+def test_imports_point_down_the_layers():
     upward = upward_imports(SRC)
     assert not upward, "imports pointing up the layers (move the code down, or hand the value down):\n" + "\n".join(upward)
 
 
-def test_no_import_cycle_at_import_time():
+def test_no_import_cycle():
     cycles = import_cycles(SRC)
     assert not cycles, "modules importing one another at import time (import one inside the function that needs it):\n" + "\n".join(
         " <-> ".join(group) for group in cycles
     )
 
 
-def test_test_files_sit_in_a_packages_folder_package_or_system():
+def test_test_files_mirror_the_packages():
     """tests/ mirrors src/raydra: a test file sits in tests/<package>/, tests/package/ (the top-level
     modules and the package whole) or tests/system/ (tests that need real outside parts throughout)."""
     folders = {path.name for path in SRC.iterdir() if (path / "__init__.py").is_file()} | {"package", "system"}
@@ -193,7 +196,7 @@ def test_test_files_sit_in_a_packages_folder_package_or_system():
     assert not misplaced, f"test files outside tests/<package>/, tests/package/ and tests/system/: {misplaced}"
 
 
-def test_the_checks_find_an_upward_import_a_cycle_and_a_module_in_no_layer(tmp_path):
+def test_the_checks_see_what_they_look_for(tmp_path):
     """The checks above on a made-up package: an empty answer must mean a clean tree, not a blind check."""
     src = tmp_path / "raydra"
     for name, text in {
