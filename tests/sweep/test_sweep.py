@@ -188,7 +188,10 @@ def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_b
         if summary["status"] == "stopped":
             assert summary["epochs_completed"] < 3 and "val/acc" in summary["metrics"]["final"]
         else:  # a Tune trial was watched for hangs: its deadlines are on record (tests/run/test_watchdog.py)
-            assert summary["watchdog"]["deadlines_s"]["train"] >= 90.0 and not summary["hangs"]
+            deadlines = summary["watchdog"]["deadlines_s"]
+            assert deadlines and not summary["hangs"], summary["watchdog"]
+            # A trial resumed at its last epoch may train for less than one heartbeat (1 s): no train deadline then.
+            assert deadlines.get("train", 90.0) >= 90.0 and ("train" in deadlines or summary["resumed"]), summary
     # Trials ran side by side: two trials' lifetimes overlap.
     spans = sorted((s["started_at"], s["finished_at"]) for s in trials.values())
     assert any(b[0] < a[1] for a, b in zip(spans, spans[1:]))

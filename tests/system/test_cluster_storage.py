@@ -271,7 +271,7 @@ def test_an_asha_sweep_on_s3_records_every_trial_on_the_drivers_disk(private_dis
     assert done.returncode == 0, done.stdout + done.stderr
     (sweep_dir,) = [p.parent for p in outputs.glob("sweeps/*/*/sweep.json")]
     record = sweep_record.read(sweep_dir)
-    assert record.status == "completed" and summary_record.storage.startswith("s3://")
+    assert record.status == "completed" and record.storage.startswith("s3://")
     trials = sorted(sweep_dir.glob("trials/*/summary.json"))
     assert len(trials) == 2
     for path in trials:
