@@ -33,7 +33,7 @@ def test_dry_run_lists_every_step_with_its_command_and_its_imports_resolve():
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     # What the issue asks of the plan: the most valuable first, the gpu tests before any figure.
-    assert [s.name for s in gpu_suite.STEPS if s.planned] == ["tests", "vit-seed002", "sd-cached", "vit-b16", "zero"]
+    assert [s.name for s in gpu_suite.STEPS if s.planned] == ["tests", "vit-seed002", "sd-cached"]
     for step in gpu_suite.STEPS:
         assert f"{step.name} ({step.budget_s} s): python3 {gpu_suite.shlex.join(step.argv)}" in out
         for module in step.imports:
@@ -104,6 +104,7 @@ def test_run_keeps_order_kills_at_the_budget_resumes_and_brings_back_at_most_8_f
     monkeypatch.setattr(gpu_suite, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(gpu_suite, "SITE", tmp_path / "site")
     monkeypatch.setattr(gpu_suite, "versions", lambda: "device: none (a test)")
+    monkeypatch.setattr(gpu_suite, "RUNS_TEMP", tmp_path / "temp")
     out = tmp_path / "out"
     out.mkdir()
     (out / "stale.md").write_text("from the call before")
@@ -137,6 +138,25 @@ def test_run_keeps_order_kills_at_the_budget_resumes_and_brings_back_at_most_8_f
     names = {p.name for p in out.iterdir()}
     assert len(names) <= gpu_suite.OUT_FILES and "suite.md" in names and "extra.md" in names
     assert "| extra | done |" in (out / "suite.md").read_text()
+
+
+def test_a_step_ended_unfinished_says_what_its_newest_train_run_had_reached(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_suite, "RUNS_TEMP", tmp_path)
+    started = gpu_suite.time.time()
+    assert "No train.py run" in gpu_suite.where_it_stopped(started)
+    runs = []
+    for name, status in (("tmpold/runs/d/earlier", "completed"), ("tmpnew/runs/d/killed", "interrupted")):
+        run = tmp_path / name
+        run.mkdir(parents=True)
+        record = {"status": status, "startup": {"phases": {"ray_init_s": 41.5}}, "global_step": 7, "metrics": {"x": 1}}
+        (run / "summary.json").write_text(json.dumps(record))
+        (run / "driver.log").write_text("".join(f"line {i}\n" for i in range(30)))
+        runs.append(run)
+    gpu_suite.os.utime(runs[0] / "summary.json", (started - 60, started - 60))  # a run of an earlier step
+    said = gpu_suite.where_it_stopped(started)
+    assert "killed, 1 run(s) in this step" in said and '"interrupted"' in said and '"ray_init_s": 41.5' in said
+    assert '"global_step": 7' in said and "metrics" not in said
+    assert "line 29" in said and "line 19" not in said  # driver.log's last 10 lines
 
 
 def test_the_call_planner_fits_splits_and_refuses():

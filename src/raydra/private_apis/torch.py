@@ -20,16 +20,34 @@ def flight_record() -> Any:
     torch documents the recorder (docs: "Flight Recorder") and its environment variable, but dumps
     it in-process only through torch._C._distributed_c10d: the public route is its automatic dump
     when a NCCL collective times out, which is the 30 minutes the hang watchdog exists to cut short.
-    It records gloo's collectives too, so CPU runs have it as well."""
+    torch keeps two recorders: NCCL's collectives go to ProcessGroupNCCL's own
+    (`_dump_nccl_trace_json`, in CUDA builds only), gloo's to the generic one (`_dump_fr_trace_json`).
+    On the H200 the generic one held none of a NCCL all_reduce, so both are read and their entries
+    joined in the order they were created."""
+    import json
+
     import torch.distributed
 
     if not torch.distributed.is_available() or not torch.distributed.is_initialized():
         return None
     if int(os.environ.get(FLIGHT_RECORDER_ENV, os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE", "0"))) <= 0:
         return None
-    from torch._C._distributed_c10d import _dump_fr_trace_json
+    from torch._C import _distributed_c10d as c10d
 
-    return _dump_fr_trace_json(includeCollectives=True, onlyActive=False).decode()
+    dumps = [json.loads(getattr(c10d, name)(True, False)) for name in FLIGHT_RECORDER_DUMPS if hasattr(c10d, name)]
+    if not dumps:
+        return None
+    record = dict(dumps[0])
+    for dump in dumps[1:]:
+        record["entries"] = record.get("entries", []) + dump.get("entries", [])
+        for key in ("pg_config", "pg_status"):
+            record[key] = {**record.get(key, {}), **dump.get(key, {})}
+    record["entries"] = sorted(record.get("entries", []), key=lambda entry: entry.get("time_created_ns", 0))
+    return json.dumps(record)
+
+
+# The recorders' dump functions: NCCL's (absent from CPU builds), then the generic one (gloo, CPU).
+FLIGHT_RECORDER_DUMPS = ("_dump_nccl_trace_json", "_dump_fr_trace_json")
 
 
 def apply_activation_checkpointing(module: Any, check_fn: Callable[[Any], bool]) -> None:
