@@ -532,7 +532,12 @@ def where_it_stopped(started: float) -> str:
         return f"\nIts newest run's record ({newest}) could not be read: {error}\n"
     keys = ("status", "error", "wall_time_s", "startup", "epochs_completed", "global_step", "throughput")
     said = {key: record[key] for key in keys if record.get(key) not in (None, {}, [])}
-    lines = [f"\nIts newest train.py run ({newest.parent.name}, {len(summaries)} run(s) in this step) had reached:\n", "```", json.dumps(said, indent=1)[:3000], "```"]
+    lines = [
+        f"\nIts newest train.py run ({newest.parent.name}, {len(summaries)} run(s) in this step) had reached:\n",
+        "```",
+        json.dumps(said, indent=1)[:3000],
+        "```",
+    ]
     driver_log = newest.parent / "driver.log"
     if driver_log.is_file():
         last = driver_log.read_text(errors="replace").rstrip().splitlines()[-10:]
