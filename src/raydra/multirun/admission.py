@@ -10,7 +10,7 @@ import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, List
+from typing import Any, Iterator, List
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -20,6 +20,7 @@ from raydra.config.schema import data_loader
 from raydra.errors import RaydraError
 from raydra.multirun import job_process, outcome
 from raydra.multirun.job import Job
+from raydra.multirun.state import Multirun
 from raydra.records import layout
 from raydra.records.envelope import Status
 from raydra.records.jobs import JobsRecord
@@ -27,9 +28,6 @@ from raydra.records.layout import JOBS_RECORD, MULTIRUN_LOG
 from raydra.redact import redact, stands_for_a_secret
 from raydra.run.lifecycle import Lifecycle
 from raydra.run.prepare import JobSettings
-
-if TYPE_CHECKING:
-    from raydra.multirun.launcher import Multirun
 
 log = logging.getLogger("raydra")
 
@@ -42,7 +40,7 @@ def shared(jobs: List[Job]) -> set:
     return set.intersection(*(set(j.overrides) for j in jobs)) if len(jobs) > 1 else set()
 
 
-def prepare(multirun: "Multirun", jobs: List[Job], life: Lifecycle) -> None:
+def prepare(multirun: Multirun, jobs: List[Job], life: Lifecycle) -> None:
     """Check every job can run, keep what a resumed multirun completed, join the cluster."""
     settings = multirun.settings
     max_concurrent = settings.max_concurrent
@@ -74,7 +72,7 @@ def prepare(multirun: "Multirun", jobs: List[Job], life: Lifecycle) -> None:
     )
 
 
-def _take_over_record(multirun: "Multirun", jobs: List[Job]) -> None:
+def _take_over_record(multirun: Multirun, jobs: List[Job]) -> None:
     """A sweep directory that holds a multirun is continued only when asked to
     (hydra.launcher.resume=true), and only with the same jobs; what it completed is kept. Not asked
     to, the multirun starts afresh there, as under Hydra's basic launcher, except over a raydra
@@ -130,7 +128,7 @@ def _take_over_record(multirun: "Multirun", jobs: List[Job]) -> None:
             job.settings = JobSettings(resume=str(job.dir))
 
 
-def _prepare_runs(multirun: "Multirun", jobs: List[Job], life: Lifecycle) -> None:
+def _prepare_runs(multirun: Multirun, jobs: List[Job], life: Lifecycle) -> None:
     """raydra runs: each checked as a single run is, the cluster joined once, shares sized."""
     from raydra.cluster.ray_cluster import check_fits, is_local_ray
 
@@ -187,7 +185,7 @@ def _prepare_runs(multirun: "Multirun", jobs: List[Job], life: Lifecycle) -> Non
         ray.shutdown()
 
 
-def _prepare_app_jobs(multirun: "Multirun", jobs: List[Job]) -> None:
+def _prepare_app_jobs(multirun: Multirun, jobs: List[Job]) -> None:
     """Another app's jobs: Ray tasks holding the resources hydra.launcher.* gives each."""
     import ray
 

@@ -24,21 +24,19 @@ multirun that was stopped: completed jobs are kept, the others run again in thei
 The launcher's parts, in the order a multirun meets them: raydra.multirun.admission (what may run,
 before any job starts), raydra.multirun.scheduling (the queue; starting, watching and stopping the
 jobs) and raydra.multirun.outcome (each job's outcome, jobs.json, the closing report); the job
-itself is raydra.multirun.job.Job. This module holds the multirun, the lifecycle around its jobs,
-and what the Hydra plugin calls.
+itself is raydra.multirun.job.Job, and the state the parts share raydra.multirun.state.Multirun. This
+module holds the lifecycle around the jobs and what the Hydra plugin calls.
 """
 
 import logging
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, List
 
 from omegaconf import OmegaConf
 
-from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
 from raydra.multirun import admission, outcome, scheduling
 from raydra.multirun.job import Job, JobFailed
+from raydra.multirun.state import Multirun
 from raydra.records.envelope import Status
 from raydra.records.jobs import JobsRecord
 from raydra.records.layout import MULTIRUN_CONFIG
@@ -46,24 +44,6 @@ from raydra.redact import redact, redact_yaml
 from raydra.run.lifecycle import COMPLETED, FAILED, Ending, Lifecycle
 
 log = logging.getLogger("raydra")
-
-
-@dataclass
-class Multirun:
-    sweep_dir: Path
-    settings: RaydraLauncherConf  # hydra.launcher.*, each explained there
-    # The jobs are runs of raydra's own command (train.py, `raydra train`), not another app's.
-    raydra_runs: bool
-    # The first batch of this multirun (a sweeper launches several); a record already in the sweep
-    # directory then belongs to an earlier multirun.
-    first_batch: bool = True
-    # The multirun's overrides as typed (its hydra.overrides.task and .hydra): the command to continue it.
-    typed: List[str] = field(default_factory=list)
-    # jobs.json as this batch writes it: this multirun's earlier batches' record, the record of the
-    # multirun it resumes, or a new one (admission._take_over_record).
-    record: Optional[JobsRecord] = None
-    # Whether this batch wrote jobs.json yet: until then a refusal leaves the file as it was.
-    written: bool = False
 
 
 def run_jobs(multirun: Multirun, jobs: List[Job]) -> List[Job]:

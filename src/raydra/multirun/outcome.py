@@ -11,9 +11,10 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, List, Optional
+from typing import Any, Iterator, List, Optional
 
 from raydra.multirun.job import Job
+from raydra.multirun.state import Multirun
 from raydra.records import envelope, summary
 from raydra.records import jobs as jobs_record
 from raydra.records.envelope import Status
@@ -21,9 +22,6 @@ from raydra.records.jobs import JobsRecord
 from raydra.records.layout import CONSOLE, MULTIRUN_LOG
 from raydra.records.summary import RunRecord
 from raydra.redact import SecretsFilter, redact
-
-if TYPE_CHECKING:
-    from raydra.multirun.launcher import Multirun
 
 log = logging.getLogger("raydra")
 
@@ -44,7 +42,7 @@ def take_result(job: Job) -> None:
         job.returned = None  # it ended without one: settle says why
 
 
-def settle(multirun: "Multirun", job: Job, stopped: bool) -> None:
+def settle(multirun: Multirun, job: Job, stopped: bool) -> None:
     """The job's outcome: its JobReturn and, for a raydra run, its summary.json; a job that ended
     without either (killed, or stopped before it started) gets an outcome that says so."""
     from hydra.core.utils import JobStatus
@@ -129,7 +127,7 @@ def read_record(sweep_dir: Path) -> Optional[JobsRecord]:
         return None
 
 
-def record(multirun: "Multirun", jobs: List[Job]) -> None:
+def record(multirun: Multirun, jobs: List[Job]) -> None:
     """jobs.json: what a resumed multirun reads. Jobs of earlier batches stay in it."""
     entries = {}
     for job in jobs:
@@ -159,7 +157,7 @@ def _json_value(value: Any) -> Any:
         return None
 
 
-def report(multirun: "Multirun", jobs: List[Job]) -> None:
+def report(multirun: Multirun, jobs: List[Job]) -> None:
     """The closing lines: for raydra runs the table `raydra compare <sweep dir>` prints; what did
     not complete; how to continue the multirun."""
     sweep_dir = multirun.sweep_dir
@@ -189,7 +187,7 @@ def report(multirun: "Multirun", jobs: List[Job]) -> None:
         )
 
 
-def continue_command(multirun: "Multirun") -> str:
+def continue_command(multirun: Multirun) -> str:
     """This multirun's command line as typed, pointed at its sweep directory, with resume on; each
     secret in it shown as *** (secrets_left_out says so)."""
     script = sys.argv[0]
@@ -200,7 +198,7 @@ def continue_command(multirun: "Multirun") -> str:
     )
 
 
-def secrets_left_out(multirun: "Multirun") -> Optional[str]:
+def secrets_left_out(multirun: Multirun) -> Optional[str]:
     """The sentence that goes with continue_command when it shows *** for a secret: nothing records
     a secret, so the user gives it again (resume refuses *** in its place, raydra.redact.stands_for_a_secret)."""
     held = [o for o in _typed_to_continue(multirun) if redact(o) != o]
@@ -210,12 +208,12 @@ def secrets_left_out(multirun: "Multirun") -> Optional[str]:
     return f"*** stands for a secret, which nothing records: put each back in its place ({keys}) before running it"
 
 
-def how_to_continue(multirun: "Multirun") -> str:
+def how_to_continue(multirun: Multirun) -> str:
     """An interrupted record's command, and the sentence on its secrets, if it has any."""
     return "; ".join(filter(None, (continue_command(multirun), secrets_left_out(multirun))))
 
 
-def _typed_to_continue(multirun: "Multirun") -> List[str]:
+def _typed_to_continue(multirun: Multirun) -> List[str]:
     # hydra.mode=MULTIRUN is Hydra's own record of -m.
     return [o for o in multirun.typed if not o.lstrip("+~").startswith(("hydra.sweep.dir=", "hydra.launcher.resume=", "hydra.mode="))]
 

@@ -7,17 +7,15 @@ import logging
 import multiprocessing.connection
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
 from raydra.multirun import job_process, outcome
 from raydra.multirun.job import Job
+from raydra.multirun.state import Multirun
 from raydra.records.envelope import Status
 from raydra.records.layout import CONSOLE
 from raydra.run.lifecycle import Lifecycle
-
-if TYPE_CHECKING:
-    from raydra.multirun.launcher import Multirun
 
 log = logging.getLogger("raydra")
 
@@ -29,7 +27,7 @@ POLL_S = 0.2
 STOP_WAIT_S = 120
 
 
-def schedule(multirun: "Multirun", jobs: List[Job], life: Lifecycle) -> None:
+def schedule(multirun: Multirun, jobs: List[Job], life: Lifecycle) -> None:
     queued = [job for job in jobs if job.status != Status.KEPT]
     running: List[Job] = []
     max_concurrent = multirun.settings.max_concurrent
@@ -58,7 +56,7 @@ def schedule(multirun: "Multirun", jobs: List[Job], life: Lifecycle) -> None:
 
 
 def _run_queue(
-    multirun: "Multirun", jobs: List[Job], queued: List[Job], running: List[Job], max_concurrent: Optional[int], noticed: Callable[[], bool]
+    multirun: Multirun, jobs: List[Job], queued: List[Job], running: List[Job], max_concurrent: Optional[int], noticed: Callable[[], bool]
 ) -> None:
     """Start the queued jobs in order as room frees, until every one has ended (or SLURM's
     time-limit notice came, `noticed`: then until the running ones have)."""
@@ -86,7 +84,7 @@ def join_processes(jobs: List[Job]) -> None:
             job.process.join()
 
 
-def _start(multirun: "Multirun", job: Job, running_after: int, waiting: int) -> None:
+def _start(multirun: Multirun, job: Job, running_after: int, waiting: int) -> None:
     job.dir.mkdir(parents=True, exist_ok=True)
     if multirun.raydra_runs:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **job.settings.env()}
@@ -167,7 +165,7 @@ def _outcome_recorded(job: Job) -> bool:
     return run is not None and run.ended
 
 
-def _stop(multirun: "Multirun", running: List[Job]) -> None:
+def _stop(multirun: Multirun, running: List[Job]) -> None:
     if not running:
         return
     log.info(f"stopping {len(running)} running job(s): each records itself interrupted ...")
