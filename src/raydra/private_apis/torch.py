@@ -11,6 +11,9 @@ FLIGHT_RECORDER_ENV = "TORCH_FR_BUFFER_SIZE"
 # Entries kept: every collective of the last several steps of any model (a few hundred bytes each).
 FLIGHT_RECORDER_ENTRIES = 2000
 
+# The recorders' dump functions: NCCL's (absent from CPU builds), then the generic one (gloo, CPU).
+FLIGHT_RECORDER_DUMPS = ("_dump_nccl_trace_json", "_dump_fr_trace_json")
+
 
 def flight_record() -> Any:
     """torch's flight record of this process's collectives (what each process group enqueued,
@@ -22,8 +25,9 @@ def flight_record() -> Any:
     when a NCCL collective times out, which is the 30 minutes the hang watchdog exists to cut short.
     torch keeps two recorders: NCCL's collectives go to ProcessGroupNCCL's own
     (`_dump_nccl_trace_json`, in CUDA builds only), gloo's to the generic one (`_dump_fr_trace_json`).
-    On the H200 the generic one held none of a NCCL all_reduce, so both are read and their entries
-    joined in the order they were created."""
+    Read alone, the generic one failed the NCCL case of the flight-record test on an H200 (its
+    reason cut from the log; torch's sources put NCCL's entries in the other), so both are read
+    and their entries joined in the order they were created."""
     import json
 
     import torch.distributed
@@ -37,17 +41,10 @@ def flight_record() -> Any:
     dumps = [json.loads(getattr(c10d, name)(True, False)) for name in FLIGHT_RECORDER_DUMPS if hasattr(c10d, name)]
     if not dumps:
         return None
-    record = dict(dumps[0])
-    for dump in dumps[1:]:
-        record["entries"] = record.get("entries", []) + dump.get("entries", [])
-        for key in ("pg_config", "pg_status"):
-            record[key] = {**record.get(key, {}), **dump.get(key, {})}
-    record["entries"] = sorted(record.get("entries", []), key=lambda entry: entry.get("time_created_ns", 0))
+    record = {**dumps[0], "entries": sorted((e for d in dumps for e in d.get("entries", [])), key=lambda e: e.get("time_created_ns", 0))}
+    for key in ("pg_config", "pg_status"):  # per process group: the groups of both backends
+        record[key] = {group: value for d in dumps for group, value in d.get(key, {}).items()}
     return json.dumps(record)
-
-
-# The recorders' dump functions: NCCL's (absent from CPU builds), then the generic one (gloo, CPU).
-FLIGHT_RECORDER_DUMPS = ("_dump_nccl_trace_json", "_dump_fr_trace_json")
 
 
 def apply_activation_checkpointing(module: Any, check_fn: Callable[[Any], bool]) -> None:
