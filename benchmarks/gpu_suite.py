@@ -97,7 +97,7 @@ STEPS = [
     Step(
         "tests",
         "the gpu-marked tests: bf16 by default, compile, MFU, ddp/fsdp/deepspeed training and loading back",
-        # 2026-11-28: 7 of its 8 tests in 300 s, cut during the last (compile's accuracy, ~30 s).
+        # 2026-11-28: 7 of its 8 tests in 300 s, cut during the last (compile's accuracy; 30 s more, estimated).
         330,
         ["-m", "pytest", "-m", "gpu", "-v", "-rA", "-p", "no:cacheprovider", "--continue-on-collection-errors", *gpu_test_files()],
         ["pytest", "torch", "lightning", "ray", "ray.train", "hydra", "omegaconf", "raydra.testing", "raydra.worker.loop", "deepspeed"],
@@ -137,7 +137,7 @@ STEPS = [
         "ViT-L/16 under DeepSpeed ZeRO-2 and ZeRO-3, one epoch: memory per worker, samples/s, checkpoint save time",
         # Not run on 2026-11-27; estimated: two train.py runs of ~40 s (Ray's start and the
         # workers' imports, as a ViT run's, DeepSpeed's set-up, 64 steps, one 3.6 GB checkpoint).
-        # 2026-11-28: killed at 80 s with no row (DeepSpeed's first use compiles its ops): 160 s.
+        # 2026-11-28: killed at 80 s with no row (why is unknown: its log held only the header): 160 s.
         160,
         ["benchmarks/strategies.py", "--gpu", "--epochs", "1", "--only", "zero2", "zero3"],
         ["deepspeed", "ray.train", "hydra", "raydra.worker.strategies"],
