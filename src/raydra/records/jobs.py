@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 from raydra.records.envelope import COMPLETED, Envelope, Status, from_json_number, read_record, write_json
 from raydra.records.layout import JOBS_RECORD
+from raydra.records.ledger import GroupLedger
 
 FORMAT = 2
 ENDED: Tuple[Status, ...] = Envelope.ENDS
@@ -58,6 +59,8 @@ class JobsRecord(Envelope):
     format: int = FORMAT
     status: Optional[Status] = None
     jobs: Dict[str, JobEntry] = field(default_factory=dict)
+    # Its runs' compute ledgers added up, with its idle slots (raydra.records.ledger); None before it had one.
+    ledger: Optional[GroupLedger] = None
 
     # -- transitions (Envelope's, and a multirun's own) -----------------------------------------
 

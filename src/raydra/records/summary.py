@@ -51,6 +51,7 @@ from raydra.records.envelope import (
     write_json,
 )
 from raydra.records.layout import SUMMARY
+from raydra.records.ledger import Ledger
 
 FORMAT = 2
 
@@ -222,6 +223,8 @@ class RunRecord(Envelope):
     stopped_by: Optional[str] = None
     # raydra rerun: the run this one reproduces.
     reproduces: Optional[str] = None
+    # Where its worker-seconds went (raydra.records.ledger); None in a record written before it had one.
+    ledger: Optional[Ledger] = None
 
     # How a run can end; "running" is the record of a run under way, or of a driver that died.
     ENDS: ClassVar[Tuple[Status, ...]] = ENDED

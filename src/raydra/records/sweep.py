@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 from raydra.records.envelope import COMPLETED, Envelope, Status, read_record, write_json
 from raydra.records.layout import SWEEP
+from raydra.records.ledger import GroupLedger
 
 FORMAT = 2
 
@@ -81,6 +82,8 @@ class SweepRecord(Envelope):
     max_concurrent: Optional[int] = None
     best: Optional[Best] = None
     trials: Optional[TrialCounts] = None
+    # Its runs' compute ledgers added up, with its idle slots (raydra.records.ledger); None before it had one.
+    ledger: Optional[GroupLedger] = None
 
     # -- transitions (Envelope's, and a sweep's own) --------------------------------------------
 
