@@ -21,6 +21,7 @@ others wait for. Comparing start times across nodes relies on their clocks agree
 them within about a millisecond; the lags that matter are a share of a step).
 """
 
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -33,6 +34,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from raydra.errors import RaydraError
 from raydra.records import envelope, summary
 from raydra.records.layout import hang_diagnostics
+from raydra.records.ledger import Ledger, RankTime, read_buckets
 from raydra.records.summary import Hang, StoppedRank, Straggler
 
 log = logging.getLogger("raydra")
@@ -61,6 +63,9 @@ class Watch:
         self.stragglers: Dict[int, Dict[str, Any]] = {}
         self.per_rank: Dict[int, Dict[str, float]] = {}
         self.deadlines: Dict[str, float] = {}
+        # The compute ledger's figures: by attempt and rank, each worker's time as it last reported
+        # it (raydra.worker.time_spent) and how long it waited for slower ranks.
+        self.time: Dict[int, Dict[int, Dict[str, Any]]] = {}
 
     def register(self, rank: int, world_size: int, node: str, pid: int, deadline_s: float) -> int:
         """A worker starting (its start-up deadline `deadline_s`); returns its attempt. A rank already seen, or any start after a hang,
@@ -90,12 +95,37 @@ class Watch:
         with self.lock:
             if attempt != self.attempt:
                 return None  # an earlier group's worker, on its way out
+            spent = beat.pop("spent", None)
             self.beats[rank].update(beat, seen=time.monotonic())
             self.deadlines[beat["phase"]] = beat["deadline_s"]
+            if spent:
+                self._take_spent(rank, attempt, spent)
             self._take_steps(rank, beat.get("steps", ()))
             if self.hang is None and beat["still_s"] > beat["deadline_s"]:
                 self._declare(rank, silent=())
             return self.hang["number"] if self.hang else None
+
+    def spent(self, rank: int, attempt: int, spent: Dict[str, Any]) -> None:
+        """A worker's time to its end (raydra.worker.watchdog.Watchdog.stop), for the compute ledger."""
+        with self.lock:
+            self._take_spent(rank, attempt, spent)
+
+    def _take_spent(self, rank: int, attempt: int, spent: Dict[str, Any]) -> None:
+        kept = self._time_of(attempt, rank)
+        saves = kept["saves"]
+        kept.update({key: value for key, value in spent.items() if key != "saves"})
+        for step, totals in spent.get("saves") or ():
+            # The latest figures of a step's save (a preempted worker's save goes on until Ray takes it).
+            saves[step] = totals
+            # The rank's wait up to that step, if its steps have been matched with the others' by now.
+            found = [waited for at, waited in kept["waits"] if at == step]
+            if found and step not in kept["waited_at_saves"]:
+                kept["waited_at_saves"][step] = found[-1]
+
+    def _time_of(self, attempt: int, rank: int) -> Dict[str, Any]:
+        return self.time.setdefault(attempt, {}).setdefault(
+            rank, {"saves": {}, "waited_s": 0.0, "waited_at_saves": {}, "waits": collections.deque(maxlen=512)}
+        )
 
     @property
     def hang(self) -> Optional[Dict[str, Any]]:
@@ -134,6 +164,7 @@ class Watch:
                 "attempt": self.attempt,
                 "stragglers": list(self.stragglers.values()),
                 "deadlines": dict(self.deadlines),
+                "time": {a: {r: {k: v for k, v in t.items() if k != "waits"} for r, t in ranks.items()} for a, ranks in self.time.items()},
             }
 
     # -- hangs ------------------------------------------------------------------------------------
@@ -199,6 +230,7 @@ class Watch:
                 for r, (backward, ended, _) in ranks.items()
             }
             self.steps.append((batch, min(step for _, _, step in ranks.values()), first, lags))
+            self._take_waits(lags, {r: step for r, (_, _, step) in ranks.items()})
         # A rank that never reports a batch (an elastic group's resize) leaves it incomplete: forget it.
         if complete:
             for batch in [b for b in self.pending if b < complete[-1] - 1000]:
@@ -206,6 +238,16 @@ class Watch:
         if self.world_size > 1 and len(self.steps) >= self.window:
             self._judge(self.steps)
             self.steps = []
+
+    def _take_waits(self, lags: Dict[int, float], steps: Dict[int, int]) -> None:
+        """Each rank waited at this step's collectives for the slowest: the compute ledger's rank wait."""
+        slowest = max(lags.values())
+        for rank, lag in lags.items():
+            kept = self._time_of(self.attempt, rank)
+            kept["waited_s"] += slowest - lag
+            kept["waits"].append((steps[rank], kept["waited_s"]))
+            if steps[rank] in kept["saves"] and steps[rank] not in kept["waited_at_saves"]:
+                kept["waited_at_saves"][steps[rank]] = kept["waited_s"]
 
     def _judge(self, steps: List[Tuple[int, int, float, Dict[int, float]]]) -> None:
         cycles = [(b[2] - a[2]) / (b[0] - a[0]) for a, b in zip(steps, steps[1:], strict=False) if b[0] > a[0]]
@@ -256,12 +298,12 @@ class WatchLink:
 class RunHung(RaydraError):
     """The watchdog found the run hung, and no restart was left: the run ended."""
 
-    def __init__(self, findings: "Findings") -> None:
+    def __init__(self, findings: "Findings", ledger: Optional[Ledger] = None) -> None:
         super().__init__(findings.hangs[-1].sentence())
-        self.findings = findings
+        self.findings, self.ledger = findings, ledger
 
     def ended(self, run: summary.RunRecord, started: float) -> summary.RunRecord:
-        return run.hung(started=started, **self.findings.record_fields())
+        return run.hung(started=started, ledger=self.ledger, **self.findings.record_fields())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,6 +315,8 @@ class Findings:
     watchdog: Dict[str, Any]
     # The last worker group was ended by a hang: the fit's failure is that hang.
     ended_by_hang: bool
+    # Each worker group's workers' time, for the compute ledger (raydra.records.ledger.run_ledger).
+    attempts: List[List[RankTime]] = dataclasses.field(default_factory=list)
 
     def record_fields(self) -> Dict[str, Any]:
         """The run record's fields these findings fill (RunRecord.completed's and hung's)."""
@@ -356,7 +400,9 @@ class Watching:
         known = {f.name for f in dataclasses.fields(Straggler)}
         stragglers = [Straggler(**{k: v for k, v in s.items() if k in known}) for s in last["stragglers"]]
         watchdog = {**self.settings, "deadlines_s": {phase: round(s, 1) for phase, s in sorted(last["deadlines"].items())}}
-        return Findings(hangs=hangs, stragglers=stragglers, watchdog=watchdog, ended_by_hang=ended)
+        return Findings(
+            hangs=hangs, stragglers=stragglers, watchdog=watchdog, ended_by_hang=ended, attempts=rank_times(last.get("time", {}))
+        )
 
 
 # The failure.* keys that set the watchdog, recorded with the deadlines they gave the run.
@@ -382,3 +428,34 @@ def _hang(found: Dict[str, Any], outcome: Optional[str]) -> Hang:
         diagnostics=hang_diagnostics(found["number"]),
         outcome=outcome,
     )
+
+
+def rank_times(time_by_attempt: Dict[int, Dict[int, Dict[str, Any]]]) -> List[List[RankTime]]:
+    """The Watch's figures as the ledger's RankTimes, attempt by attempt (an attempt whose workers
+    never reached a step reported nothing and is left out: its time is the restart's)."""
+    attempts = []
+    for _, ranks in sorted(time_by_attempt.items()):
+        times = []
+        for rank, kept in sorted(ranks.items()):
+            if kept.get("first_step_at") is None:
+                continue
+            last = kept.get("last_step") or [None, None, {}]
+            times.append(
+                RankTime(
+                    rank=rank,
+                    from_step=int(kept.get("from_step") or 0),
+                    first_step_at=kept["first_step_at"],
+                    restore_s=float(kept.get("restore_s") or 0.0),
+                    totals=read_buckets(kept.get("totals") or {}),
+                    last_step=last[0],
+                    last_step_at=last[1],
+                    at_last_step=read_buckets(last[2] or {}),
+                    at_saves={int(step): read_buckets(totals) for step, totals in kept["saves"].items()},
+                    waited_s=float(kept.get("waited_s") or 0.0),
+                    waited_at_saves={int(step): float(w) for step, w in kept.get("waited_at_saves", {}).items()},
+                    waited_at_last_step=float(kept.get("waited_s") or 0.0),
+                )
+            )
+        if times:
+            attempts.append(times)
+    return attempts

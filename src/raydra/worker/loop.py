@@ -77,7 +77,11 @@ def train_loop(config: Dict[str, Any]) -> WorkerOutcome:
     try:
         with contextlib.ExitStack() as stack:
             # Local mode: Ray Train hands no checkpoint back; the driver names the run's last one.
+            fetching = time.time()
             restored = spec.place.restore if spec.local else _restored_checkpoint_path(stack, spec.place.id, rank)
+            if restored:
+                # The compute ledger's restore: the download here, the load in Heartbeat.on_load_checkpoint.
+                progress.spent.restore_s += time.time() - fetching
             outcome = _train(spec, mirror, restored, Heartbeat(progress, link, context.get_world_size()) if link else None)
             outcome.startup_marks["train_entered"] = entered
             return outcome

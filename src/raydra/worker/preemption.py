@@ -162,7 +162,9 @@ class PreemptionNotice(pl.Callback):
         saved = self.report.last_saved_step == step
         if not saved:
             self.report.checkpoint(trainer, mid_epoch=mid_epoch, wait_upload=True)
-        taken = wait_until_reports_taken(REPORT_TAKEN_TIMEOUT_S)
+        # Part of the save: until Ray has taken it, the checkpoint is not one a restart goes back to.
+        with self.report.saving(step):
+            taken = wait_until_reports_taken(REPORT_TAKEN_TIMEOUT_S)
         _notice["armed"] = False
         # Stopped at the next hook, not here: Lightning logs this step's row (or this epoch's) after
         # the callbacks' batch end (epoch end), and the restart keeps the rows before its checkpoint

@@ -35,11 +35,15 @@ from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 
 from raydra.lightning import pl
 from raydra.private_apis.torch import flight_record
+from raydra.worker.time_spent import TimeSpent
 
 log = logging.getLogger("raydra")
 
-# How often a worker tells the Watch where it is.
+# How often a worker tells the Watch where it is; and, after a step or a save, how soon (never more
+# often than this per worker, times the group's size over 20, so that the Watch takes at most ~20
+# beats a second from the whole group): the compute ledger's lost work is exact to what was reported.
 BEAT_EVERY_S = 1.0
+MIN_BEAT_S = 0.05
 # A checkpoint save may take this many times the longest save so far, if that is above failure.checkpoint_timeout_s.
 SAVE_FACTOR = 5.0
 # How long a worker waits for every rank's stacks before it ends its process.
@@ -88,6 +92,9 @@ class Progress:
         # it reached its backward, when it was through its batch-end hooks), wall clock.
         self.steps: Deque[Tuple[int, int, Optional[float], float]] = collections.deque(maxlen=4096)
         self.backward_at: Optional[float] = None
+        # Where this rank's time goes once it trains (the compute ledger), and a step or save to report soon.
+        self.spent = TimeSpent()
+        self.news = threading.Event()
 
     def at(self, phase: str, step: int, stage: int, index: int = 0) -> None:
         """This rank got to `stage` (and batch `index` within it) of `phase`: progress."""
@@ -104,6 +111,10 @@ class Progress:
         if kind == "train":
             self.batches += 1
             self.backward_at = None
+            if self.spent.started:
+                self.spent.switch("productive")
+            else:
+                self.spent.first_step(step)
             self.at("train", step, START)
         elif self.trained:
             self.at(kind, step, VALIDATION if kind == "validation" else TEST, index)
@@ -117,8 +128,10 @@ class Progress:
     def batch_ended(self, step: int) -> None:
         """Through every batch-end hook: the step is done."""
         self.steps.append((self.batches, step, self.backward_at, time.time()))
+        self.spent.step_ended(step)
         self.trained = True
         self.at("train", step, ENDED)
+        self.news.set()
 
     def other_batches(self) -> None:
         """A validation or test begins: the training batch before it is no measure of the next."""
@@ -129,10 +142,15 @@ class Progress:
         """A checkpoint save: its own phase and deadline, at a position just after where it began."""
         phase, _, position, _ = self.state
         started = time.monotonic()
+        doing = self.spent.doing
+        self.spent.switch("checkpoint_save")
         if self.trained:
             self.state = ("checkpoint", step, (*position, 1), started)
         try:
             yield
+            # Only a save that ended: a restart can go back to it.
+            self.spent.saved(step, doing)
+            self.news.set()
         finally:
             self.saves.append(time.monotonic() - started)
             if self.trained:
@@ -157,6 +175,7 @@ class Heartbeat(pl.Callback):
 
     def __init__(self, progress: Progress, link: Any, world_size: int) -> None:
         self.progress, self.link, self.world_size = progress, link, world_size
+        self.restore_from = time.time()
 
     def tail(self) -> "HeartbeatTail":
         """Its companion, for the end of the callback list."""
@@ -164,9 +183,22 @@ class Heartbeat(pl.Callback):
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self.progress.at("startup", trainer.global_step, SET_UP)
+        self.restore_from = time.time()
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         self.progress.at("startup", trainer.global_step, FIT_STARTED)
+        # A strategy that restores after its set-up (FSDP, DeepSpeed) loads the checkpoint from here.
+        if trainer.strategy.restore_checkpoint_after_setup:
+            self.restore_from = time.time()
+
+    def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: Dict[str, Any]) -> None:
+        # The checkpoint's file read and the model's weights loaded (Lightning calls the callbacks'
+        # hook after both): the compute ledger's restore, with the download loop.py timed.
+        self.progress.spent.restore_s += time.time() - self.restore_from
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        # The loader's iterator and its first batch: the wait for data.
+        self.progress.spent.switch("data_wait")
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self.progress.at("startup", trainer.global_step, TRAIN_STARTED)
@@ -188,6 +220,7 @@ class Heartbeat(pl.Callback):
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         self.progress.other_batches()
+        self.progress.spent.switch("validation")
 
     def on_validation_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self.progress.batch_start("validation", trainer.global_step, batch_idx)
@@ -198,11 +231,13 @@ class Heartbeat(pl.Callback):
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         self.progress.at("train", trainer.global_step, VALIDATED)
+        self.progress.spent.switch("data_wait")
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         # An epoch's end (metrics gathered, samples, a checkpoint, a user's epoch-end work) is not a
         # batch either: start-up's deadline, until the next batch starts.
         self.progress.at("epoch_end", trainer.global_step, EPOCH_END)
+        self.progress.spent.switch("other")
         if self.world_size < 2:
             return
         try:
@@ -217,15 +252,18 @@ class Heartbeat(pl.Callback):
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self.progress.at("finishing", trainer.global_step, TRAINED)
+        self.progress.spent.switch("other")
 
     def on_test_start(self, trainer: Any, pl_module: Any) -> None:
         self.progress.other_batches()
+        self.progress.spent.switch("test")
 
     def on_test_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self.progress.batch_start("test", trainer.global_step, batch_idx)
 
     def on_test_end(self, trainer: Any, pl_module: Any) -> None:
         self.progress.at("finishing", trainer.global_step, TESTED)
+        self.progress.spent.switch("other")
 
 
 class HeartbeatTail(pl.Callback):
@@ -265,13 +303,30 @@ class Watchdog:
         return self
 
     def stop(self) -> None:
+        """Stop the thread, and hand the Watch this worker's time to the end (the ledger's last word)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self.progress.news.set()
+        if self._thread is None:
+            return
+        self._thread.join(timeout=10)
+        spent = self.progress.spent.report()
+        if spent is not None:
+            try:
+                self.link("spent", self.rank, self.attempt, spent, timeout=10.0)
+            except Exception as error:  # the Watch gone (the driver's fit ended): the last beat's figures stand
+                log.debug(f"the compute ledger's last report: {error}")
 
     def _watch(self) -> None:
         failed_beats = 0
-        while not self._stop.wait(BEAT_EVERY_S):
+        # A step or a save is reported soon after it ends (see MIN_BEAT_S), else one beat a second.
+        least = MIN_BEAT_S * max(1.0, self.world_size / 20)
+        last = 0.0
+        while not self._stop.is_set():
+            self.progress.news.wait(BEAT_EVERY_S)
+            self.progress.news.clear()
+            if self._stop.wait(max(0.0, last + least - time.monotonic())):
+                return
+            last = time.monotonic()
             phase, step, position, since = self.progress.state
             steps = []
             while self.progress.steps:
@@ -283,6 +338,7 @@ class Watchdog:
                 "still_s": time.monotonic() - since,
                 "deadline_s": self.progress.deadline(phase),
                 "steps": steps,
+                "spent": self.progress.spent.report(),
             }
             try:
                 number = self.link("beat", self.rank, self.attempt, beat)
