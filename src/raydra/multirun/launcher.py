@@ -83,6 +83,7 @@ def run_jobs(multirun: Multirun, jobs: List[Job]) -> List[Job]:
             multirun.record = base.completed(started)
         else:
             multirun.record = base.settled(ending, started)
+        multirun.record = multirun.record.with_ledger(outcome.ledger(multirun, jobs, started))
         outcome.record(multirun, jobs)
 
     with outcome.console(multirun.sweep_dir):

@@ -5,6 +5,7 @@ continues the multirun.
 """
 
 import logging
+import math
 import os
 import shlex
 import sys
@@ -20,6 +21,7 @@ from raydra.records import jobs as jobs_record
 from raydra.records.envelope import Status
 from raydra.records.jobs import JobsRecord
 from raydra.records.layout import CONSOLE, MULTIRUN_LOG
+from raydra.records.ledger import GroupLedger, duration, group_ledger, run_cost
 from raydra.records.summary import RunRecord
 from raydra.redact import SecretsFilter, redact
 
@@ -146,6 +148,30 @@ def record(multirun: Multirun, jobs: List[Job]) -> None:
     multirun.written = True
 
 
+def ledger(multirun: Multirun, jobs: List[Job], started: float) -> Optional[GroupLedger]:
+    """The multirun's compute ledger (raydra.records.ledger): its raydra runs' ledgers added up, and
+    the worker slots it held from its start to now that no job used. Its slots: as many jobs at a
+    time as the cluster holds (or hydra.launcher.max_concurrent allows), times a job's workers. Of
+    this invocation: jobs a resumed multirun kept are not counted again."""
+    ran = [job for job in jobs if job.status not in (Status.KEPT, Status.NOT_STARTED, Status.QUEUED)]
+    if not multirun.raydra_runs or not ran:
+        return None
+    records = [(job, summary_of(job)) for job in ran]
+    found = [(job, run) for job, run in records if run is not None]
+    fit = math.floor(1 / max(job.share for job in ran) + 1e-9)
+    at_once = max(1, min(fit, multirun.settings.max_concurrent or fit, len(ran)))
+    workers = max((run.world_size or 1 for _, run in found), default=1)
+    scored = [(job, run.best_value(), run.monitor.mode) for job, run in found if run.status == Status.COMPLETED]
+    scored = [(job, value, mode) for job, value, mode in scored if isinstance(value, (int, float))]
+    best = None
+    if scored:
+        pick = min if scored[0][2] == "min" else max
+        best = str(pick(scored, key=lambda item: item[1])[0].num)
+    gpu = any(run.ledger is not None and run.ledger.gpu for _, run in found)
+    costs = [run_cost(str(job.num), run) for job, run in found]
+    return group_ledger(costs, slots=at_once * workers, wall_s=time.time() - started, best=best, gpu=gpu)
+
+
 def _json_value(value: Any) -> Any:
     """A return value as jobs.json can keep it for a resumed multirun's sweeper: JSON, or null."""
     import json
@@ -172,6 +198,12 @@ def report(multirun: Multirun, jobs: List[Job]) -> None:
                 keys = cmp.differing_keys(runs)
                 rows = cmp.build_table(runs, metrics, keys, notes)
                 log.info("\n" + cmp.render_table(cmp.table_columns(keys, metrics), rows, keys))
+        spent = multirun.record.ledger if multirun.record else None
+        if spent is not None and spent.allocated_s:
+            log.info(
+                f"compute: {spent.runs} jobs used {duration(spent.runs_s)} of {spent.slots} worker slots' {duration(spent.allocated_s)}"
+                f" (idle {spent.idle_s / spent.allocated_s:.0%}, goodput {spent.goodput or 0:.0%})"
+            )
         bad = [j for j in jobs if j.status not in (Status.COMPLETED, Status.KEPT)]
         if not bad:
             then = f"; compare them again with: raydra compare {sweep_dir}" if multirun.raydra_runs else f"\n  dir  {sweep_dir}"

@@ -73,6 +73,10 @@ class JobsRecord(Envelope):
         merged = {**self.jobs, **{str(num): job for num, job in jobs.items()}}
         return dataclasses.replace(self, jobs=dict(sorted(merged.items(), key=lambda item: _number(item[0]))))
 
+    def with_ledger(self, ledger: Optional[GroupLedger]) -> "JobsRecord":
+        """Its runs' compute ledger as the multirun ends."""
+        return dataclasses.replace(self, ledger=ledger)
+
     def completed(self, started: Optional[float] = None) -> "JobsRecord":
         """Every job ended (each entry says how: a failed job does not fail the multirun, as under
         Hydra's own launchers)."""

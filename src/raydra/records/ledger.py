@@ -96,7 +96,7 @@ class Ledger:
         top = sorted(((s, b) for b, s in self.buckets.items() if b != "productive" and s > 0), reverse=True)[:3]
         lost = ", ".join(f"{b} {share(s, self.allocated_s)}" for s, b in top)
         head = f"goodput {goodput:.0%}" if goodput is not None else "goodput unknown"
-        return f"{head} of {hours(self.allocated_s)} {unit}-hours" + (f" (the rest: {lost})" if lost else "")
+        return f"{head} of {duration(self.allocated_s)} {unit} time" + (f" (the rest: {lost})" if lost else "")
 
 
 @dataclass(frozen=True)
@@ -312,6 +312,17 @@ def group_ledger(costs: Iterable[RunCost], slots: int, wall_s: float, best: Opti
 
 
 # -- words --------------------------------------------------------------------------------------
+
+
+def duration(seconds: Optional[float]) -> str:
+    """Worker-seconds in the unit a person reads them in: seconds, minutes or hours."""
+    if seconds is None:
+        return "?"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
 
 
 def hours(seconds: Optional[float]) -> str:

@@ -96,8 +96,8 @@ class SweepRecord(Envelope):
         """What the sweep runs with, known as it is prepared (metric, space, storage, ...): still running."""
         return dataclasses.replace(self, **fields)
 
-    def completed(self, started: float, best: Best, trials: TrialCounts) -> "SweepRecord":
-        return self._ended(COMPLETED, None, started, best=best, trials=trials)
+    def completed(self, started: float, best: Best, trials: TrialCounts, ledger: Optional[GroupLedger] = None) -> "SweepRecord":
+        return self._ended(COMPLETED, None, started, best=best, trials=trials, ledger=ledger)
 
     # -- reading ----------------------------------------------------------------------------------
 

@@ -341,6 +341,8 @@ def _report(record: RunRecord, spec: RunSpec) -> None:
     lines[0] += "  " + "  ".join(f"{k} {v:.4f}" for k, v in shown.items())
     if record.throughput.get("samples_per_s"):
         lines[0] += f"  {record.throughput['samples_per_s']:.0f} samples/s"
+    if record.ledger is not None:
+        lines.append(f"  compute  {record.ledger.sentence()}")
     lines.append(f"  dir  {record.run_dir}")
     if record.checkpoints.best:
         lines.append(f"  best checkpoint  {record.checkpoint('best')}")

@@ -89,17 +89,19 @@ def fit_and_record(
         if findings and findings.ended_by_hang:
             # The workers' end was the watchdog's doing: the run hung (in local mode, the watchdog
             # interrupted this process's training).
-            raise RunHung(findings) from error
+            raise RunHung(findings, recording.ledger(spec, record, marks, findings)) from error
         raise
-    found = watching.close().record_fields() if watching else {}
+    findings = watching.close() if watching else None
     worker = result.return_value or WorkerOutcome()
+    marks.update(worker.startup_marks)
     completed = record.completed(
         started,
         # With the rows per split the driver counted (data.loader=ray_data).
         data=recording.data_record(spec),
-        startup=startup.phases({**marks, **worker.startup_marks}),
-        **found,
+        startup=startup.phases(marks),
+        **(findings.record_fields() if findings else {}),
         **recording.outcome(result, worker, spec),
+        ledger=recording.ledger(spec, record, marks, findings),
     )
     best = completed.checkpoint("best", spec.place.storage or spec.place.dir)
     if worker.hf_export is not None and best:

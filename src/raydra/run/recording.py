@@ -12,6 +12,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -25,8 +26,9 @@ from raydra.config.spec import Place, RunSpec, WorkerOutcome
 from raydra.errors import said
 from raydra.records import layout, summary, sync
 from raydra.records.layout import CHECKPOINT_FILE
+from raydra.records.ledger import Ledger, run_ledger, unseen_ledger
 from raydra.records.summary import Checkpoints, Metrics, Monitor, RunRecord
-from raydra.run.hang_watch import RunHung
+from raydra.run.hang_watch import Findings, RunHung
 
 PACKAGES = ("raydra", "ray", "torch", "lightning", "pytorch-lightning", "transformers", "hydra-core", "wandb", "diffusers")
 
@@ -183,6 +185,21 @@ def outcome(result: Any, worker: WorkerOutcome, spec: RunSpec) -> Dict[str, Any]
             upload=spec.checkpoint.upload,
         ),
     }
+
+
+def ledger(spec: RunSpec, record: RunRecord, marks: Dict[str, float], findings: Optional[Findings]) -> Ledger:
+    """The run's compute ledger as it ends (raydra.records.ledger): its slots from its process's start
+    (`marks`' run_began) to now, split by what its workers reported to the hang watchdog's Watch.
+    Start-up ends at rank 0's first step in the first worker group (summary.json's phases end at the
+    last group's, which a restart makes later)."""
+    workers = 1 if spec.local else (record.world_size or spec.scale.num_workers)
+    attempts = findings.attempts if findings else []
+    first = next((r.first_step_at for r in attempts[0] if r.rank == 0), attempts[0][0].first_step_at) if attempts else None
+    first = first or marks.get("first_step")
+    began, now = marks.get("run_began"), time.time()
+    if findings is None:
+        return unseen_ledger(workers, spec.scale.use_gpu, began, now, first, "failure.watchdog=false: the workers' time was not followed")
+    return run_ledger(workers, spec.scale.use_gpu, began, now, first, attempts)
 
 
 def _sizes(worker: WorkerOutcome, spec: RunSpec) -> Dict[str, Any]:

@@ -4,7 +4,9 @@ config and checkpoint, the sweep's own record, and one console line per trial ev
 import csv
 import logging
 import os
+import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -17,6 +19,7 @@ from raydra.errors import one_line
 from raydra.records import layout, summary, sweep, wandb_run
 from raydra.records.checkpoints import last_checkpoint
 from raydra.records.envelope import Status
+from raydra.records.ledger import GroupLedger, duration, group_ledger, run_cost, share
 from raydra.records.summary import Checkpoints, Metrics, RunRecord
 from raydra.records.sweep import Best, SweepRecord
 from raydra.run import recording
@@ -169,6 +172,48 @@ def _row(run: RunRecord, run_dir: Path, metric: str, sweep_dir: Path) -> TrialRo
         error=run.error,
         run_dir=str(run_dir.relative_to(sweep_dir)),
         record=run,
+    )
+
+
+def ledger(rows: List[TrialRow], slots: int, wall_s: float, best: Optional[str]) -> GroupLedger:
+    """The sweep's compute ledger (raydra.records.ledger): its trials' added up (a trial Tune stopped
+    in its process has no ledger of its own: its workers x the time Tune gave it), and the worker
+    slots (`slots`: trials at a time x a trial's workers) no trial held over the sweep's `wall_s`."""
+    costs = [run_cost(row.trial, row.record) for row in rows if row.record is not None]
+    gpu = any(row.record.ledger is not None and row.record.ledger.gpu for row in rows if row.record is not None)
+    return group_ledger(costs, slots=slots, wall_s=wall_s, best=best, gpu=gpu)
+
+
+def sweep_wall(record: SweepRecord, rows: List[TrialRow]) -> float:
+    """How long the sweep held its slots, to now: from its start, and each resumption's, to the last
+    trial event of that invocation (a killed driver's end is not recorded: its trials' last start or
+    end stands for it), the time between an invocation and the next one's start left out."""
+    starts = [at for at in (_epoch(record.started_at), *(_epoch(r.at) for r in record.resumed)) if at is not None]
+    if not starts:
+        return 0.0
+    events = sorted(
+        at for row in rows if row.record for at in (_epoch(row.record.started_at), _epoch(row.record.finished_at)) if at is not None
+    )
+    wall = time.time() - starts[-1]
+    for begun, following in zip(starts, starts[1:]):
+        wall += max([at for at in events if begun <= at <= following], default=begun) - begun
+    return wall
+
+
+def _epoch(stamp: Optional[str]) -> Optional[float]:
+    try:
+        return datetime.fromisoformat(stamp).timestamp() if stamp else None
+    except ValueError:
+        return None
+
+
+def ledger_sentence(spent: GroupLedger) -> str:
+    """The sweep's ledger in one line, for its closing lines."""
+    allocated = spent.allocated_s or 0.0
+    not_completed = sum(spent.not_completed_s.values())
+    return (
+        f"{duration(spent.runs_s)} in {spent.runs} trials of {spent.slots} worker slots' {duration(allocated)}: idle {share(spent.idle_s or 0.0, allocated)}, "
+        f"trials that did not complete {share(not_completed, allocated)}, the best trial alone {duration(spent.best_s)}"
     )
 
 

@@ -71,7 +71,8 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
         # The same checks as every run's (raydra.run.prepare), on the sweep's config with this trial's samples.
         prepared = run.prepare(Invocation(overrides=tuple(overrides), trial=True))
         spec = run.start(prepared, kind="trial", label=",".join(f"{k}={v}" for k, v in sampled.items()), at=place)
-        run.fit(spec, tune_trial=True, callbacks=[ReportToTune(spec.trainer.max_epochs)])
+        # Its start-up and compute ledger count from here: the trial's own process was Tune's before.
+        run.fit(spec, tune_trial=True, callbacks=[ReportToTune(spec.trainer.max_epochs)], marks={"run_began": started})
     # The last epoch reaches Tune only now, with the test metrics, once summary.json is complete
     # (see ReportToTune).
     final = dict(run.record.metrics.final)

@@ -151,13 +151,15 @@ def run_sweep(
             raise RaydraError(f"no trial of the sweep completed; the first error: {first_error}")
         chosen = report.write_best(cfg, sweep_dir, best, metric, config_dir)
         counts = TrialCounts(**{status: sum(row.status == status for row in rows) for status in ("completed", "stopped", "failed")})
-        record = record.completed(started, chosen, counts)
+        spent = report.ledger(rows, slots=concurrency * cfg.scale.num_workers, wall_s=report.sweep_wall(record, rows), best=best.trial)
+        record = record.completed(started, chosen, counts, spent)
     best, trials = record.best, record.trials
     log.info(
         f"sweep done in {record.wall_time_s:.1f} s: {trials.completed} completed, "
         f"{trials.stopped} stopped early, {trials.failed} failed\n"
         f"  best trial {best.trial}  {metric} {best.metric:.4f}  {report.fmt_sampled(best.sampled)}\n"
-        f"  trials  {sweep_dir / layout.TRIALS_MD}\n"
+        + (f"  compute  {report.ledger_sentence(record.ledger)}\n" if record.ledger else "")
+        + f"  trials  {sweep_dir / layout.TRIALS_MD}\n"
         f"  rerun   python train.py --config-path {sweep_dir} --config-name best_config"
     )
     return record
