@@ -787,3 +787,18 @@ def tiny_vit(**settings):
     tiny = dict(image_size=8, num_channels=1, num_classes=10, patch_size=2, hidden_size=64, num_layers=4, num_heads=4, mlp_size=128)
     tiny["optimizer"] = {"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3}
     return ViTClassifier(**{**tiny, **settings})
+
+
+def ledger_of(summary: dict, other_at_most: float = 0.15) -> dict:
+    """The run's compute ledger, checked as every run's must hold: every bucket there, none
+    negative, what was measured adds up to the allocated worker-seconds (workers x wall) within 2%,
+    and what nothing measured ("other") is a small share of it."""
+    from raydra.records.ledger import BUCKETS
+
+    ledger = summary["ledger"]
+    buckets, allocated = ledger["buckets"], ledger["allocated_s"]
+    assert list(buckets) == list(BUCKETS) and min(buckets.values()) >= 0, buckets
+    assert allocated == pytest.approx(ledger["workers"] * ledger["wall_s"], rel=1e-3)
+    assert sum(buckets.values()) == pytest.approx(allocated, rel=0.02), buckets
+    assert buckets["other"] <= other_at_most * allocated, buckets
+    return ledger

@@ -77,6 +77,36 @@ class Listening(pl.Callback):
         (folder / f"rank{trainer.global_rank}.json").write_text(json.dumps({**seen, "listening": listening}))
 
 
+class StepTimes(pl.Callback):
+    """Writes down, on each worker, when each training step started and ended: lines of
+    "<pid> start|end <global step> <wall time>" in <run dir>/steps/rank<r>.txt (appended by every
+    attempt, each its own pid). What a test compares the compute ledger's lost work with: the steps
+    a killed group took after its checkpoint, timed by the worker itself."""
+
+    def _write(self, trainer, kind, step):
+        folder = Path(trainer.default_root_dir) / "steps"
+        folder.mkdir(exist_ok=True)
+        with open(folder / f"rank{trainer.global_rank}.txt", "a") as file:
+            file.write(f"{os.getpid()} {kind} {step} {time.time()}\n")
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._write(trainer, "start", trainer.global_step + 1)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self._write(trainer, "end", trainer.global_step)
+
+
+def step_times(run_dir, pid):
+    """{"start": {step: time}, "end": {step: time}} of the worker process `pid`, from StepTimes' files."""
+    out = {"start": {}, "end": {}}
+    for path in Path(run_dir, "steps").glob("rank*.txt"):
+        for line in path.read_text().splitlines():
+            who, kind, step, at = line.split()
+            if int(who) == pid:
+                out[kind][int(step)] = float(at)
+    return out
+
+
 def seen_per_epoch(run_dir, world_size=None):
     """{epoch: {rank: [fingerprints]}} from a finished run (of the groups of `world_size` workers only, if given)."""
     out = {}

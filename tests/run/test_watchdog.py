@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
-from helpers import RUN, compare, run_dirs, run_train, summary_of
+from helpers import RUN, compare, ledger_of, run_dirs, run_train, summary_of
 
 from raydra.cli import main
 from raydra.run import hang_watch
@@ -241,6 +241,14 @@ def test_a_rank_that_blocks_once_is_named_its_stacks_kept_and_the_run_restarts_a
     assert "train/step_time_s_rank1" in header and "train/lag_s_rank1" in header
     code, out, _ = compare(capsys, run_dir)
     assert code == 0 and "completed (hung 1x, restarted; straggler: rank 1)" in out
+    # The compute ledger: the restart went back to step 20, so both workers' steps 21-25 were done
+    # again; the hang's wait is the restart's; rank 0 waited ~0.1 s a step for the straggler.
+    ledger = ledger_of(summary)
+    (restart,) = ledger["restarts"]
+    assert (restart["from_step"], restart["reached_step"]) == (20, 25)
+    assert restart["lost_s"] == pytest.approx(2 * 5 * straggler["step_time_s"], rel=0.3)
+    assert restart["restart_s"] >= 2 * hang["waited_s"] and ledger["buckets"]["lost"] == restart["lost_s"]
+    assert ledger["buckets"]["rank_wait"] >= 0.05 * summary["global_step"]
 
 
 @pytest.mark.e2e

@@ -218,6 +218,15 @@ def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_b
             (sampled, "trial", record.id)
         }
 
+    # The compute ledger: the sweep's worker slots over its two invocations are its trials'
+    # worker-seconds and the slots' idle time; what the trials ASHA stopped cost, and the best alone.
+    spent = record.ledger
+    stopped = [s for s in trials.values() if s["status"] == "stopped"]
+    assert spent.runs == 4 and spent.slots == record.max_concurrent and spent.best == record.best.trial
+    assert spent.runs_s <= spent.allocated_s * 1.02 and spent.allocated_s == pytest.approx(spent.runs_s + spent.idle_s, rel=0.02)
+    assert spent.not_completed_s == {"stopped": pytest.approx(sum(s["wall_time_s"] for s in stopped), rel=1e-3)}
+    assert spent.best_s == trials[record.best.trial]["ledger"]["allocated_s"] and "compute  " in done.stdout
+
     rows = list(csv.DictReader((sweep_dir / "trials.csv").open()))
     assert len(rows) == 4 and {"model.optimizer.lr", "data.batch_size", "val/acc", "status", "wall_s"} <= set(rows[0])
     best = record.best

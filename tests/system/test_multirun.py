@@ -59,7 +59,7 @@ WITH_SECRETS = (
 @pytest.mark.e2e
 def test_jobs_run_side_by_side_as_the_cluster_allows_and_a_failed_job_stops_no_other(ray_cluster, tmp_path):
     # lr=-1 fails on the worker (the optimizer refuses it), after the job has started.
-    one_fails = ("model.optimizer.lr=1e-3,-1,3e-3", "logger=[csv,wandb]", "logger.wandb.mode=disabled")
+    one_fails = ("model.optimizer.lr=1e-3,-1,3e-3,1e-2", "logger=[csv,wandb]", "logger.wandb.mode=disabled")
     cleaners = _placement_group_cleaners(ray_cluster)
     done = run_train("-m", *SMALL_JOB, *one_fails, *WITH_SECRETS, outputs=tmp_path, address=ray_cluster)
     out = done.stdout + done.stderr
@@ -70,20 +70,31 @@ def test_jobs_run_side_by_side_as_the_cluster_allows_and_a_failed_job_stops_no_o
     assert [p for p in tmp_path.rglob("*") if p.is_file() and any(s.encode() in p.read_bytes() for s in SECRETS.values())] == []
     assert "every job  " in done.stdout and "ray.runtime_env={env_vars:{MY_API_TOKEN:***}}" in done.stdout
     jobs = run_dirs(tmp_path, kind="sweeps")
-    assert [p.name for p in jobs] == ["0", "1", "2"]
+    assert [p.name for p in jobs] == ["0", "1", "2", "3"]
     sweep_dir = jobs[0].parent
-    first, failed, third = (summary_of(p) for p in jobs)
-    assert [first["status"], failed["status"], third["status"]] == ["completed", "failed", "completed"]
+    first, failed, third, fourth = (summary_of(p) for p in jobs)
+    assert [first["status"], failed["status"], third["status"], fourth["status"]] == ["completed", "failed", "completed", "completed"]
 
     # The cluster holds two 1-worker runs: jobs 0 and 1 ran side by side, job 2 waited for a free slot.
     assert ran_side_by_side(first, failed)
     assert _when(third, "started_at") >= min(_when(first, "finished_at"), _when(failed, "finished_at"))
     assert "up to 2 at a time" in done.stdout
-    assert "[1] started  model.optimizer.lr=-1  (2 running, 1 queued)" in done.stdout
+    assert "[1] started  model.optimizer.lr=-1  (2 running, 2 queued)" in done.stdout
+
+    # The compute ledger: the multirun's 2 worker slots over its wall are its jobs' worker-seconds
+    # (each job's ledger; the failed one's workers x wall) and the slots' idle time, which is real
+    # (the launcher's checks before the first job, a slot free while the last job ran).
+    spent = jobs_record.read(sweep_dir).ledger
+    completed = [s["ledger"]["allocated_s"] for s in (first, third, fourth)]
+    assert (spent.runs, spent.slots) == (4, 2) and spent.best in {"0", "2", "3"}
+    assert spent.runs_s == pytest.approx(sum(completed) + failed["wall_time_s"], rel=1e-3)
+    assert spent.runs_s <= spent.allocated_s * 1.02 and spent.allocated_s == pytest.approx(spent.runs_s + spent.idle_s, rel=0.02)
+    assert spent.idle_s > 0 and spent.not_completed_s == {"failed": pytest.approx(failed["wall_time_s"], rel=1e-3)}
+    assert sum(spent.buckets.values()) == pytest.approx(spent.runs_s, rel=1e-3) and "compute: 4 jobs used" in done.stdout
 
     # Each job is a single run of its own: its overrides, the multirun's cluster, one W&B group. Its
     # recorded config is what the user typed (the group is raydra's addition, in summary.json).
-    for job, lr in zip(jobs, (0.001, -1, 0.003), strict=True):
+    for job, lr in zip(jobs, (0.001, -1, 0.003, 0.01), strict=True):
         config = yaml.safe_load((job / ".hydra" / "config.yaml").read_text())
         assert config["model"]["optimizer"]["lr"] == lr
         assert config["ray"]["address"] == ray_cluster
@@ -94,7 +105,7 @@ def test_jobs_run_side_by_side_as_the_cluster_allows_and_a_failed_job_stops_no_o
     # The closing table is `raydra compare <sweep dir>`'s, and the failed job is named.
     table = subprocess.run([sys.executable, "-m", "raydra", "compare", str(sweep_dir)], capture_output=True, text=True, check=True).stdout
     assert table.strip() in done.stdout
-    assert "1 of 3 jobs did not complete: #1 (model.optimizer.lr=-1) failed" in done.stdout
+    assert "1 of 4 jobs did not complete: #1 (model.optimizer.lr=-1) failed" in done.stdout
     # The command that continues it shows where each secret goes, and says to put it back.
     (command,) = [line.strip() for line in done.stdout.splitlines() if "hydra.launcher.resume=true" in line]
     assert "'+ray.runtime_env.env_vars.WANDB_API_KEY=***'" in command and "'++hydra.job.env_set={HOOK_AUTH:***}'" in command, command

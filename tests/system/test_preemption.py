@@ -11,7 +11,18 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import EPOCHS, EVERY_STEP, epochs_with_val, logged_steps, resumed_at, start_train, summary_of, wait_for_checkpoint, worker_pids
+from helpers import (
+    EPOCHS,
+    EVERY_STEP,
+    epochs_with_val,
+    ledger_of,
+    logged_steps,
+    resumed_at,
+    start_train,
+    summary_of,
+    wait_for_checkpoint,
+    worker_pids,
+)
 
 from raydra.worker.preemption import MAX_CHECK_EVERY
 
@@ -46,6 +57,10 @@ def test_a_sigtermed_worker_checkpoints_at_the_signal_and_the_restart_continues_
     assert epochs_with_val(run_dir) == list(range(EPOCHS))
     assert logged_steps(run_dir) == logged_steps(Path(reference["run_dir"]))
     assert summary["metrics"]["final"]["val/loss"] == pytest.approx(reference["metrics"]["final"]["val/loss"], rel=1e-4)
+    # The notice's checkpoint was at the step in flight: the compute ledger counts next to no lost
+    # work (each worker's time from that save to the end of the step it was in), and the restart.
+    (restart,) = ledger_of(summary)["restarts"]
+    assert restart["from_step"] == saved and restart["lost_s"] < 0.1 and restart["restart_s"] > 0
 
 
 @pytest.mark.e2e

@@ -4,6 +4,7 @@ resumed, and the refusals that keep resume= from retraining or mixing runs. No m
 
 import os
 import signal
+import statistics
 from pathlib import Path
 
 import psutil
@@ -15,6 +16,7 @@ from helpers import (
     RUN,
     assert_wandb_holds_the_run,
     epochs_with_val,
+    ledger_of,
     logged_steps,
     resumed_at,
     run_train,
@@ -24,6 +26,7 @@ from helpers import (
     wait_for_checkpoint,
     worker_pids,
 )
+from probe import step_times
 
 from raydra.records.checkpoints import checkpoint_meta
 
@@ -39,11 +42,13 @@ def test_a_worker_killed_after_a_mid_epoch_checkpoint_resumes_inside_the_epoch_o
         "failure.max_failures=1",
         f"checkpoint.every_n_steps={EVERY_N_STEPS}",
         "logger=[csv,wandb,tensorboard]",
+        "+callbacks.step_times._target_=tests.probe.StepTimes",
         outputs=tmp_path,
         address=ray_cluster,
     )
     run_dir = wait_for_checkpoint(tmp_path, driver)
-    _kill_worker(worker_pids(run_dir)[0])
+    first_group = worker_pids(run_dir)
+    _kill_worker(first_group[0])
     out, _ = driver.communicate(timeout=300)
     assert driver.returncode == 0, out
 
@@ -72,6 +77,16 @@ def test_a_worker_killed_after_a_mid_epoch_checkpoint_resumes_inside_the_epoch_o
     # restarted rank 0 logged it from metrics.csv), and says the run finished.
     segments = assert_wandb_holds_the_run(run_dir, "completed", retrained_from=step)
     assert len(segments) == 2
+    # The compute ledger's lost work is what the killed group did after the checkpoint the restart
+    # went back to, as its workers timed their own steps (tests.probe.StepTimes): to within one step
+    # per worker (a step ended just before the kill may not have been reported).
+    (restart,) = ledger_of(summary)["restarts"]
+    timed = [step_times(run_dir, pid) for pid in first_group]
+    reached = [max(t["end"]) for t in timed]
+    redone = sum(t["end"][last] - t["start"][step + 1] for t, last in zip(timed, reached))
+    cycle = statistics.median(b - a for a, b in zip(sorted(timed[0]["end"].values()), sorted(timed[0]["end"].values())[1:]))
+    assert restart["from_step"] == step and max(reached) - 1 <= restart["reached_step"] <= max(reached)
+    assert restart["lost_s"] == pytest.approx(redone, abs=max(0.05 * redone, len(first_group) * cycle)), (redone, cycle, reached)
 
 
 @pytest.mark.e2e

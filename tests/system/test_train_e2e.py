@@ -7,7 +7,7 @@ import time
 
 import pytest
 import yaml
-from helpers import run_dirs, run_train, summary_of
+from helpers import ledger_of, run_dirs, run_train, summary_of
 
 
 @pytest.mark.e2e
@@ -37,6 +37,13 @@ def test_default_run_trains_the_digits_vit_and_leaves_a_self_describing_run_dir(
     }
     assert startup["worker_imports_s"] > 0
     assert 0 < startup["to_first_step_s"] < summary["wall_time_s"] + 10
+    # Where the workers' time went: start-up is the phases above, on both workers; most of the rest
+    # is training, and the closing summary says the goodput.
+    ledger = ledger_of(summary)
+    assert ledger["workers"] == 2 and ledger["buckets"]["startup"] == pytest.approx(2 * startup["to_first_step_s"], abs=0.05)
+    assert ledger["buckets"]["productive"] > ledger["buckets"]["validation"] > 0 and ledger["buckets"]["test"] > 0
+    assert ledger["buckets"]["lost"] == 0 and ledger["restarts"] == []
+    assert f"goodput {ledger['buckets']['productive'] / ledger['allocated_s']:.0%}" in done.stdout + done.stderr
     assert {"ray", "torch", "lightning", "hydra-core"} <= set(summary["versions"])
 
     # What was asked: Hydra's record of the composed config and the overrides.
