@@ -13,7 +13,7 @@ def _t(**seconds):
     return {"productive": 0.0, "validation": 0.0, "test": 0.0, "data_wait": 0.0, "checkpoint_save": 0.0, "other": 0.0, **seconds}
 
 
-def test_a_run_without_restarts_splits_its_slots_and_the_rest_is_other():
+def test_a_run_splits_its_slots_into_buckets_and_the_rest_is_other():
     # 2 workers, 100 s from the process's start; the first step at 20 s; each worker reports 75 s.
     ranks = [
         RankTime(
@@ -35,7 +35,7 @@ def test_a_run_without_restarts_splits_its_slots_and_the_rest_is_other():
     assert ledger.sentence() == "goodput 59% of 3.3 min worker time (the rest: startup 20%, other 6%, validation 5%)"
 
 
-def test_a_restart_loses_what_the_group_did_after_the_checkpoint_it_went_back_to():
+def test_a_restart_loses_what_was_done_after_its_checkpoint():
     saved = _t(productive=10, data_wait=1, checkpoint_save=1)
     last = _t(productive=16, data_wait=1.5, checkpoint_save=1)
     first = [
@@ -66,7 +66,7 @@ def test_a_restart_loses_what_the_group_did_after_the_checkpoint_it_went_back_to
     assert ledger.gpu and sum(ledger.buckets.values()) == pytest.approx(200)
 
 
-def test_a_restart_to_a_checkpoint_older_than_the_failed_group_loses_all_it_did():
+def test_a_restart_to_an_older_checkpoint_loses_all_the_group_did():
     failed = [
         RankTime(
             rank=0,
@@ -85,13 +85,13 @@ def test_a_restart_to_a_checkpoint_older_than_the_failed_group_loses_all_it_did(
     assert ledger.buckets["productive"] == 50 and ledger.buckets["lost"] == 8
 
 
-def test_measured_time_beyond_the_slots_shows_rather_than_going_negative():
+def test_time_beyond_the_slots_shows_and_other_is_never_negative():
     ranks = [RankTime(rank=0, first_step_at=1010.0, totals=_t(productive=120))]
     ledger = run_ledger(1, False, 1000.0, 1100.0, 1010.0, [ranks])
     assert ledger.buckets["other"] == 0 and sum(ledger.buckets.values()) == 130  # a test's "adds up within 2%" catches it
 
 
-def test_a_resumed_run_shows_its_restore_apart_from_its_start_up():
+def test_a_resumed_runs_restore_is_apart_from_its_start_up():
     ranks = [RankTime(rank=0, from_step=80, first_step_at=1030.0, restore_s=4.0, totals=_t(productive=60))]
     ledger = run_ledger(1, False, 1000.0, 1100.0, 1030.0, [ranks])
     assert (ledger.buckets["startup"], ledger.buckets["checkpoint_restore"]) == (26, 4)
@@ -102,7 +102,7 @@ def test_a_run_that_never_stepped_was_all_start_up():
     assert ledger.buckets["startup"] == 120 and ledger.goodput == 0
 
 
-def test_a_group_adds_its_runs_up_with_its_idle_slots_and_what_did_not_complete():
+def test_a_group_adds_up_its_runs_idle_slots_and_unfinished_runs():
     def record(status, allocated=None, wall=None, workers=1):
         ledger = (
             Ledger(workers=workers, allocated_s=allocated, buckets={"startup": 10.0, "productive": allocated - 10.0}) if allocated else None
@@ -123,7 +123,7 @@ def test_a_group_adds_its_runs_up_with_its_idle_slots_and_what_did_not_complete(
     assert group.goodput == pytest.approx(80 / 140)
 
 
-def test_records_without_a_ledger_read_as_none_and_ledgers_read_back_whole(tmp_path):
+def test_old_records_have_no_ledger_and_ledgers_read_back(tmp_path):
     summary.write(tmp_path, summary.RunRecord(status=Status.COMPLETED))
     assert summary.read(tmp_path).ledger is None
     ranks = [RankTime(rank=0, first_step_at=5.0, totals=_t(productive=3))]
@@ -136,7 +136,7 @@ def test_records_without_a_ledger_read_as_none_and_ledgers_read_back_whole(tmp_p
     assert jobs.JobsRecord.from_dict(group.to_dict()).ledger == group.ledger
 
 
-def test_a_workers_hooks_and_the_watch_give_the_ledger_its_figures(monkeypatch):
+def test_hooks_and_the_watch_give_the_ledger_its_figures(monkeypatch):
     """A worker's TimeSpent switched by the hooks, reported with its heartbeats, and the Watch's
     waits from two ranks' step times: the RankTimes the ledger is built from."""
     from raydra.run.hang_watch import Watch, rank_times

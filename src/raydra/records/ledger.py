@@ -23,12 +23,12 @@ Only the standard library is imported: `raydra compare` and `show` read ledgers 
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 # The buckets a run's allocated worker-seconds are split into, in the order they are shown. The
 # worker's own (raydra.worker.time_spent) are WORKER_BUCKETS; the rest are the ledger's.
-WORKER_BUCKETS = ("productive", "validation", "test", "data_wait", "checkpoint_save", "other")
-BUCKETS = (
+WORKER_BUCKETS: Tuple[str, ...] = ("productive", "validation", "test", "data_wait", "checkpoint_save", "other")
+BUCKETS: Tuple[str, ...] = (
     "startup",
     "productive",
     "validation",
@@ -84,10 +84,7 @@ class Ledger:
 
     @property
     def goodput(self) -> Optional[float]:
-        productive = self.buckets.get("productive")
-        if not self.allocated_s or productive is None:
-            return None
-        return productive / self.allocated_s
+        return goodput(self.buckets, self.allocated_s)
 
     def sentence(self) -> str:
         """The ledger in one line, for the closing summary."""
@@ -133,7 +130,7 @@ def run_ledger(
         return Ledger(workers=workers, gpu=gpu, unseen="the run's start was not recorded")
     wall = max(0.0, ended - began)
     allocated = workers * wall
-    buckets = dict.fromkeys(BUCKETS, 0.0)
+    buckets: Dict[str, float] = dict.fromkeys(BUCKETS, 0.0)
     if first_step_at is None:
         # No step was taken: all of it was start-up.
         buckets["startup"] = allocated
@@ -262,10 +259,7 @@ class GroupLedger:
 
     @property
     def goodput(self) -> Optional[float]:
-        productive = self.buckets.get("productive")
-        if not self.allocated_s or productive is None:
-            return None
-        return productive / self.allocated_s
+        return goodput(self.buckets, self.allocated_s)
 
 
 def run_cost(name: str, record: Any) -> RunCost:
@@ -282,7 +276,7 @@ def run_cost(name: str, record: Any) -> RunCost:
 def group_ledger(costs: Iterable[RunCost], slots: int, wall_s: float, best: Optional[str], gpu: bool = False) -> GroupLedger:
     """The group's ledger from its runs' costs, the worker slots it held (`slots`) for `wall_s`."""
     costs = list(costs)
-    buckets = dict.fromkeys(BUCKETS, 0.0)
+    buckets: Dict[str, float] = dict.fromkeys(BUCKETS, 0.0)
     for cost in costs:
         for bucket, seconds in cost.buckets.items():
             if bucket in buckets:
@@ -309,6 +303,14 @@ def group_ledger(costs: Iterable[RunCost], slots: int, wall_s: float, best: Opti
         best_s=round(best_cost, 3) if best_cost is not None else None,
         gpu=gpu,
     )
+
+
+def goodput(buckets: Mapping[str, float], allocated_s: Optional[float]) -> Optional[float]:
+    """Productive over allocated time (None where either is unknown)."""
+    productive = buckets.get("productive")
+    if not allocated_s or productive is None:
+        return None
+    return productive / allocated_s
 
 
 # -- words --------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ code on the driver, before its fit starts) makes its phase 0 s rather than negat
 import os
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional
 
 # (mark that ends the phase, what the phase is), in order; the first phase starts at run_began().
 PHASES = (
@@ -62,7 +62,7 @@ def run_ended() -> None:
     _previous_run_ended = time.time()
 
 
-def phases(marks: Dict[str, Optional[float]]) -> Dict[str, object]:
+def phases(marks: Mapping[str, Optional[float]]) -> Dict[str, object]:
     """{"to_first_step_s": ..., "phases": [{"phase", "s"}, ...]} from the marks present."""
     start = marks.get("run_began")
     if start is None:
