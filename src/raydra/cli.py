@@ -167,7 +167,7 @@ def run_compare(args: argparse.Namespace) -> int:
             where, what, flag = args.html, "the HTML report", "--html"
             title = "raydra compare: " + " ".join(args.paths)
             Path(args.html).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.html).write_text(cmp.render_html(rows, columns, keys, metrics, notes, title, grouped), encoding="utf-8")
+            Path(args.html).write_text(cmp.render_html(rows, columns, keys, metrics, notes, title, grouped, cost), encoding="utf-8")
             written.append(Path(args.html))
     except OSError as error:
         refused = unwritable(
