@@ -71,6 +71,23 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--plot", metavar="DIR", help="write one learning-curve PNG per metric into DIR")
     c.add_argument("--x", choices=("step", "epoch"), default="step", help="x axis of the curves (default: step)")
     c.add_argument("--html", metavar="FILE", help="write a self-contained HTML report (table, curves, configs)")
+    c.add_argument(
+        "--cost",
+        action="store_true",
+        help="add each run's worker-hours (GPU-hours), goodput and where its time went (summary.json's ledger); "
+        "a sweep or multirun directory gets its own figures after the table",
+    )
+    c.add_argument(
+        "--target",
+        metavar="METRIC>=VALUE",
+        help="with --cost (implied): each run's hours until the first epoch whose METRIC met VALUE (>=, <=, >, <), "
+        "from metrics.csv; per group the mean over the seeds that reached it",
+    )
+    c.add_argument(
+        "--price-per-hour", metavar="X", help=f"with --cost (implied): a cost column, hours x X (default: ${cmp.PRICE_ENV} when set)"
+    )
+    c.add_argument("--price-per-gpu-hour", metavar="X", help="the price of a GPU-hour, for runs whose ledger counts GPU-seconds")
+    c.add_argument("--price-per-cpu-hour", metavar="Y", help="the price of a CPU worker-hour, for the other runs")
     c.set_defaults(func=run_compare)
 
     r = commands.add_parser(
@@ -101,8 +118,11 @@ def report(notes: List[str], command: str) -> None:
 def run_compare(args: argparse.Namespace) -> int:
     notes: List[str] = []
     try:
+        costing = cmp.cost_options(
+            args.cost, args.target, args.price_per_hour, args.price_per_gpu_hour, args.price_per_cpu_hour, os.environ
+        )
         runs = cmp.collect(args.paths, args.filter, notes, args.tag, args.exclude_tag)
-    except ValueError as error:  # a malformed --filter or --tag
+    except ValueError as error:  # a malformed --filter, --tag, --target or price
         report([*notes, str(error)], "compare")
         return 2
     if not runs:
@@ -112,17 +132,31 @@ def run_compare(args: argparse.Namespace) -> int:
     keys = cmp.differing_keys(runs)
     rows = cmp.build_table(runs, metrics, keys, notes, sort=args.sort, descending=args.descending)
     columns = cmp.table_columns(keys, metrics, tags=cmp.has_tags(runs))
+    cost = cmp.cost_view(runs, costing, notes) if costing else None
+    if cost is not None:
+        columns += cost.add_columns(rows)
     try:
         grouped = cmp.aggregate(runs, keys, metrics, args.group_by, args.baseline, notes)
     except ValueError as error:  # a --baseline that names no group
         report([*notes, str(error)], "compare")
         return 2
+    if grouped is not None and cost is not None:
+        cost.add_group_columns(grouped, notes)
     if grouped is None:
         print(inert(cmp.RENDERERS[args.format](columns, rows, keys)))
     else:
         if args.format == "table":
             print(inert(grouped.heading))
         print(inert(cmp.render_groups(args.format, grouped.columns, grouped.rows)))
+    if cost is not None:
+        cost.blocks = cmp.group_blocks(args.paths, costing.prices, notes)
+        # Text for a reader after the table; csv and json stay data alone.
+        legend = cost.legend(grouped is not None)
+        if args.format == "table":
+            print(inert("\n".join(["", *legend, *cost.blocks])))
+        elif args.format == "markdown":
+            blocks = ["", "```", *cost.blocks[1:], "```"] if cost.blocks else []
+            print(inert("\n".join(["", *(f"- {line}" for line in legend), *blocks])))
 
     written = []
     try:
@@ -133,7 +167,7 @@ def run_compare(args: argparse.Namespace) -> int:
             where, what, flag = args.html, "the HTML report", "--html"
             title = "raydra compare: " + " ".join(args.paths)
             Path(args.html).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.html).write_text(cmp.render_html(rows, columns, keys, metrics, notes, title, grouped), encoding="utf-8")
+            Path(args.html).write_text(cmp.render_html(rows, columns, keys, metrics, notes, title, grouped, cost), encoding="utf-8")
             written.append(Path(args.html))
     except OSError as error:
         refused = unwritable(

@@ -4,12 +4,16 @@ no console error, no network request, curves a legend click hides in the order a
 (the monitored metric first, one-point metrics as bars, raydra's diagnostics last), a sortable
 table with the runs' tags, the sweep views and a config diff of two runs."""
 
+import dataclasses
 import json
 import os
 import re
 
 import pytest
 from helpers import REPO, compare, make_run
+
+from raydra.records import summary
+from raydra.records.ledger import Ledger
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
@@ -20,10 +24,16 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 ORDER = ["val/loss", "val/acc", "train/loss", "test/acc", "train/data_wait_s", "train/samples_per_s"]
 
 
+# Jobs 0-2's compute ledgers (jobs 3 and 4 were recorded before raydra kept one): 2 workers x 1800 s.
+LEDGER = Ledger(
+    workers=2, gpu=False, wall_s=1800, allocated_s=3600, buckets={"startup": 360, "productive": 2520, "validation": 540, "lost": 180}
+)
+
+
 @pytest.fixture
 def report(tmp_path, capsys):
     """A sweep over lr (job 1 best) monitoring val/loss, a failed job, a running one and one
-    without metrics.csv; job 2 is tagged for an ablation."""
+    without metrics.csv; job 2 is tagged for an ablation. With --cost: jobs 0-2 have ledgers."""
     root = tmp_path / "sweeps" / "2026-11-22" / "15-20-01_vit_digits"
     monitor, tags = ("val/loss", "min"), ("sweep", "lr")
     make_run(root, "0", lr=0.001, accs=(0.5, 0.7, 0.8), monitor=monitor, tags=tags)
@@ -31,8 +41,10 @@ def report(tmp_path, capsys):
     make_run(root, "2", lr=0.1, accs=(0.3, 0.4, 0.45), monitor=monitor, tags=("ablation", "no-aug"))
     make_run(root, "3", lr=0.5, status="failed", error="CUDA out of memory", accs=(0.1, 0.2), monitor=monitor, tags=tags)
     make_run(root, "4", lr=0.2, metrics_csv=False, monitor=monitor, tags=tags)
+    for job in "012":
+        summary.write(root / job, dataclasses.replace(summary.read(root / job), ledger=LEDGER))
     path = tmp_path / "report" / "index.html"
-    code, _, err = compare(capsys, root, "--metric", "val/acc", "--html", path)
+    code, _, err = compare(capsys, root, "--metric", "val/acc", "--html", path, "--cost")
     assert code == 0
     assert err.count("has no metrics.csv") == 1 and f"wrote {path}" in err
     return path
@@ -47,6 +59,7 @@ def test_the_report_is_one_file_that_loads_nothing(report):
     assert "<link" not in page and "<script src" not in page
     assert "Plotly" in page and 'id="data"' in page  # plotly.js inline, the data beside it
     assert "model.optimizer.lr=0.5" in page and "CUDA out of memory" in page
+    assert page.count('<svg class="buckets"') == 3  # --cost: a bar for each run with a ledger
     assert report.stat().st_size < 6_000_000
 
 
@@ -222,6 +235,20 @@ def test_the_report_works_in_headless_chromium(report, browser):
     browser.execute_script("document.getElementById('diff-b').dispatchEvent(new Event('input'))")
     rows = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#diff tbody tr")]
     assert rows == ['tags ["sweep", "lr"] ["ablation", "no-aug"]', "model.optimizer.lr 0.001 0.1"]
+
+    # --cost: the runs table has the cost columns, and the cost section a stacked bar per run with a
+    # ledger, a rectangle per bucket as wide as its share; the two older records have none.
+    headers = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#runs th")]
+    assert headers[-5:] == ["worker-h", "goodput", "% startup", "% validation", "% lost"]
+    first = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")[0].find_elements(By.TAG_NAME, "td")]
+    assert first[0] == "2" and first[-5:] == ["1", "70%", "10%", "15%", "5%"]  # sorted by tags above: job 2 first
+    rows = browser.execute_script(
+        "return [...document.querySelectorAll('#cost tbody tr')].map(tr => [tr.cells[0].textContent, tr.cells[1].textContent, "
+        "tr.cells[2].textContent, [...tr.querySelectorAll('rect')].map(r => [r.dataset.bucket, Math.round(r.getBBox().width)])])"
+    )
+    bar = [["startup", 36], ["productive", 252], ["validation", 54], ["lost", 18]]
+    assert rows == [["0", "1", "70%", bar], ["1", "1", "70%", bar], ["2", "1", "70%", bar], ["3", "", "", []], ["4", "", "", []]]
+    assert browser.execute_script("return document.querySelector('#cost rect title').textContent") == "startup: 360.0 s (10%)"
     errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
     assert errors == [], errors
 

@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from raydra.compare.cost import CostView
 from raydra.compare.curves import monitored, plot_order
 from raydra.compare.groups import Grouped
 from raydra.compare.recorded_run import RecordedRun, config_source, number, read_curves
@@ -24,6 +25,7 @@ from raydra.compare.run_text import config_text, run_files, status_text
 from raydra.compare.table import cell_text, is_numeric
 from raydra.config.keys import ABSENT
 from raydra.records.layout import METRICS
+from raydra.records.ledger import BUCKETS, MEANING, Ledger, share
 from raydra.storage import is_uri
 
 HERE = Path(__file__).parent
@@ -44,7 +46,24 @@ tr:nth-child(even) td { background: #fafafa; }
 details { border: 1px solid #ddd; border-radius: 6px; padding: 6px 10px; margin: 6px 0; }
 summary { cursor: pointer; font-weight: 600; } pre { background: #f6f8fa; padding: 8px; overflow-x: auto; font-size: 12px; }
 #diff td.differs { background: #fff5d6; } ul.notes li { color: #9a6700; }
+svg.buckets { display: block; } .legend span { margin-right: 12px; white-space: nowrap; }
+.legend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; vertical-align: middle; }
 """
+# Each ledger bucket's colour in the cost bars: productive green, the waits warm, lost red, the rest grey.
+BUCKET_COLOURS = {
+    "startup": "#8c8c8c",
+    "productive": "#2ca02c",
+    "validation": "#1f77b4",
+    "test": "#17becf",
+    "data_wait": "#ff7f0e",
+    "checkpoint_save": "#9467bd",
+    "checkpoint_restore": "#c5b0d5",
+    "rank_wait": "#bcbd22",
+    "lost": "#d62728",
+    "restart": "#e377c2",
+    "other": "#d9d9d9",
+}
+BAR_WIDTH = 360
 
 
 def status_class(run: RecordedRun) -> str:
@@ -141,8 +160,52 @@ def page_data(
 def group_table(grouped: Grouped) -> str:
     e = html.escape
     head = "".join(f"<th>{e(c)}</th>" for c in grouped.columns)
-    body = "".join("<tr>" + "".join(f"<td>{e(str(row.get(c, '')))}</td>" for c in grouped.columns) + "</tr>" for row in grouped.rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{e(cell_text(c, row.get(c), []))}</td>" for c in grouped.columns) + "</tr>" for row in grouped.rows
+    )
     return f'<h2>Groups</h2><p class="meta">{e(grouped.heading)}</p><div class="scroll"><table id="groups"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def bucket_bar(ledger: Optional[Ledger]) -> str:
+    """A run's allocated seconds as one stacked horizontal bar, a rectangle per bucket with seconds
+    in it (its name, seconds and share on hover); empty for a record without a ledger."""
+    allocated = ledger.allocated_s if ledger is not None else None
+    if not allocated:
+        return ""
+    rects, x = [], 0.0
+    for bucket in BUCKETS:
+        seconds = ledger.buckets.get(bucket, 0.0)
+        if seconds > 0:
+            width = BAR_WIDTH * seconds / allocated
+            tip = html.escape(f"{bucket}: {seconds:.1f} s ({share(seconds, allocated)})")
+            rects.append(
+                f'<rect data-bucket="{bucket}" x="{x:.2f}" width="{width:.2f}" height="14" fill="{BUCKET_COLOURS[bucket]}"><title>{tip}</title></rect>'
+            )
+            x += width
+    return (
+        f'<svg class="buckets" width="{BAR_WIDTH}" height="14" role="img" aria-label="where its worker-seconds went">{"".join(rects)}</svg>'
+    )
+
+
+def cost_section(cost: CostView, rows: List[Tuple[RecordedRun, dict]], grouped: bool) -> str:
+    """--cost: the legend, one bar per run of where its hours went, and the sweep's own figures."""
+    e = html.escape
+    legend = "".join(f'<span title="{e(MEANING[b])}"><i style="background:{BUCKET_COLOURS[b]}"></i>{b}</span>' for b in BUCKETS)
+    body = "".join(
+        f'<tr><td>{e(run.label)}</td><td class="num">{e(cell_text(cost.unit, row.get(cost.unit), []))}</td>'
+        f'<td class="num">{e(cell_text("goodput", row.get("goodput"), []))}</td><td>{bucket_bar(cost.figures[id(run)].ledger)}</td></tr>'
+        for run, row in rows
+    )
+    out = [
+        "<h2>Cost</h2>",
+        '<p class="meta">' + "<br>".join(e(line) for line in cost.legend(grouped)) + "</p>",
+        f'<p class="legend">{legend}</p>',
+        f'<div class="scroll"><table id="cost"><thead><tr><th>run</th><th>{e(cost.unit)}</th><th>goodput</th>'
+        f"<th>where the time went</th></tr></thead><tbody>{body}</tbody></table></div>",
+    ]
+    if cost.blocks:
+        out.append(f'<pre id="cost-groups">{e(chr(10).join(cost.blocks).strip())}</pre>')
+    return "".join(out)
 
 
 def render_html(
@@ -153,8 +216,9 @@ def render_html(
     notes: List[str],
     title: str,
     grouped: Optional[Grouped] = None,
+    cost: Optional[CostView] = None,
 ) -> str:
-    """The page: plotly.js and the data inline, nothing fetched."""
+    """The page: plotly.js and the data inline, nothing fetched. `cost`: --cost's section."""
     from plotly.offline import get_plotlyjs
 
     e = html.escape
@@ -177,6 +241,7 @@ def render_html(
         out.append(group_table(grouped))
     out += [
         '<h2>Runs</h2><p class="meta">click a column to sort</p><div class="scroll"><table id="runs"></table></div>',
+        cost_section(cost, rows, grouped is not None) if cost is not None else "",
         "<h2>Curves</h2>",
         '<div class="controls"><label>x <select id="x"><option value="step">step</option><option value="epoch">epoch</option>'
         '<option value="time">wall time (s, estimated)</option></select></label>'

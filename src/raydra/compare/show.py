@@ -2,6 +2,8 @@
 
 from typing import List
 
+from raydra.compare.cost import sound_ledger
+from raydra.compare.cost_text import ledger_lines
 from raydra.compare.recorded_run import RecordedRun, config_source, number
 from raydra.compare.run_text import run_files, status_text, watchdog_lines
 from raydra.compare.table import cell_text
@@ -45,6 +47,8 @@ def show_text(run: RecordedRun, notes: List[str]) -> str:
 
     if s.hangs or s.stragglers:
         lines += ["", "watchdog"] + watchdog_lines(s)
+    if s.ledger is not None:
+        lines += ["", *ledger_lines(sound_ledger(run, notes))]
 
     lines += ["", "overrides"] + [f"  {o}" for o in run.overrides or ["(none)"]]
     lines += ["", "files"]

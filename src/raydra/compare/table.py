@@ -6,6 +6,7 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from raydra.compare.cost import Figure
 from raydra.compare.recorded_run import TAGS_KEY, RecordedRun, number, read_curves
 from raydra.compare.run_text import config_text, status_text
 from raydra.config.keys import ABSENT
@@ -146,6 +147,8 @@ def cell_text(column: str, value: Any, keys: List[str]) -> str:
         return config_text(value)
     if column == TAGS_COLUMN:
         return ", ".join(value)
+    if isinstance(value, Figure):  # --cost's hours, shares and money
+        return value.text()
     if isinstance(value, float):
         return f"{value:.1f}" if column in ("wall_s", "samples/s") else f"{value:.4g}"
     return str(value)
