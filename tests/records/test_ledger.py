@@ -6,7 +6,7 @@ import pytest
 
 from raydra.records import summary
 from raydra.records.envelope import Status
-from raydra.records.ledger import BUCKETS, GroupLedger, Ledger, RankTime, group_ledger, run_cost, run_ledger
+from raydra.records.ledger import BUCKETS, GroupLedger, Ledger, RankTime, Waited, group_ledger, run_cost, run_ledger
 
 
 def _t(**seconds):
@@ -17,22 +17,21 @@ def test_a_run_splits_its_slots_into_buckets_and_the_rest_is_other():
     # 2 workers, 100 s from the process's start; the first step at 20 s; each worker reports 75 s.
     ranks = [
         RankTime(
-            rank=r,
-            first_step_at=1020.0,
-            totals=_t(productive=60, validation=5, test=2, data_wait=4, checkpoint_save=3, other=1),
-            waited_s=w,
+            rank=r, first_step_at=1020.0, totals=_t(productive=60, validation=5, test=2, data_wait=4, checkpoint_save=3, other=1), waited=w
         )
-        for r, w in ((0, 0.5), (1, 2.0))
+        # Rank 1 waited 2 s, 1.5 of them between its steps (at the next step's first collective).
+        for r, w in ((0, Waited(0.5)), (1, Waited(2.0, between_steps=1.5)))
     ]
     ledger = run_ledger(2, False, began=1000.0, ended=1100.0, first_step_at=1020.0, attempts=[ranks])
     b = ledger.buckets
     assert list(b) == list(BUCKETS) and ledger.allocated_s == 200 and ledger.wall_s == 100
     assert b["startup"] == 40  # both workers' slots, from the process's start to the first step
-    assert b["rank_wait"] == 2.5 and b["productive"] == 120 - 2.5  # waiting inside a step is not productive
-    assert (b["validation"], b["test"], b["data_wait"], b["checkpoint_save"]) == (10, 4, 8, 6)
+    # A rank waiting for another is neither productive nor waiting for data.
+    assert b["rank_wait"] == 2.5 and b["productive"] == 120 - 1.0 and b["data_wait"] == 8 - 1.5
+    assert (b["validation"], b["test"], b["checkpoint_save"]) == (10, 4, 6)
     assert b["other"] == pytest.approx(200 - 40 - 150 + 2) and sum(b.values()) == pytest.approx(200)
-    assert ledger.goodput == pytest.approx(117.5 / 200) and ledger.restarts == []
-    assert ledger.sentence() == "goodput 59% of 3.3 min worker time (the rest: startup 20%, other 6%, validation 5%)"
+    assert ledger.goodput == pytest.approx(119 / 200) and ledger.restarts == []
+    assert ledger.sentence() == "goodput 60% of 3.3 min worker time (the rest: startup 20%, other 6%, validation 5%)"
 
 
 def test_a_restart_loses_what_was_done_after_its_checkpoint():
@@ -47,8 +46,8 @@ def test_a_restart_loses_what_was_done_after_its_checkpoint():
             last_step_at=1028.5,
             at_last_step=last,
             at_saves={25: saved},
-            waited_s=0.4,
-            waited_at_saves={25: 0.3},
+            waited=Waited(0.4),
+            waited_at_saves={25: Waited(0.3)},
         )
         for r in (0, 1)
     ]
@@ -176,8 +175,16 @@ def test_hooks_and_the_watch_give_the_ledger_its_figures(monkeypatch):
     # Rank 1 reaches each step's end 0.2 s after rank 0: rank 0 waits 0.2 s a step for it.
     watch.beat(0, 0, {**beat, "steps": [(1, 1, None, 101.5), (2, 2, None, 103.2)], "spent": report})
     watch.beat(1, 0, {**beat, "steps": [(1, 1, None, 101.7), (2, 2, None, 103.4)], "spent": report})
+    # Rank 0 ended each step first and waited for rank 1 at the next step's first collective.
     (attempt,) = rank_times(watch.news()["time"])
     assert [r.rank for r in attempt] == [0, 1]
-    assert attempt[0].waited_s == pytest.approx(0.4) and attempt[1].waited_s == 0
-    assert attempt[0].waited_at_saves == {2: pytest.approx(0.4)} and attempt[0].at_saves[2]["checkpoint_save"] == 1.0
+    assert attempt[0].waited == Waited(pytest.approx(0.4), pytest.approx(0.4)) and attempt[1].waited == Waited(0.0, 0.0)
+    assert (
+        attempt[0].waited_at_saves[2] == Waited(pytest.approx(0.4), pytest.approx(0.4)) and attempt[0].at_saves[2]["checkpoint_save"] == 1.0
+    )
+    # Then rank 1 reaches its backward 0.3 s late and both end together: rank 0 waited inside its step.
+    watch.beat(0, 0, {**beat, "steps": [(3, 3, 104.0, 104.5)]})
+    watch.beat(1, 0, {**beat, "steps": [(3, 3, 104.3, 104.5)]})
+    (attempt,) = rank_times(watch.news()["time"])
+    assert attempt[0].waited == Waited(pytest.approx(0.7), pytest.approx(0.4))
     assert attempt[0].first_step_at == 101.0 and attempt[0].last_step == 2

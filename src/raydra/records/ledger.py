@@ -47,10 +47,10 @@ MEANING = {
     "productive": "training steps whose result was kept, less the time a rank waited for the others",
     "validation": "validation after the first step",
     "test": "the test after training",
-    "data_wait": "between steps: the loader getting the next batch",
+    "data_wait": "between steps: the loader getting the next batch (less a wait for a slower rank)",
     "checkpoint_save": "training standing still while a checkpoint is written and handed to Ray",
     "checkpoint_restore": "fetching and loading the checkpoint a run or restarted group continues from",
-    "rank_wait": "a rank waiting at a step's collectives for a slower rank (the straggler watch's lags)",
+    "rank_wait": "a rank waiting for a slower rank, between its steps or inside them (the straggler watch's lags)",
     "lost": "work done after the checkpoint a restarted group went back to: done again",
     "restart": "a failed group's last step to the new group's first: the failure found, the new group started",
     "other": "what is left: epoch ends, the end of the run, time no worker reported",
@@ -97,6 +97,23 @@ class Ledger:
 
 
 @dataclass(frozen=True)
+class Waited:
+    """A rank's seconds waiting for the slowest rank, and how many of them fell between its steps:
+    Lightning (2.6) broadcasts at each step's start, where a rank that ended its step first waits
+    for the last (counted in its data_wait); the rest fell inside its steps (DDP's gradient
+    reduction in backward: its productive time)."""
+
+    total: float = 0.0
+    between_steps: float = 0.0
+
+    def carved(self, kept: Mapping[str, float]) -> Dict[str, float]:
+        """What of this wait each bucket of `kept` held, never more than it holds."""
+        between = min(self.between_steps, kept.get("data_wait", 0.0))
+        within = min(max(0.0, self.total - between), kept.get("productive", 0.0))
+        return {"data_wait": between, "productive": within}
+
+
+@dataclass(frozen=True)
 class RankTime:
     """One worker's time in one attempt, as its last report left it (all wall-clock seconds)."""
 
@@ -114,10 +131,10 @@ class RankTime:
     at_last_step: Dict[str, float] = field(default_factory=dict)
     # The same at the end of each checkpoint save, by the step saved.
     at_saves: Dict[int, Dict[str, float]] = field(default_factory=dict)
-    # Waiting for slower ranks inside its steps (the Watch's lags): in all, and by step saved and at the last step.
-    waited_s: float = 0.0
-    waited_at_saves: Dict[int, float] = field(default_factory=dict)
-    waited_at_last_step: float = 0.0
+    # Waiting for slower ranks (the Watch's lags): in all, and by step saved and at the last step.
+    waited: Waited = field(default_factory=Waited)
+    waited_at_saves: Dict[int, Waited] = field(default_factory=dict)
+    waited_at_last_step: Waited = field(default_factory=Waited)
 
 
 def run_ledger(
@@ -150,8 +167,9 @@ def run_ledger(
             kept, lost, waited = _split(rank, resumed_at)
             for bucket, seconds in kept.items():
                 buckets[bucket] += seconds
-            buckets["productive"] -= waited
-            buckets["rank_wait"] += waited
+            for bucket, seconds in waited.carved(kept).items():
+                buckets[bucket] -= seconds
+                buckets["rank_wait"] += seconds
             buckets["lost"] += lost
         if following:
             restarts.append(_restart(number + 1, workers, ranks, following))
@@ -163,19 +181,19 @@ def run_ledger(
     return _ledger(workers, gpu, wall, allocated, buckets, restarts, None)
 
 
-def _split(rank: RankTime, resumed_at: Optional[int]) -> "tuple[Dict[str, float], float, float]":
+def _split(rank: RankTime, resumed_at: Optional[int]) -> "tuple[Dict[str, float], float, Waited]":
     """One rank's attempt: (its buckets kept, its seconds lost, its rank wait kept). The last attempt
     (`resumed_at` None) keeps everything; one the run went back from keeps what it did up to the
     save of `resumed_at` and loses what it did after it, to its last completed step."""
     totals = {b: max(0.0, float(rank.totals.get(b, 0.0))) for b in WORKER_BUCKETS}
     if resumed_at is None:
-        return totals, 0.0, min(rank.waited_s, totals["productive"])
+        return totals, 0.0, rank.waited
     if resumed_at in rank.at_saves:
         kept = rank.at_saves[resumed_at]
-        waited = rank.waited_at_saves.get(resumed_at, 0.0)
+        waited = rank.waited_at_saves.get(resumed_at, Waited())
     elif resumed_at <= rank.from_step:
         # The checkpoint was older than this attempt's start: all of this attempt is done again.
-        kept, waited = {}, 0.0
+        kept, waited = {}, Waited()
     else:
         # A checkpoint this rank never reported saving (its report was lost with it): kept up to its
         # last step, none counted lost.
@@ -184,7 +202,7 @@ def _split(rank: RankTime, resumed_at: Optional[int]) -> "tuple[Dict[str, float]
     through = rank.at_last_step or totals
     lost = sum(max(0.0, float(through.get(b, 0.0)) - kept[b]) for b in WORKER_BUCKETS)
     # What came after the last step is the restart's, not this attempt's.
-    return kept, lost, min(waited, kept["productive"])
+    return kept, lost, waited
 
 
 def _restart(attempt: int, workers: int, before: List[RankTime], after: List[RankTime]) -> Restart:

@@ -34,7 +34,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from raydra.errors import RaydraError
 from raydra.records import envelope, summary
 from raydra.records.layout import hang_diagnostics
-from raydra.records.ledger import Ledger, RankTime, read_buckets
+from raydra.records.ledger import Ledger, RankTime, Waited, read_buckets
 from raydra.records.summary import Hang, StoppedRank, Straggler
 
 log = logging.getLogger("raydra")
@@ -118,13 +118,13 @@ class Watch:
             # The latest figures of a step's save (a preempted worker's save goes on until Ray takes it).
             saves[step] = totals
             # The rank's wait up to that step, if its steps have been matched with the others' by now.
-            found = [waited for at, waited in kept["waits"] if at == step]
+            found = [waited for at, *waited in kept["waits"] if at == step]
             if found and step not in kept["waited_at_saves"]:
                 kept["waited_at_saves"][step] = found[-1]
 
     def _time_of(self, attempt: int, rank: int) -> Dict[str, Any]:
         return self.time.setdefault(attempt, {}).setdefault(
-            rank, {"saves": {}, "waited_s": 0.0, "waited_at_saves": {}, "waits": collections.deque(maxlen=512)}
+            rank, {"saves": {}, "waited": [0.0, 0.0], "waited_at_saves": {}, "waits": collections.deque(maxlen=512)}
         )
 
     @property
@@ -230,7 +230,7 @@ class Watch:
                 for r, (backward, ended, _) in ranks.items()
             }
             self.steps.append((batch, min(step for _, _, step in ranks.values()), first, lags))
-            self._take_waits(lags, {r: step for r, (_, _, step) in ranks.items()})
+            self._take_waits(lags, {r: ended for r, (_, ended, _) in ranks.items()}, {r: step for r, (_, _, step) in ranks.items()})
         # A rank that never reports a batch (an elastic group's resize) leaves it incomplete: forget it.
         if complete:
             for batch in [b for b in self.pending if b < complete[-1] - 1000]:
@@ -239,15 +239,19 @@ class Watch:
             self._judge(self.steps)
             self.steps = []
 
-    def _take_waits(self, lags: Dict[int, float], steps: Dict[int, int]) -> None:
-        """Each rank waited at this step's collectives for the slowest: the compute ledger's rank wait."""
-        slowest = max(lags.values())
+    def _take_waits(self, lags: Dict[int, float], ends: Dict[int, float], steps: Dict[int, int]) -> None:
+        """Each rank waited at this step's collectives for the slowest: the compute ledger's rank
+        wait (raydra.records.ledger.Waited), and how much of it followed the step's end, where the
+        next step's first collective waits for the rank that ended last."""
+        slowest, last_end = max(lags.values()), max(ends.values())
         for rank, lag in lags.items():
             kept = self._time_of(self.attempt, rank)
-            kept["waited_s"] += slowest - lag
-            kept["waits"].append((steps[rank], kept["waited_s"]))
+            waited = slowest - lag
+            total, between = kept["waited"]
+            kept["waited"] = [total + waited, between + min(waited, last_end - ends[rank])]
+            kept["waits"].append((steps[rank], *kept["waited"]))
             if steps[rank] in kept["saves"] and steps[rank] not in kept["waited_at_saves"]:
-                kept["waited_at_saves"][steps[rank]] = kept["waited_s"]
+                kept["waited_at_saves"][steps[rank]] = list(kept["waited"])
 
     def _judge(self, steps: List[Tuple[int, int, float, Dict[int, float]]]) -> None:
         cycles = [(b[2] - a[2]) / (b[0] - a[0]) for a, b in zip(steps, steps[1:], strict=False) if b[0] > a[0]]
@@ -451,9 +455,9 @@ def rank_times(time_by_attempt: Dict[int, Dict[int, Dict[str, Any]]]) -> List[Li
                     last_step_at=last[1],
                     at_last_step=read_buckets(last[2] or {}),
                     at_saves={int(step): read_buckets(totals) for step, totals in kept["saves"].items()},
-                    waited_s=float(kept.get("waited_s") or 0.0),
-                    waited_at_saves={int(step): float(w) for step, w in kept.get("waited_at_saves", {}).items()},
-                    waited_at_last_step=float(kept.get("waited_s") or 0.0),
+                    waited=Waited(*kept["waited"]),
+                    waited_at_saves={int(step): Waited(*w) for step, w in kept.get("waited_at_saves", {}).items()},
+                    waited_at_last_step=Waited(*kept["waited"]),
                 )
             )
         if times:
