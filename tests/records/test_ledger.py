@@ -188,3 +188,32 @@ def test_hooks_and_the_watch_give_the_ledger_its_figures(monkeypatch):
     (attempt,) = rank_times(watch.news()["time"])
     assert attempt[0].waited == Waited(pytest.approx(0.7), pytest.approx(0.4))
     assert attempt[0].first_step_at == 101.0 and attempt[0].last_step == 2
+
+
+def test_a_killed_workers_last_step_outlives_it_and_reaches_the_watch(tmp_path, monkeypatch):
+    """The end of a worker's last step, kept in shared memory (LastStep), is read by whoever comes
+    after it on its node, once, and is fresher at the Watch than the worker's last heartbeat."""
+    from raydra.run.hang_watch import Watch, rank_times
+    from raydra.worker import time_spent
+
+    monkeypatch.setattr(time_spent.os.path, "isdir", lambda path: False)  # the test's own folder, not /dev/shm
+    monkeypatch.setattr(time_spent.tempfile, "gettempdir", lambda: str(tmp_path))
+    kept = time_spent.LastStep("run[1]", attempt=0, rank=1)
+    for step in (37, 38, 39):
+        kept.write(step, 1000.0 + step, tuple(float(step) for _ in range(6)))
+    # A worker of another run on the node, and one of this run's next group (starting beside the
+    # reader, whose own group's files are not its to take).
+    time_spent.LastStep("other-run", attempt=0, rank=1).write(5, 1.0, tuple(0.0 for _ in range(6)))
+    time_spent.LastStep("run[1]", attempt=1, rank=0).write(26, 2.0, tuple(0.0 for _ in range(6)))
+    (left,) = time_spent.last_words("run[1]", before=1)
+    assert (left["attempt"], left["rank"], left["last_step"][:2]) == (0, 1, [39, 1039.0])
+    assert left["last_step"][2]["productive"] == 39.0 and time_spent.last_words("run[1]", before=1) == []
+    assert [w["attempt"] for w in time_spent.last_words("run[1]")] == [1]  # the driver's, at the end: all
+
+    watch = Watch(straggler_threshold=0.5, straggler_window=100)
+    watch.register(1, 2, "node", 1, 60.0)
+    report = {"from_step": 25, "first_step_at": 990.0, "restore_s": 0.0, "totals": {}, "last_step": [30, 1030.0, {}], "saves": []}
+    watch.spent(1, 0, report)
+    watch.last_words([left, {**left, "attempt": 3}])  # an attempt that never reported a step is the restart's
+    (attempt,) = rank_times(watch.news()["time"])
+    assert (attempt[0].last_step, attempt[0].last_step_at, attempt[0].at_last_step["productive"]) == (39, 1039.0, 39.0)

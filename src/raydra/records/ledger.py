@@ -13,10 +13,10 @@
 
 Lost work is measured, not estimated: a restarted worker group resumes from a checkpoint at step S,
 and every second each worker of the group before it spent after saving S (to the last step it
-completed) was spent again. Each worker reports its figures at the end of every checkpoint save and
-of every step, so the split is exact to the last step that worker reported (raydra.worker.watchdog
-reports at most MIN_BEAT_S after a step). What followed a failed group's last step (the step in
-flight, the failure's detection, a hang's wait, the new group's start-up) is `restart`.
+completed) was spent again. Each worker keeps its figures at the end of every checkpoint save and
+of every step where they outlive it (raydra.worker.time_spent), so the split is exact to the last
+step it finished. What followed a failed group's last step (the step in flight, the failure's
+detection, a hang's wait, the new group's start-up) is `restart`.
 
 Only the standard library is imported: `raydra compare` and `show` read ledgers anywhere.
 """

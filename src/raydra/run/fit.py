@@ -78,7 +78,7 @@ def fit_and_record(
     marks = dict(marks or {})
     spec, datasets = _before_workers(spec)
     # The hang watchdog's meeting point, for this fit's workers (every attempt's).
-    watching = Watching(spec.failure, Path(spec.place.dir), spec.local) if spec.failure.watchdog else None
+    watching = Watching(spec.failure, Path(spec.place.dir), spec.local, spec.place.id) if spec.failure.watchdog else None
     try:
         # With paths.storage, the workers' files reach this run directory while the run goes on (a
         # trial's process needs no copy: the sweep's driver follows the trial's storage itself).

@@ -36,6 +36,7 @@ from raydra.records import envelope, summary
 from raydra.records.layout import hang_diagnostics
 from raydra.records.ledger import Ledger, RankTime, Waited, read_buckets
 from raydra.records.summary import Hang, StoppedRank, Straggler
+from raydra.worker.time_spent import last_words
 
 log = logging.getLogger("raydra")
 
@@ -109,6 +110,18 @@ class Watch:
         """A worker's time to its end (raydra.worker.watchdog.Watchdog.stop), for the compute ledger."""
         with self.lock:
             self._take_spent(rank, attempt, spent)
+
+    def last_words(self, left: List[Dict[str, Any]]) -> None:
+        """What killed workers left on their nodes (raydra.worker.time_spent.last_words): the end of
+        the last step each finished, fresher than its last heartbeat."""
+        with self.lock:
+            for item in left:
+                kept = self.time.get(item["attempt"], {}).get(item["rank"])
+                if kept is None:
+                    continue  # it never reported a first step: its attempt is the restart's
+                known = kept.get("last_step")
+                if not known or item["last_step"][0] > known[0]:
+                    kept["last_step"] = item["last_step"]
 
     def _take_spent(self, rank: int, attempt: int, spent: Dict[str, Any]) -> None:
         kept = self._time_of(attempt, rank)
@@ -331,8 +344,8 @@ class Watching:
     """The driver's side of one fit's watchdog: makes the Watch (`link`, for the workers), writes
     what it finds as it comes, and `close` hands the findings over."""
 
-    def __init__(self, failure: Any, run_dir: Path, local: bool) -> None:
-        self.run_dir, self.local = Path(run_dir), local
+    def __init__(self, failure: Any, run_dir: Path, local: bool, run_id: str = "") -> None:
+        self.run_dir, self.local, self.run_id = Path(run_dir), local, run_id
         args = (failure.straggler_threshold, failure.straggler_window)
         if local:
             target: Any = Watch(*args)
@@ -391,6 +404,12 @@ class Watching:
         marked so)."""
         self._stop.set()
         self._thread.join(timeout=30)
+        # The last steps of this node's workers that were killed (on other nodes, the next group's
+        # workers handed theirs over as they started).
+        with contextlib.suppress(Exception):
+            left = last_words(self.run_id)
+            if left:
+                self.link("last_words", left, timeout=10.0)
         self._take_news()
         if not self.local:
             import ray

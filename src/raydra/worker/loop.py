@@ -56,7 +56,7 @@ def train_loop(config: Dict[str, Any]) -> WorkerOutcome:
     # Watched from here: start-up's deadline counts from this worker's start.
     progress = Progress(spec.failure)
     link = config.get("watch")
-    watchdog = Watchdog(progress, link, rank, context.get_world_size(), local=spec.local).start() if link else None
+    watchdog = Watchdog(progress, link, rank, context.get_world_size(), local=spec.local, run_id=spec.place.id).start() if link else None
     # With paths.storage, this worker's part of the record (its log; rank 0's metrics.csv, samples,
     # W&B files) is written on its own node and pushed to storage at every report and at the end,
     # whatever happens: a failed run's worker logs are what explains it.

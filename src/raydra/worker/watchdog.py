@@ -35,13 +35,12 @@ from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 
 from raydra.lightning import pl
 from raydra.private_apis.torch import flight_record
-from raydra.worker.time_spent import TimeSpent
+from raydra.worker.time_spent import LastStep, TimeSpent, last_words
 
 log = logging.getLogger("raydra")
 
-# How often a worker tells the Watch where it is; and, after a step or a save, how soon (never more
-# often than this per worker, times the group's size over 20, so that the Watch takes at most ~20
-# beats a second from the whole group): the compute ledger's lost work is exact to what was reported.
+# How often a worker tells the Watch where it is; after a checkpoint save, at once (but never more
+# often than this): a restart goes back to a save, and the compute ledger needs the save's figures.
 BEAT_EVERY_S = 1.0
 MIN_BEAT_S = 0.05
 # A checkpoint save may take this many times the longest save so far, if that is above failure.checkpoint_timeout_s.
@@ -92,7 +91,7 @@ class Progress:
         # it reached its backward, when it was through its batch-end hooks), wall clock.
         self.steps: Deque[Tuple[int, int, Optional[float], float]] = collections.deque(maxlen=4096)
         self.backward_at: Optional[float] = None
-        # Where this rank's time goes once it trains (the compute ledger), and a step or save to report soon.
+        # Where this rank's time goes once it trains (the compute ledger), and a save to report at once.
         self.spent = TimeSpent()
         self.news = threading.Event()
 
@@ -131,7 +130,6 @@ class Progress:
         self.spent.step_ended(step)
         self.trained = True
         self.at("train", step, ENDED)
-        self.news.set()
 
     def other_batches(self) -> None:
         """A validation or test begins: the training batch before it is no measure of the next."""
@@ -285,8 +283,9 @@ class Watchdog:
     process (local mode), which is not ended: its main thread is interrupted instead, and the fit
     records the hang."""
 
-    def __init__(self, progress: Progress, link: Any, rank: int, world_size: int, local: bool) -> None:
+    def __init__(self, progress: Progress, link: Any, rank: int, world_size: int, local: bool, run_id: str = "") -> None:
         self.progress, self.link, self.rank, self.world_size, self.local = progress, link, rank, world_size, local
+        self.run_id = run_id
         self.node = socket.gethostname()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -298,9 +297,21 @@ class Watchdog:
         except Exception as error:  # no Watch to tell: this run goes unwatched, not unrun
             log.warning(f"the hang watchdog could not reach the run's watch ({error}); this worker is not watched")
             return self
+        self._keep_last_steps()
         self._thread = threading.Thread(target=self._watch, name="raydra-watchdog", daemon=True)
         self._thread.start()
         return self
+
+    def _keep_last_steps(self) -> None:
+        """Hand the Watch what workers of an earlier group left on this node (their last steps), and
+        keep this one's own there from now on (raydra.worker.time_spent.LastStep)."""
+        try:
+            left = last_words(self.run_id, before=self.attempt)
+            if left:
+                self.link("last_words", left)
+            self.progress.spent.kept = LastStep(self.run_id, self.attempt, self.rank)
+        except Exception as error:  # no shared memory, the Watch out of reach: the heartbeats' figures stand
+            log.debug(f"the compute ledger's last steps: {error}")
 
     def stop(self) -> None:
         """Stop the thread, and hand the Watch this worker's time to the end (the ledger's last word)."""
@@ -315,11 +326,14 @@ class Watchdog:
                 self.link("spent", self.rank, self.attempt, spent, timeout=10.0)
             except Exception as error:  # the Watch gone (the driver's fit ended): the last beat's figures stand
                 log.debug(f"the compute ledger's last report: {error}")
+        kept, self.progress.spent.kept = self.progress.spent.kept, None
+        if kept is not None:
+            kept.close()
 
     def _watch(self) -> None:
         failed_beats = 0
-        # A step or a save is reported soon after it ends (see MIN_BEAT_S), else one beat a second.
-        least = MIN_BEAT_S * max(1.0, self.world_size / 20)
+        # A save is reported as it ends (see MIN_BEAT_S), else one beat a second.
+        least = MIN_BEAT_S
         last = 0.0
         while not self._stop.is_set():
             self.progress.news.wait(BEAT_EVERY_S)
