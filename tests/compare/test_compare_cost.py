@@ -185,7 +185,7 @@ def test_hours_to_a_target_per_run_and_config_and_a_malformed_target_in_one_sent
         assert code == 2 and out == "" and err == f"raydra compare: {said}\n"
 
 
-def test_a_money_column_only_with_a_price_from_a_flag_or_the_environment(costed, tmp_path, capsys, monkeypatch):
+def test_a_money_column_only_with_a_price_from_a_flag_the_environment_or_the_run(costed, tmp_path, capsys, monkeypatch):
     """A cost column only with a price: one price, RAYDRA_PRICE_PER_HOUR as its default (which alone
     asks for no cost), or a GPU-hour's and a CPU worker-hour's, by each run's ledger."""
     monkeypatch.delenv("RAYDRA_PRICE_PER_HOUR", raising=False)
@@ -233,6 +233,13 @@ def test_a_money_column_only_with_a_price_from_a_flag_or_the_environment(costed,
     assert [(r["run"], r["hours"], r["hours on"], r["cost"]) for r in records] == [("cpu", 1.0, "CPU", 0.5), ("gpu", 1.0, "GPU", 4.0)]
     records, _ = as_json(capsys, root / "gpu", "--cost")
     assert records[0]["GPU-h"] == 1.0
+
+    # A run that recorded its price (ledger.price_per_hour) is priced without a flag; a flag wins.
+    with_ledger(make_run(tmp_path / "priced", "own", lr=0.1), dataclasses.replace(C, price_per_hour=2.0))
+    records, _ = as_json(capsys, tmp_path / "priced", "--cost")
+    assert records[0]["cost"] == 2.0
+    records, _ = as_json(capsys, tmp_path / "priced", "--price-per-hour", "3")
+    assert records[0]["cost"] == 3.0
 
 
 def test_a_sweeps_and_a_multiruns_own_figures_follow_the_table(costed, tmp_path, capsys):

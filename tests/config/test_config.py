@@ -166,6 +166,10 @@ def test_misspelt_key_in_a_typed_group_fails():
         ("trainer.benchmark=sometimes", "trainer.benchmark=sometimes must be auto, true, false or null"),
         ("checkpoint.every_n_steps=0", "checkpoint.every_n_steps=0 must be positive"),
         ("checkpoint.every_n_epochs=-2", "checkpoint.every_n_epochs=-2 must be positive"),
+        (
+            "ledger.price_per_gpu_hour=-1",
+            r"ledger.price_per_gpu_hour=-1.0 is not a price; give what an hour costs, e.g. ledger.price_per_gpu_hour=2.5",
+        ),
         ("data.batch_size=33", "does not split evenly"),
         ("scale.placement_strategy=RANDOM", "not a Ray placement strategy"),
         ("data.batch_size=1.5", "data.batch_size=1.5 must be a whole number of samples"),

@@ -45,7 +45,7 @@ LAYERS = [
 
 # Modules allowed over MAX_LINES because they are a data table, with why.
 DATA_TABLES = {
-    "config/schema.py": "the config's declarations, one dataclass per group (28), each key with its default and why: "
+    "config/schema.py": "the config's declarations, one dataclass per group (29), each key with its default and why: "
     "the one home of the defaults, whose few functions read those declarations; split, the home would scatter"
 }
 

@@ -4,6 +4,7 @@ failures allowed, the checkpoints kept, the workers and their resources), what t
 a result, and how a failure and a hang end the fit. No Ray: the stand-in's scripted workers speak to
 the run's watch as real ones do (test_watchdog runs the same for real)."""
 
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -43,7 +44,7 @@ def stand_in(monkeypatch):
     StandInTrainer.made = []
     monkeypatch.setattr(fit, "torch_trainer_class", trainer_class)
     # The run's watch in this process (no Ray to hold it as an actor).
-    monkeypatch.setattr(fit, "Watching", lambda failure, run_dir, local: hang_watch.Watching(failure, run_dir, True))
+    monkeypatch.setattr(fit, "Watching", lambda failure, run_dir, local, run_id: hang_watch.Watching(failure, run_dir, True, run_id))
     return made
 
 
@@ -73,7 +74,14 @@ def _result(spec, run_path):
 
 
 def test_ray_is_asked_for_the_runs_name_storage_failures_checkpoints_and_workers_and_the_record_reads_its_result(stand_in, tmp_path):
-    spec = _spec(tmp_path, "scale.num_workers=2", "failure.max_failures=3", "checkpoint.num_to_keep=1")
+    spec = _spec(
+        tmp_path,
+        "scale.num_workers=2",
+        "failure.max_failures=3",
+        "checkpoint.num_to_keep=1",
+        "ledger.price_per_hour=3",
+        "ledger.price_per_cpu_hour=0.5",
+    )
     run_path = str(tmp_path / "checkpoints" / spec.place.id)
     StandInTrainer.script = lambda trainer: _result(spec, run_path)
     started = recording.record_start(spec, recording.new_summary(composed("experiment=vit_digits_smoke"), tmp_path, spec.place.id, []))
@@ -93,6 +101,8 @@ def test_ray_is_asked_for_the_runs_name_storage_failures_checkpoints_and_workers
     assert done.checkpoints.last == f"checkpoints/{spec.place.id}/checkpoint_2/checkpoint.ckpt"
     assert done.metrics.final["test/acc"] == 0.45 and done.metrics.best["val/acc"] == 0.5
     assert done.global_step == 80 and done.hangs == [] and done.watchdog["step_timeout_min_s"] == 90.0
+    # Its compute ledger, with the price of a CPU run's worker-hour (ledger.price_per_cpu_hour wins).
+    assert done.ledger.workers == 2 and done.ledger.price_per_hour == 0.5
 
 
 def test_the_hugging_face_export_is_written_from_the_best_checkpoint_before_the_record_says_completed(stand_in, tmp_path, monkeypatch):
@@ -170,8 +180,10 @@ def test_a_hang_in_the_last_worker_group_ends_the_fit_hung_and_one_in_an_earlier
 
     StandInTrainer.script = hang_then_die
     with pytest.raises(hang_watch.RunHung) as ended:
-        fit.fit_and_record(spec, opening, 0.0)
+        fit.fit_and_record(spec, opening, 0.0, marks={"run_began": time.time() - 10.0})
     record = recording.failure(opening, ended.value, 0.0)
+    # What the hung run cost is on its record: both workers' slots for its 10 s, no step taken.
+    assert record.ledger.workers == 2 and record.ledger.buckets["startup"] == record.ledger.allocated_s == pytest.approx(20, abs=1)
     assert record.status == "failed" and record.error.startswith("hung: rank 0 (node-0) made no progress in train after step 25")
     assert record.hangs[-1].outcome == "ended"
 
@@ -181,5 +193,9 @@ def test_a_failure_without_a_hang_is_the_fits_own_error(stand_in, tmp_path):
     result = _result(spec, str(tmp_path / "c"))
     result.error = RuntimeError("CUDA error: an illegal memory access")
     StandInTrainer.script = lambda trainer: result
-    with pytest.raises(RuntimeError, match="illegal memory access"):
-        fit.fit_and_record(spec, recording.new_summary(composed(), tmp_path, spec.place.id, []), 0.0)
+    with pytest.raises(RuntimeError, match="illegal memory access") as failed:
+        fit.fit_and_record(
+            spec, recording.new_summary(composed(), tmp_path, spec.place.id, []), 0.0, marks={"run_began": time.time() - 5.0}
+        )
+    # The error carries the run's compute ledger to the record its ending writes (RunSequence.fit).
+    assert fit.ledger_of(failed.value).allocated_s == pytest.approx(10, abs=1)

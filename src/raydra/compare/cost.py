@@ -237,6 +237,8 @@ def run_figures(run: RecordedRun, options: CostOptions, notes: List[str]) -> Run
     allocated = ledger.allocated_s if ledger is not None else None
     figures = RunFigures(ledger=ledger, hours=allocated / 3600 if allocated is not None else None)
     price = options.prices.of(ledger.gpu) if ledger is not None else None
+    if price is None and ledger is not None:
+        price = ledger.price_per_hour  # the run's own ledger.price_per_*, where no flag gives one
     if figures.hours is not None and price is not None:
         figures.money = figures.hours * price
     target = options.target
@@ -271,6 +273,8 @@ class CostView:
     # The buckets shown: every one but productive (the goodput) with seconds in some shown run.
     buckets: List[str]
     mixed: bool = False
+    # A money column: a --price-* flag, or a price some run recorded (ledger.price_per_*).
+    priced: bool = False
     # The sweep and multirun directories' own figures (group_blocks), once read.
     blocks: List[str] = field(default_factory=list)
 
@@ -285,7 +289,7 @@ class CostView:
             *(["hours on"] if self.mixed else []),
             "goodput",
             *(f"% {b}" for b in self.buckets),
-            *(["cost"] if self.options.prices else []),
+            *(["cost"] if self.priced else []),
             *self.target_columns,
         ]
 
@@ -298,7 +302,7 @@ class CostView:
         for b in self.buckets:
             allocated = ledger.allocated_s if ledger else None
             cells[f"% {b}"] = figure(Share, ledger.buckets.get(b, 0.0) / allocated) if allocated else None
-        if self.options.prices:
+        if self.priced:
             cells["cost"] = figure(Money, f.money)
         if self.options.target:
             epochs, hours_ = self.target_columns
@@ -315,7 +319,7 @@ class CostView:
     def group_columns(self) -> List[str]:
         t = self.options.target
         reached = [f"{t.text} {self.unit}", f"{t.text} reached"] if t else []
-        return [self.unit, "goodput", *(["cost"] if self.options.prices else []), *reached]
+        return [self.unit, "goodput", *(["cost"] if self.priced else []), *reached]
 
     def add_group_columns(self, grouped: Any, notes: List[str]) -> None:
         """A seed group's (raydra.compare.groups.Grouped) sums: its runs' hours summed, goodput
@@ -336,7 +340,7 @@ class CostView:
                 self.unit: figure(Hours, sum(f.hours for f in costed) if costed else None),
                 "goodput": figure(Share, sum(productive) / allocated if costed and allocated and None not in productive else None),
             }
-            if self.options.prices:
+            if self.priced:
                 money = [f.money for f in costed]
                 cells["cost"] = figure(Money, sum(money) if costed and None not in money else None)
             t = self.options.target
@@ -363,6 +367,8 @@ class CostView:
             lines[1] += ", a group's weighted by its runs' hours"
         if self.options.prices:
             lines.append(f"cost: hours x {self.options.prices.words()}")
+        elif self.priced:
+            lines.append("cost: hours x the price each run recorded (ledger.price_per_*)")
         t = self.options.target
         if t and not grouped:
             lines.append(f"{t.text} epochs: the epochs trained when {t.metric} (an epoch's mean) first met it; {NOT_REACHED}: it never did")
@@ -390,4 +396,5 @@ def cost_view(runs: Sequence[RecordedRun], options: CostOptions, notes: List[str
     target = options.target
     if target and runs and not any(f.reached is not None for f in figures.values()):
         notes.append(f"no run logged {target.metric!r} by epoch in metrics.csv, so --target {target.text} is blank for every run.")
-    return CostView(options, figures, unit, shown, mixed=len(gpus) > 1)
+    priced = bool(options.prices) or any(ledger.price_per_hour is not None for ledger in ledgers)
+    return CostView(options, figures, unit, shown, mixed=len(gpus) > 1, priced=priced)

@@ -187,6 +187,9 @@ def _range_problems(cfg: DictConfig) -> Iterator[str]:
         yield from _positive(f"failure.{key}", cfg.failure[key])
     if cfg.failure.straggler_threshold < 0:
         yield f"failure.straggler_threshold={cfg.failure.straggler_threshold} must be a share of a step from 0 (0: never name stragglers), e.g. 0.2."
+    for key in ("price_per_hour", "price_per_gpu_hour", "price_per_cpu_hour"):
+        if cfg.ledger[key] is not None and cfg.ledger[key] < 0:
+            yield f"ledger.{key}={cfg.ledger[key]} is not a price; give what an hour costs, e.g. ledger.{key}=2.5 (or null for none)."
     yield from _validate_slurm(cfg.slurm)
     yield from _validate_wandb(cfg)
     if cfg.get("tune") is not None:

@@ -243,6 +243,16 @@ class CheckpointConfig:
 
 
 @dataclass
+class LedgerConfig:
+    # What a worker-hour costs, in any currency: recorded with the run's compute ledger, so that
+    # `raydra compare --cost` shows its money (its --price-* flags win). A GPU run takes
+    # price_per_gpu_hour, a CPU run price_per_cpu_hour, where set; else price_per_hour. null: none.
+    price_per_hour: Optional[float] = None
+    price_per_gpu_hour: Optional[float] = None
+    price_per_cpu_hour: Optional[float] = None
+
+
+@dataclass
 class FailureConfig:
     # How many times Ray restarts the worker group after a worker or node dies; each restart
     # continues from the last reported checkpoint. -1: without limit.
@@ -416,6 +426,7 @@ class RaydraConfig:
     # A SLURM job: what `raydra submit` asks for, and ray.address=slurm's time-limit handling.
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     failure: FailureConfig = field(default_factory=FailureConfig)
+    ledger: LedgerConfig = field(default_factory=LedgerConfig)
     # A run directory to continue in place (same run id, metrics.csv, W&B run, checkpoints), or
     # "latest": the newest run of this name under paths.outputs. A completed run is never retrained.
     resume: Optional[str] = None

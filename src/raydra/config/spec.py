@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional
 from raydra.config.schema import (
     CheckpointConfig,
     FailureConfig,
+    LedgerConfig,
     PathsConfig,
     RayConfig,
     ScaleConfig,
@@ -81,6 +82,7 @@ class RunSpec:
     checkpoint: CheckpointConfig
     ray: RayConfig
     failure: FailureConfig
+    ledger: LedgerConfig
     resume: Optional[str]
     resume_force: bool
     ckpt_path: Optional[str]

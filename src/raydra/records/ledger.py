@@ -81,6 +81,8 @@ class Ledger:
     restarts: List[Restart] = field(default_factory=list)
     # Why some of the time is not split (failure.watchdog=false: no worker reported its time).
     unseen: Optional[str] = None
+    # What an hour of it costs (ledger.price_per_*, the one that applies to the run), if set.
+    price_per_hour: Optional[float] = None
 
     @property
     def goodput(self) -> Optional[float]:

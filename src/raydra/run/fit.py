@@ -31,6 +31,7 @@ from raydra.private_apis.ray_train import (
 from raydra.private_apis.torch import FLIGHT_RECORDER_ENTRIES, FLIGHT_RECORDER_ENV
 from raydra.records import hf_export, layout, sync
 from raydra.records.checkpoints import last_checkpoint
+from raydra.records.ledger import Ledger
 from raydra.records.summary import RunRecord
 from raydra.run import recording, startup
 from raydra.run.hang_watch import RunHung, Watching
@@ -46,6 +47,8 @@ CONTROLLER_POLL_S = 0.5
 # then (60 s is what a run that lost a node waited, twice: private_apis); Ray marks a lost node dead
 # after about 15 s of failed health checks.
 ELASTIC_START_TIMEOUT_S = 15.0
+# Set on the exception that ended a fit: the run's compute ledger up to then (ledger_of).
+LEDGER_ATTRIBUTE = "raydra_ledger"
 # A sweep starts only as many trials as the cluster holds, so a trial's group that does not start is
 # slow (a loaded node, a stopped trial's workers still leaving), not starved: 60 s failed trials on
 # a busy 2-CPU machine. 300 s: still an error, never a hang.
@@ -86,10 +89,14 @@ def fit_and_record(
             result = _fit(spec, datasets, tune_trial, list(callbacks), marks, process_ends_with_run, watching)
     except (Exception, KeyboardInterrupt) as error:
         findings = watching.close() if watching else None
+        spent = recording.ledger(spec, record, marks, findings)
         if findings and findings.ended_by_hang:
             # The workers' end was the watchdog's doing: the run hung (in local mode, the watchdog
             # interrupted this process's training).
-            raise RunHung(findings, recording.ledger(spec, record, marks, findings)) from error
+            raise RunHung(findings, spent) from error
+        # A run that failed or was interrupted cost its workers too: its caller records it (ledger_of).
+        with contextlib.suppress(AttributeError):  # an exception type that takes no attributes
+            setattr(error, LEDGER_ATTRIBUTE, spent)
         raise
     findings = watching.close() if watching else None
     worker = result.return_value or WorkerOutcome()
@@ -109,6 +116,11 @@ def fit_and_record(
         hf_export.write(worker.hf_export, best, Path(spec.place.dir), spec.place.storage)
     recording.save(spec.place, completed)
     return completed
+
+
+def ledger_of(error: BaseException) -> Optional[Ledger]:
+    """The compute ledger of the fit `error` ended (fit_and_record sets it), if any."""
+    return getattr(error, LEDGER_ATTRIBUTE, None)
 
 
 def _before_workers(spec: RunSpec) -> Tuple[RunSpec, Optional[Dict[str, Any]]]:

@@ -8,6 +8,7 @@
 The record's type, its transitions and its file are raydra.records.summary's; this module only builds values.
 """
 
+import dataclasses
 import hashlib
 import json
 import subprocess
@@ -198,8 +199,12 @@ def ledger(spec: RunSpec, record: RunRecord, marks: Dict[str, float], findings: 
     first = first or marks.get("first_step")
     began, now = marks.get("run_began"), time.time()
     if findings is None:
-        return unseen_ledger(workers, spec.scale.use_gpu, began, now, first, "failure.watchdog=false: the workers' time was not followed")
-    return run_ledger(workers, spec.scale.use_gpu, began, now, first, attempts)
+        spent = unseen_ledger(workers, spec.scale.use_gpu, began, now, first, "failure.watchdog=false: the workers' time was not followed")
+    else:
+        spent = run_ledger(workers, spec.scale.use_gpu, began, now, first, attempts)
+    prices = spec.ledger
+    price = prices.price_per_gpu_hour if spec.scale.use_gpu else prices.price_per_cpu_hour
+    return dataclasses.replace(spent, price_per_hour=price if price is not None else prices.price_per_hour)
 
 
 def _sizes(worker: WorkerOutcome, spec: RunSpec) -> Dict[str, Any]:

@@ -106,15 +106,22 @@ class RunSequence:
         process_ends_with_run: bool = False,
     ) -> RunRecord:
         """The fit, and its outcome recorded: the completed record (fit.fit_and_record, whose keywords these are)."""
-        self.record = fit.fit_and_record(
-            spec,
-            self.record,
-            self.started,
-            tune_trial=tune_trial,
-            callbacks=callbacks,
-            marks=marks,
-            process_ends_with_run=process_ends_with_run,
-        )
+        try:
+            self.record = fit.fit_and_record(
+                spec,
+                self.record,
+                self.started,
+                tune_trial=tune_trial,
+                callbacks=callbacks,
+                marks=marks,
+                process_ends_with_run=process_ends_with_run,
+            )
+        except BaseException as error:
+            # Failed or interrupted, what the run cost goes into the record its ending writes.
+            spent = fit.ledger_of(error)
+            if spent is not None:
+                self.record = self.record.with_start(ledger=spent)
+            raise
         return self.record
 
     def failed(self, error: Optional[BaseException], say: bool = False) -> RunRecord:
