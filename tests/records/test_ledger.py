@@ -7,6 +7,8 @@ import pytest
 from raydra.records import summary
 from raydra.records.envelope import Status
 from raydra.records.ledger import BUCKETS, GroupLedger, Ledger, RankTime, Waited, group_ledger, run_cost, run_ledger
+from raydra.run.hang_watch import Watch, rank_times
+from raydra.worker import time_spent
 
 
 def _t(**seconds):
@@ -135,19 +137,15 @@ def test_old_records_have_no_ledger_and_ledgers_read_back(tmp_path):
     assert jobs.JobsRecord.from_dict(group.to_dict()).ledger == group.ledger
 
 
-def test_hooks_and_the_watch_give_the_ledger_its_figures(monkeypatch):
+def test_hooks_and_the_watch_give_the_ledger_its_figures():
     """A worker's TimeSpent switched by the hooks, reported with its heartbeats, and the Watch's
     waits from two ranks' step times: the RankTimes the ledger is built from."""
-    from raydra.run.hang_watch import Watch, rank_times
-    from raydra.worker import time_spent
-
     clock = [100.0]
-    monkeypatch.setattr(time_spent.time, "time", lambda: clock[0])
 
     def at(seconds):
         clock[0] = seconds
 
-    spent = time_spent.TimeSpent()
+    spent = time_spent.TimeSpent(clock=lambda: clock[0])
     spent.switch("validation")  # the sanity check, before the first step: start-up's
     at(101.0)
     spent.first_step(0)
@@ -193,11 +191,8 @@ def test_hooks_and_the_watch_give_the_ledger_its_figures(monkeypatch):
 def test_a_killed_workers_last_step_outlives_it_and_reaches_the_watch(tmp_path, monkeypatch):
     """The end of a worker's last step, kept in shared memory (LastStep), is read by whoever comes
     after it on its node, once, and is fresher at the Watch than the worker's last heartbeat."""
-    from raydra.run.hang_watch import Watch, rank_times
-    from raydra.worker import time_spent
-
-    monkeypatch.setattr(time_spent.os.path, "isdir", lambda path: False)  # the test's own folder, not /dev/shm
-    monkeypatch.setattr(time_spent.tempfile, "gettempdir", lambda: str(tmp_path))
+    # The test's own folder, not /dev/shm.
+    monkeypatch.setattr(time_spent, "_path", lambda run_id, attempt, rank: str(tmp_path / f"raydra-ledger-{run_id}-a{attempt}-r{rank}"))
     kept = time_spent.LastStep("run[1]", attempt=0, rank=1)
     for step in (37, 38, 39):
         kept.write(step, 1000.0 + step, tuple(float(step) for _ in range(6)))

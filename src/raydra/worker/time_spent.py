@@ -28,7 +28,7 @@ import os
 import struct
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from raydra.records.ledger import WORKER_BUCKETS
 
@@ -45,7 +45,9 @@ _SIZE = _HEADER.size + 2 * _SLOT.size
 class TimeSpent:
     """This worker's seconds by bucket since its first step (see the module's doc)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        # The wall clock (a test's own, stood in).
+        self.clock = clock
         # (totals before the current stretch, the current bucket, since when): one tuple, one write.
         self._state: Tuple[Tuple[float, ...], Optional[str], float] = (tuple(0.0 for _ in WORKER_BUCKETS), None, 0.0)
         self.from_step = 0
@@ -62,7 +64,7 @@ class TimeSpent:
 
     def first_step(self, step: int) -> None:
         """The first training step starts, at global step `step` (a restored checkpoint's, or 0)."""
-        now = time.time()
+        now = self.clock()
         self.from_step, self.first_step_at = step, now
         self._state = (self._state[0], "productive", now)
 
@@ -71,7 +73,7 @@ class TimeSpent:
         totals, doing, since = self._state
         if doing is None:
             return
-        now = time.time()
+        now = self.clock()
         self._state = (_added(totals, doing, now - since), bucket, now)
 
     @property
@@ -94,7 +96,7 @@ class TimeSpent:
     def totals(self) -> Tuple[float, ...]:
         """The totals now, the current stretch included."""
         totals, doing, since = self._state
-        return _added(totals, doing, time.time() - since) if doing is not None else totals
+        return _added(totals, doing, self.clock() - since) if doing is not None else totals
 
     def report(self) -> Optional[Dict[str, Any]]:
         """What the Watch keeps of this worker (raydra.run.hang_watch), None before its first step."""
