@@ -133,10 +133,9 @@ class RankTime:
     at_last_step: Dict[str, float] = field(default_factory=dict)
     # The same at the end of each checkpoint save, by the step saved.
     at_saves: Dict[int, Dict[str, float]] = field(default_factory=dict)
-    # Waiting for slower ranks (the Watch's lags): in all, and by step saved and at the last step.
+    # Waiting for slower ranks (the Watch's lags): to its last report, and by step saved.
     waited: Waited = field(default_factory=Waited)
     waited_at_saves: Dict[int, Waited] = field(default_factory=dict)
-    waited_at_last_step: Waited = field(default_factory=Waited)
 
 
 def run_ledger(
@@ -199,7 +198,7 @@ def _split(rank: RankTime, resumed_at: Optional[int]) -> "tuple[Dict[str, float]
     else:
         # A checkpoint this rank never reported saving (its report was lost with it): kept up to its
         # last step, none counted lost.
-        kept, waited = rank.at_last_step, rank.waited_at_last_step
+        kept, waited = rank.at_last_step, rank.waited
     kept = {b: min(max(0.0, float(kept.get(b, 0.0))), totals[b]) for b in WORKER_BUCKETS}
     through = rank.at_last_step or totals
     lost = sum(max(0.0, float(through.get(b, 0.0)) - kept[b]) for b in WORKER_BUCKETS)

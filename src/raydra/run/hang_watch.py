@@ -476,7 +476,6 @@ def rank_times(time_by_attempt: Dict[int, Dict[int, Dict[str, Any]]]) -> List[Li
                     at_saves={int(step): read_buckets(totals) for step, totals in kept["saves"].items()},
                     waited=Waited(*kept["waited"]),
                     waited_at_saves={int(step): Waited(*w) for step, w in kept.get("waited_at_saves", {}).items()},
-                    waited_at_last_step=Waited(*kept["waited"]),
                 )
             )
         if times:
