@@ -1206,3 +1206,28 @@ def test_torchs_flight_record_of_this_processs_collectives_is_dumped_as_json(bac
         dist.destroy_process_group()
     assert any("all_reduce" in entry["profiling_name"] for entry in record["entries"])
     assert record["pg_status"]
+
+
+def test_a_trial_another_process_asked_for_takes_reports_and_its_end_through_the_study_that_loads_it(tmp_path):
+    """raydra.private_apis.optuna.running_trial: a resumed sweep continues its killed driver's
+    running trials, reporting their epochs and telling their ends, from a study loaded anew."""
+    import optuna
+
+    from raydra.private_apis.optuna import running_trial
+
+    def storage():
+        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(tmp_path / "study.journal")))
+
+    first = optuna.create_study(study_name="s", storage=storage(), direction="maximize")
+    for value in (0.9, 0.8):
+        first.tell(first.ask({"x": optuna.distributions.FloatDistribution(0, 1)}), value)
+    asked = first.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    asked.report(0.5, step=0)
+
+    loaded = optuna.load_study(study_name="s", storage=storage(), pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0))
+    trial = running_trial(loaded, asked.number)
+    assert trial.number == asked.number and trial.params == asked.params
+    trial.report(0.1, step=1)
+    assert loaded.trials[asked.number].intermediate_values == {0: 0.5, 1: 0.1}
+    loaded.tell(asked.number, 0.7)
+    assert loaded.trials[asked.number].state == optuna.trial.TrialState.COMPLETE

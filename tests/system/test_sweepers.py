@@ -64,3 +64,100 @@ def test_the_nevergrad_sweeper_drives_jobs_side_by_side_maximising_each_jobs_met
     assert results["best_evaluated_result"] == pytest.approx(best_value)
     (best_job,) = [s for s, lr in zip(summaries, lrs) if lr == pytest.approx(results["best_evaluated_params"]["model.optimizer.lr"])]
     assert best_job["metrics"]["best"]["val/acc"] == pytest.approx(best_value)
+
+
+def _epochs(job: Path, metric: str = "val/acc") -> list:
+    """The epochs whose `metric` the job's metrics.csv holds."""
+    import csv
+
+    with (job / "metrics.csv").open() as file:
+        return sorted({int(row["epoch"]) for row in csv.DictReader(file) if row.get(metric)})
+
+
+@pytest.mark.e2e
+def test_the_asynchronous_optuna_sweeper_asks_as_slots_free_prunes_within_an_epoch_and_resumes_after_its_driver_is_killed(
+    ray_cluster, tmp_path
+):
+    import json
+    import subprocess
+    import sys
+    import time
+
+    import optuna
+    from helpers import REPO, base_env
+
+    from raydra.records import jobs as jobs_record
+
+    sweep_dir = tmp_path / "sweep"
+    command = (
+        "-m",
+        "experiment=vit_digits_smoke",
+        "trainer.test=false",
+        "scale.num_workers=1",
+        "trainer.max_epochs=3",
+        "hydra/sweeper=optuna_async",
+        "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.sampler.seed=0",
+        # A user's own pruner: trial 1 is pruned at its first epoch, whenever it comes.
+        "hydra.sweeper.pruner={_target_: tests.optuna_probe.PruneTrials, trials: [1], at_epoch: 0}",
+        "model.optimizer.lr=tag(log,interval(1e-3,1e-2))",
+        f"hydra.sweep.dir={sweep_dir}",
+    )
+    args = [sys.executable, str(REPO / "train.py"), *command[:1], f"paths.outputs={tmp_path}", *command[1:], f"ray.address={ray_cluster}"]
+    driver = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=base_env())
+    try:
+        # Killed (kill -9: a lost driver) once trial 0 has completed and trial 2, asked for as trial 1's
+        # slot freed, is training.
+        deadline = time.time() + 240
+        while True:
+            assert driver.poll() is None and time.time() < deadline, driver.communicate()[0]
+            record = jobs_record.read(sweep_dir) if (sweep_dir / "jobs.json").is_file() else None
+            states = {n: job.status for n, job in record.jobs.items()} if record else {}
+            if states.get("0") == "completed" and states.get("2") == "running" and (sweep_dir / "2" / "metrics.csv").is_file():
+                break
+            time.sleep(0.3)
+        driver.kill()
+        first = driver.communicate(timeout=60)[0]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+
+    # Trial 1 was pruned at epoch 0 and stopped within an epoch of it; recorded pruned, not failed.
+    pruned = summary_of(sweep_dir / "1")
+    assert pruned["status"] == "pruned" and pruned["stopped_by"].startswith("Optuna's PruneTrials at epoch 0"), pruned
+    assert max(_epochs(sweep_dir / "1")) <= 1
+    assert "[1] pruned at epoch 0" in first
+    # Its slot went to trial 2 at once: asked for when it freed, not after a batch.
+    record = jobs_record.read(sweep_dir)
+    released, started = (record.jobs["1"].released_at, record.jobs["2"].started_at)
+    from datetime import datetime
+
+    assert 0 <= (datetime.fromisoformat(started) - datetime.fromisoformat(released)).total_seconds() < 3, (released, started)
+    assert datetime.fromisoformat(started) < datetime.fromisoformat(record.jobs["0"].released_at)
+    completed_0 = (sweep_dir / "0" / "summary.json").read_bytes()
+
+    # Its running job stops as the driver's job server goes, recording itself interrupted.
+    deadline = time.time() + 180
+    while summary_of(sweep_dir / "2")["status"] == "running":
+        assert time.time() < deadline, (sweep_dir / "2" / "console.log").read_text()[-2000:]
+        time.sleep(1)
+
+    # The same command with resume: trial 2 continues in its directory, no ended trial runs again.
+    done = run_train(*command, "hydra.launcher.resume=true", outputs=tmp_path, address=ray_cluster)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[0] started" not in done.stdout and "[1] started" not in done.stdout and "[2] started" in done.stdout
+    assert (sweep_dir / "0" / "summary.json").read_bytes() == completed_0
+    continued = summary_of(sweep_dir / "2")
+    assert continued["status"] == "completed" and continued["resumed"][0]["from_status"] == "interrupted"
+    study = optuna.load_study(
+        study_name=sweep_dir.name,
+        storage=optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(sweep_dir / "optuna_study.journal"))),
+    )
+    states = [t.state.name for t in study.trials]
+    assert states == ["COMPLETE", "PRUNED", "COMPLETE"], states
+    # Each completed trial's value is its run's best val/acc; the pruned one keeps its last.
+    assert study.trials[0].value == pytest.approx(summary_of(sweep_dir / "0")["metrics"]["best"]["val/acc"])
+    assert study.trials[1].value == pytest.approx(study.trials[1].intermediate_values[0])
+    best = json.loads(json.dumps(yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())))
+    assert best["best_value"] == pytest.approx(study.best_value)
+    assert f"best val/acc {study.best_value:.4g} by trial #{study.best_trial.number}" in done.stdout

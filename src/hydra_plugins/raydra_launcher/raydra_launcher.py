@@ -24,7 +24,9 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 if TYPE_CHECKING:
+    from raydra.multirun.feed import JobFeed
     from raydra.multirun.job import Job
+    from raydra.multirun.state import Multirun
 
 
 @dataclass
@@ -68,14 +70,45 @@ class RaydraLauncher(Launcher):
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from raydra.errors import RaydraError
-        from raydra.multirun import launcher, outcome
-        from raydra.multirun.job import JobPayload, is_raydra_command
+        from raydra.multirun import launcher
+        from raydra.multirun.job import JobPayload
+
+        multirun = self._multirun()
+        jobs = self._compose([list(o) for o in job_overrides], initial_job_idx)
+        state = Singleton.get_state()
+        assert self.hydra_context is not None
+        for job in jobs:
+            job.payload = JobPayload(self.hydra_context, job.cfg, self.task_function, state, os.getcwd()).dumps()
+        self._run(multirun, lambda: launcher.run_jobs(multirun, jobs), jobs)
+        return [launcher.job_return(job) for job in jobs]
+
+    def launch_as_slots_free(self, feed: "JobFeed") -> List["Job"]:
+        """Not in Hydra's Launcher API: an asynchronous sweeper's multirun (raydra.multirun.feed). Its
+        jobs are asked of `feed` one at a time, the moment a slot frees, instead of in batches, and
+        each is composed as `launch` composes a job. Returns the jobs, each with its outcome."""
+        from raydra.multirun import launcher
+        from raydra.multirun.job import JobPayload
+
+        multirun = self._multirun()
+        jobs: List["Job"] = []
+
+        def compose(num: int, overrides: List[str]) -> "Job":
+            assert self.hydra_context is not None
+            (job,) = self._compose([overrides], num)
+            job.payload = JobPayload(self.hydra_context, job.cfg, self.task_function, Singleton.get_state(), os.getcwd()).dumps()
+            return job
+
+        self._run(multirun, lambda: launcher.run_jobs(multirun, jobs, feed=feed, compose=compose), jobs)
+        return jobs
+
+    def _multirun(self) -> "Multirun":
+        from raydra.multirun.job import is_raydra_command
+        from raydra.multirun.state import Multirun
 
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-        multirun = launcher.Multirun(
+        multirun = Multirun(
             sweep_dir=Path(str(self.config.hydra.sweep.dir)).resolve(),
             settings=OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RaydraLauncherConf), self.settings)),
             raydra_runs=is_raydra_command(self.task_function),
@@ -84,12 +117,14 @@ class RaydraLauncher(Launcher):
             typed=[*OmegaConf.to_container(self.config.hydra.overrides.task), *OmegaConf.to_container(self.config.hydra.overrides.hydra)],
         )
         self.launches += 1
-        jobs = self._compose([list(o) for o in job_overrides], initial_job_idx)
-        state = Singleton.get_state()
-        for job in jobs:
-            job.payload = JobPayload(self.hydra_context, job.cfg, self.task_function, state, os.getcwd()).dumps()
+        return multirun
+
+    def _run(self, multirun: "Multirun", run: Any, jobs: List["Job"]) -> None:
+        from raydra.errors import RaydraError
+        from raydra.multirun import outcome
+
         try:
-            launcher.run_jobs(multirun, jobs)
+            run()
         except RaydraError:
             # Already said in one sentence, as a single run says it; nothing started.
             raise SystemExit(1) from None
@@ -97,7 +132,6 @@ class RaydraLauncher(Launcher):
             outcome.report(multirun, jobs)
             raise SystemExit(130) from None
         outcome.report(multirun, jobs)
-        return [launcher.job_return(job) for job in jobs]
 
     def _compose(self, job_overrides: List[List[str]], initial_job_idx: int) -> List["Job"]:
         """Each job's config as Hydra's basic launcher composes it, and its directory."""

@@ -40,7 +40,7 @@ th { background: #f3f3f5; position: sticky; top: 0; cursor: pointer; user-select
 th.asc::after { content: " ▲"; } th.desc::after { content: " ▼"; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr:nth-child(even) td { background: #fafafa; }
-.completed { color: #1a7f37; } .failed { color: #cf222e; } .running, .interrupted, .stopped { color: #9a6700; } .unknown { color: #666; }
+.completed { color: #1a7f37; } .failed { color: #cf222e; } .running, .interrupted, .stopped, .pruned { color: #9a6700; } .unknown { color: #666; }
 .controls { display: flex; gap: 16px; align-items: center; flex-wrap: wrap; margin: 8px 0; }
 .plot { width: 100%; height: 420px; } .scatters { display: flex; flex-wrap: wrap; } .scatters .plot { width: 420px; height: 320px; }
 details { border: 1px solid #ddd; border-radius: 6px; padding: 6px 10px; margin: 6px 0; }
@@ -68,7 +68,7 @@ BAR_WIDTH = 360
 
 def status_class(run: RecordedRun) -> str:
     word = run.status.split()[0] if run.status else "unknown"
-    return word if word in ("completed", "failed", "running", "interrupted", "stopped") else "unknown"
+    return word if word in ("completed", "failed", "running", "interrupted", "stopped", "pruned") else "unknown"
 
 
 def file_link(location: str, exists: Optional[bool]) -> str:

@@ -25,7 +25,7 @@ import sys
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 import cloudpickle
 from hydra.core.utils import JobReturn, JobStatus
@@ -61,6 +61,12 @@ class Job:
     monitor: Optional[str] = None
     shown: List[str] = field(default_factory=list)  # its overrides that tell it from the other jobs, masked
     trained: bool = False  # a raydra run whose summary.json holds its outcome: its workers are gone
+    released: float = 0.0  # when it let its slot go: its outcome recorded (trained), or its end
+    # An asynchronous sweeper's (raydra.multirun.feed): why it asked to stop the job early, and the
+    # epochs of its metric it has been told of.
+    pruned_by: Optional[str] = None
+    epochs_told: Set[int] = field(default_factory=set)
+    metrics_seen: Any = None  # its metrics.csv's (mtime, size) when last read for them
 
     @property
     def label(self) -> str:

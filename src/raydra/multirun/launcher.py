@@ -30,11 +30,13 @@ module holds the lifecycle around the jobs and what the Hydra plugin calls.
 
 import logging
 import time
-from typing import Any, List
+from typing import Any, Callable, List, Optional
 
 from omegaconf import OmegaConf
 
+from raydra.errors import RaydraError
 from raydra.multirun import admission, outcome, scheduling
+from raydra.multirun.feed import JobFeed
 from raydra.multirun.job import Job, JobFailed
 from raydra.multirun.state import Multirun
 from raydra.records.envelope import Status
@@ -45,15 +47,20 @@ from raydra.run.lifecycle import COMPLETED, FAILED, Ending, Lifecycle
 
 log = logging.getLogger("raydra")
 
+# The plugin's composition of one job a feed asks for: (its number, its overrides) -> the Job, with its payload.
+Compose = Callable[[int, List[str]], Job]
 
-def run_jobs(multirun: Multirun, jobs: List[Job]) -> List[Job]:
+
+def run_jobs(multirun: Multirun, jobs: List[Job], feed: Optional[JobFeed] = None, compose: Optional[Compose] = None) -> List[Job]:
     """Run a multirun's `jobs` (composed by the plugin, each with its payload) side by side, each in its
-    own process; returns them with their outcome.
+    own process; returns them with their outcome. Given an asynchronous sweeper's `feed` (and the
+    plugin's `compose`, which makes a Job of what it asks for), `jobs` starts empty and gets each
+    job the feed asks for, the moment a slot frees, until it asks for none.
     Raises RaydraError, before any job starts, if one of them cannot run."""
     # Hydra's sweeper wrote the multirun's config before this batch came: a secret the command
     # carries is there three times (its config, hydra.overrides, override_dirname).
     redact_yaml(multirun.sweep_dir / MULTIRUN_CONFIG)
-    if not jobs:
+    if not jobs and feed is None:
         return jobs
     # Lines name a job by what sets it apart: the overrides all jobs share are said once. Masked
     # here, where the words are chosen: a line goes on after them (`#1 (...) cannot run, ...`),
@@ -89,16 +96,51 @@ def run_jobs(multirun: Multirun, jobs: List[Job]) -> List[Job]:
     with outcome.console(multirun.sweep_dir):
         try:
             with Lifecycle(settle, continue_with=lambda: outcome.how_to_continue(multirun)) as life:
-                admission.prepare(multirun, jobs, life)
+                feeding = None
+                if feed is None:
+                    admission.prepare(multirun, jobs, life)
+                else:
+                    assert compose is not None
+                    admission.begin(multirun, jobs)
+                    feeding = scheduling.Feeding(feed, draw=lambda: _draw(multirun, jobs, feed, compose, life))
+                    # The first job joins the cluster (ray.init's SIGTERM handler comes before ours).
+                    feeding.draw()
                 # A raydra multirun's connect took them already; another app's jobs' Ray was joined
                 # without it (or none is, when every job was kept).
                 life.take_stop_signals()
-                scheduling.schedule(multirun, jobs, life)
+                scheduling.schedule(multirun, jobs, life, feeding)
                 scheduling.join_processes(jobs)
         finally:
             if not multirun.raydra_runs:
                 admission.leave_joined_cluster()
     return jobs
+
+
+def _draw(multirun: Multirun, jobs: List[Job], feed: JobFeed, compose: Compose, life: Lifecycle) -> Optional[Job]:
+    """The next job the feed asks for, composed and admitted (added to `jobs`), or None when it asks
+    for none now. A job kept from before (a resumed sweep's) is told to the feed at once; one that
+    cannot run fails alone, except the first, which refuses the multirun before any job starts."""
+    while True:
+        asked = feed.next_job()
+        if asked is None:
+            return None
+        job = compose(asked.num, asked.overrides)
+        job.shown = [redact(o) for o in (asked.shown if asked.shown is not None else asked.overrides)]
+        jobs.append(job)
+        try:
+            admission.admit(multirun, job, life)
+        except RaydraError as error:
+            if not any(j.started for j in jobs):
+                raise
+            job.status, job.error = Status.FAILED, str(error)
+            job.started = job.ended = job.released = time.time()
+            log.info(f"[{job.num}] failed before it started  {' '.join(job.shown)}: {error}")
+        outcome.record(multirun, jobs)
+        if job.status == Status.QUEUED:
+            return job
+        if job.status == Status.KEPT:
+            log.info(f"[{job.num}] completed before, kept  {' '.join(job.shown)}\n  dir  {job.dir}")
+        feed.job_ended(outcome.end_of(job))
 
 
 def job_return(job: Job) -> Any:

@@ -12,15 +12,16 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
+from raydra.multirun.feed import JobEnd
 from raydra.multirun.job import Job
 from raydra.multirun.state import Multirun
 from raydra.records import envelope, summary
 from raydra.records import jobs as jobs_record
 from raydra.records.envelope import Status
 from raydra.records.jobs import JobsRecord
-from raydra.records.layout import CONSOLE, MULTIRUN_LOG
+from raydra.records.layout import CONSOLE, METRICS, MULTIRUN_LOG
 from raydra.records.ledger import GroupLedger, duration, group_ledger, run_cost
 from raydra.records.summary import RunRecord
 from raydra.redact import SecretsFilter, redact
@@ -50,6 +51,7 @@ def settle(multirun: Multirun, job: Job, stopped: bool) -> None:
     from hydra.core.utils import JobStatus
 
     job.ended = time.time()
+    job.released = job.released or job.ended
     if job.task is not None:
         _take_task_result(job)
     elif job.returned is None and not job.result.closed:
@@ -67,7 +69,9 @@ def settle(multirun: Multirun, job: Job, stopped: bool) -> None:
         job.status = Status.INTERRUPTED if stopped else Status.FAILED
         job.error = job.error or "its Ray task ended without a result"
     took = f"{job.ended - job.started:.1f} s"
-    if job.status == Status.COMPLETED:
+    if job.status == Status.PRUNED:
+        log.info(f"[{job.num}] pruned after {took}  {' '.join(job.shown)}: {job.pruned_by}\n  dir  {job.dir}")
+    elif job.status == Status.COMPLETED:
         if multirun.raydra_runs:
             shown = f"best {job.monitor} {job.metric:.4f}" if job.metric is not None else f"no {job.monitor} logged"
         else:
@@ -103,6 +107,13 @@ def _settle_run(job: Job, stopped: bool) -> None:
             run = run.interrupted(job.error) if stopped else run.failed(job.error)
             summary.write(job.dir, run)
         job.status = Status.INTERRUPTED if stopped else Status.FAILED
+    if job.pruned_by and job.status == Status.INTERRUPTED and not stopped:
+        # Its sweeper stopped it (scheduling's SIGTERM, which the run records as any stop): a
+        # decision, not a stop to continue from. A run that completed first stays completed.
+        job.status, job.error = Status.PRUNED, None
+        if run:
+            run = run.pruned(job.pruned_by)
+            summary.write(job.dir, run)
     if run:
         job.monitor = run.monitor.metric
         job.metric = run.best_value()
@@ -141,7 +152,13 @@ def record(multirun: Multirun, jobs: List[Job]) -> None:
             value = None
         status = Status.COMPLETED if job.status == Status.KEPT else job.status
         entries[job.num] = jobs_record.JobEntry(
-            overrides=list(job.overrides), dir=str(job.dir), status=status, return_value=value, error=job.error
+            overrides=list(job.overrides),
+            dir=str(job.dir),
+            status=status,
+            return_value=value,
+            error=job.error,
+            started_at=_when(job.started) if job.status != Status.KEPT else None,
+            released_at=_when(job.released) if job.status != Status.KEPT else None,
         )
     multirun.record = (multirun.record or JobsRecord.started()).with_jobs(entries)
     jobs_record.write(multirun.sweep_dir, multirun.record)
@@ -170,6 +187,55 @@ def ledger(multirun: Multirun, jobs: List[Job], started: float) -> Optional[Grou
     gpu = any(run.ledger is not None and run.ledger.gpu for _, run in found)
     costs = [run_cost(str(job.num), run) for job, run in found]
     return group_ledger(costs, slots=at_once * workers, wall_s=time.time() - started, best=best, gpu=gpu)
+
+
+def end_of(job: Job) -> JobEnd:
+    """How the job ended, as an asynchronous sweeper is told it (raydra.multirun.feed)."""
+    if job.status == Status.KEPT:
+        value = job.value
+    elif job.status in (Status.COMPLETED, Status.PRUNED) and job.monitor is not None:
+        value = job.metric if job.status == Status.COMPLETED else _last_value(job)
+    elif job.status == Status.COMPLETED and job.returned is not None:
+        value = job.returned.return_value
+    else:
+        value = None
+    return JobEnd(num=job.num, status=job.status, value=value, error=job.error, returned=job.returned)
+
+
+def _last_value(job: Job) -> Any:
+    """A pruned run's metric at the last epoch it logged."""
+    epochs = epochs_of(job, job.monitor or "")
+    return epochs[max(epochs)] if epochs else None
+
+
+def epochs_of(job: Job, metric: str) -> Dict[int, float]:
+    """The run's `metric` by epoch as its metrics.csv holds it now (rank 0 rewrites the file as it
+    logs, so a row being written is left for the next read: only whole lines count). {} before its
+    first such epoch, or where the file cannot be read."""
+    import csv
+    import io
+
+    try:
+        text = (job.dir / METRICS).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    whole = text[: text.rfind("\n") + 1]
+    found: Dict[int, float] = {}
+    for row in csv.DictReader(io.StringIO(whole)):
+        value, epoch = row.get(metric), row.get("epoch")
+        try:
+            number, at = float(value or ""), int(float(epoch or ""))
+        except ValueError:
+            continue
+        if math.isfinite(number):
+            found[at] = number
+    return found
+
+
+def _when(seconds: float) -> Optional[str]:
+    from datetime import datetime
+
+    return datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="milliseconds") if seconds else None
 
 
 def _json_value(value: Any) -> Any:
@@ -204,10 +270,14 @@ def report(multirun: Multirun, jobs: List[Job]) -> None:
                 f"compute: {spent.runs} jobs used {duration(spent.runs_s)} of {spent.slots} worker slots' {duration(spent.allocated_s)}"
                 f" (idle {spent.idle_s / spent.allocated_s:.0%}, goodput {spent.goodput or 0:.0%})"
             )
-        bad = [j for j in jobs if j.status not in (Status.COMPLETED, Status.KEPT)]
+        # A pruned job ended as its sweeper decided: nothing to continue.
+        bad = [j for j in jobs if j.status not in (Status.COMPLETED, Status.KEPT, Status.PRUNED)]
+        pruned = sum(j.status == Status.PRUNED for j in jobs)
+        if pruned:
+            log.info(f"{pruned} of {len(jobs)} jobs were pruned by the sweeper")
         if not bad:
             then = f"; compare them again with: raydra compare {sweep_dir}" if multirun.raydra_runs else f"\n  dir  {sweep_dir}"
-            log.info(f"all {len(jobs)} jobs completed{then}")
+            log.info(f"all {len(jobs) - pruned} jobs {'left ' if pruned else ''}completed{then}")
             return
         log.info(f"{len(bad)} of {len(jobs)} jobs did not complete: " + ", ".join(f"{j.label} {j.status}" for j in bad))
         left_out = secrets_left_out(multirun)

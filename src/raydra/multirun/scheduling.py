@@ -1,20 +1,26 @@
 """The jobs of a multirun while they run: the queue (in order, as many at once as the cluster holds
 or hydra.launcher.max_concurrent allows), starting each (a raydra run's process, another app's Ray
 task), watching for its end, and stopping the running ones when the multirun is stopped.
+
+An asynchronous sweeper's multirun has no fixed queue: its feed (raydra.multirun.feed) is asked for
+the next job the moment a slot frees, told each running job's epochs as metrics.csv shows them, and
+told each job's end; a job it asks to stop is stopped at once and ends `pruned`.
 """
 
 import logging
 import multiprocessing.connection
 import os
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
 from raydra.multirun import job_process, outcome
+from raydra.multirun.feed import JobFeed
 from raydra.multirun.job import Job
 from raydra.multirun.state import Multirun
 from raydra.records.envelope import Status
-from raydra.records.layout import CONSOLE
+from raydra.records.layout import CONSOLE, METRICS
 from raydra.run.lifecycle import Lifecycle
 
 log = logging.getLogger("raydra")
@@ -27,7 +33,19 @@ POLL_S = 0.2
 STOP_WAIT_S = 120
 
 
-def schedule(multirun: Multirun, jobs: List[Job], life: Lifecycle) -> None:
+@dataclass
+class Feeding:
+    """An asynchronous sweeper's feed as the queue draws from it (raydra.multirun.feed), with how a job
+    it asks for becomes a Job ready to start: `draw` composes and admits it, and returns None when
+    the feed has nothing to run now."""
+
+    feed: JobFeed
+    draw: Callable[[], Optional[Job]]
+
+
+def schedule(multirun: Multirun, jobs: List[Job], life: Lifecycle, feeding: Optional[Feeding] = None) -> None:
+    """Run `jobs` (and, given `feeding`, every job its feed asks for as slots free) until each has
+    ended, or the multirun is stopped."""
     queued = [job for job in jobs if job.status != Status.KEPT]
     running: List[Job] = []
     max_concurrent = multirun.settings.max_concurrent
@@ -44,7 +62,7 @@ def schedule(multirun: Multirun, jobs: List[Job], life: Lifecycle) -> None:
 
     try:
         with life.stops_on_notice(pass_notice_on):
-            _run_queue(multirun, jobs, queued, running, max_concurrent, notice.noticed)
+            _run_queue(multirun, jobs, queued, running, max_concurrent, notice.noticed, feeding)
     except BaseException:
         # Ctrl-C, SIGTERM, or a fault here: no job may go on running unwatched.
         _stop(multirun, running)
@@ -56,24 +74,85 @@ def schedule(multirun: Multirun, jobs: List[Job], life: Lifecycle) -> None:
 
 
 def _run_queue(
-    multirun: Multirun, jobs: List[Job], queued: List[Job], running: List[Job], max_concurrent: Optional[int], noticed: Callable[[], bool]
+    multirun: Multirun,
+    jobs: List[Job],
+    queued: List[Job],
+    running: List[Job],
+    max_concurrent: Optional[int],
+    noticed: Callable[[], bool],
+    feeding: Optional[Feeding] = None,
 ) -> None:
-    """Start the queued jobs in order as room frees, until every one has ended (or SLURM's
-    time-limit notice came, `noticed`: then until the running ones have)."""
-    while (queued and not noticed()) or running:
+    """Start the queued jobs in order as room frees, and with a feed the jobs it asks for, until
+    every one has ended (or SLURM's time-limit notice came, `noticed`: then until the running ones
+    have)."""
+    while True:
         # In order: a job that does not fit yet waits for room rather than being overtaken.
-        while queued and not noticed() and _room_for(queued[0], running, max_concurrent):
+        while not noticed():
+            if not queued and feeding is not None and _room_for_more(jobs, running, max_concurrent):
+                # Asked for only now that a slot is free: the feed chooses it knowing every result so far.
+                drawn = feeding.draw()
+                if drawn is None:
+                    break
+                queued.append(drawn)
+            if not (queued and _room_for(queued[0].share, running, max_concurrent)):
+                break
             job = queued.pop(0)
             _start(multirun, job, running_after=sum(not j.trained for j in running) + 1, waiting=len(queued))
             running.append(job)
+            if feeding is not None:
+                outcome.record(multirun, jobs)  # a feed's job was recorded queued as it was asked for
+        if not running:
+            return
         for job in running[:]:
             if _has_ended(job):
                 running.remove(job)
                 outcome.settle(multirun, job, stopped=False)
                 outcome.record(multirun, jobs)
+                if feeding is not None:
+                    feeding.feed.job_ended(outcome.end_of(job))
             elif multirun.raydra_runs and not job.trained:
                 job.trained = _outcome_recorded(job)
-        _wait_for_an_end(running)
+                if job.trained:
+                    job.released = time.time()
+                elif feeding is not None and feeding.feed.watched and job.pruned_by is None:
+                    _tell_epochs(job, feeding.feed)
+        if running:
+            _wait_for_an_end(running)
+
+
+def _room_for_more(jobs: List[Job], running: List[Job], max_concurrent: Optional[int]) -> bool:
+    """Whether a job like the last one admitted would fit now (a feed's next job is asked for only
+    then; it is sized once composed, and waits if it turns out larger)."""
+    sized = [job for job in jobs if job.status != Status.KEPT]
+    return _room_for(sized[-1].share if sized else 0.0, running, max_concurrent)
+
+
+def _tell_epochs(job: Job, feed: JobFeed) -> None:
+    """Tell the feed each epoch of its watched metric the job has logged since it was last told; stop
+    the job if the feed asks (a pruner's decision)."""
+    assert feed.watched is not None
+    try:
+        seen = (job.dir / METRICS).stat()
+    except OSError:
+        return
+    if (seen.st_mtime_ns, seen.st_size) == job.metrics_seen:
+        return  # read only when rank 0 has written to it since
+    job.metrics_seen = (seen.st_mtime_ns, seen.st_size)
+    for epoch, value in sorted(outcome.epochs_of(job, feed.watched).items()):
+        if epoch in job.epochs_told:
+            continue
+        job.epochs_told.add(epoch)
+        reason = feed.epoch_ended(job.num, epoch, value)
+        if reason is not None:
+            job.pruned_by = reason
+            log.info(f"[{job.num}] pruned at epoch {epoch} ({feed.watched} {value:.4g}): {reason}; stopping it")
+            if job.process is not None and job.process.exitcode is None:
+                job.process.terminate()  # SIGTERM: the run stops as on Ctrl-C, and records itself
+            elif job.task is not None:
+                import ray
+
+                ray.cancel(job.task)
+            return
 
 
 def join_processes(jobs: List[Job]) -> None:
@@ -147,7 +226,8 @@ def _wait_for_an_end(running: List[Job]) -> None:
     multiprocessing.connection.wait(waiting, timeout=POLL_S)
 
 
-def _room_for(job: Job, running: List[Job], max_concurrent: Optional[int]) -> bool:
+def _room_for(share: float, running: List[Job], max_concurrent: Optional[int]) -> bool:
+    """Whether a job taking `share` of the cluster fits beside the running ones."""
     # A raydra run whose outcome is recorded has released its workers; the seconds its process
     # takes to close (its report, Ray's shutdown) need not hold the next job back.
     holding = [j for j in running if not j.trained]
@@ -155,7 +235,7 @@ def _room_for(job: Job, running: List[Job], max_concurrent: Optional[int]) -> bo
         return True  # it fits the cluster alone: checked before anything started
     if max_concurrent and len(holding) >= max_concurrent:
         return False
-    return sum(j.share for j in holding) + job.share <= 1 + 1e-9
+    return sum(j.share for j in holding) + share <= 1 + 1e-9
 
 
 def _outcome_recorded(job: Job) -> bool:

@@ -3,10 +3,11 @@ share, apart from the launcher that drives them, so that they import it rather t
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from hydra_plugins.raydra_launcher.raydra_launcher import RaydraLauncherConf
 from raydra.records.jobs import JobsRecord
+from raydra.run.prepare import JobSettings
 
 
 @dataclass
@@ -25,3 +26,14 @@ class Multirun:
     record: Optional[JobsRecord] = None
     # Whether this batch wrote jobs.json yet: until then a refusal leaves the file as it was.
     written: bool = False
+    # Whether it continues a multirun stopped before (hydra.launcher.resume=true, or SLURM's requeue),
+    # and that multirun's jobs.json as it found it.
+    resuming: bool = False
+    recorded: Optional[JobsRecord] = None
+    # What each raydra run of it is handed (the cluster it joined, its W&B group, SLURM's notice),
+    # once it has joined the cluster (admission); a job's own resume and local Ray added to it.
+    job_settings: Optional[JobSettings] = None
+    # That cluster is a local Ray started here (one machine, no autoscaler).
+    local_ray: bool = False
+    # Each kind of run's share of the cluster, measured once (admission._size_run).
+    sized: Dict[str, float] = field(default_factory=dict)

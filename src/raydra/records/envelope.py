@@ -35,6 +35,7 @@ class Status(enum.StrEnum):
     FAILED = "failed"
     INTERRUPTED = "interrupted"  # Ctrl-C, SIGTERM, a time limit: it can be continued
     STOPPED = "stopped"  # a trial its sweep's scheduler ended early
+    PRUNED = "pruned"  # a multirun job its sweeper stopped early (an Optuna pruner's decision)
     QUEUED = "queued"  # a multirun's job waiting for room on the cluster
     NOT_STARTED = "not started"  # a multirun's job that the multirun's end came before
     KEPT = "kept"  # a resumed multirun's job that had completed: not run again
@@ -42,6 +43,7 @@ class Status(enum.StrEnum):
 
 
 RUNNING, COMPLETED, FAILED, INTERRUPTED, STOPPED = Status.RUNNING, Status.COMPLETED, Status.FAILED, Status.INTERRUPTED, Status.STOPPED
+PRUNED = Status.PRUNED
 
 
 def now() -> str:

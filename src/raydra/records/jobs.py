@@ -37,7 +37,7 @@ ENDED: Tuple[Status, ...] = Envelope.ENDS
 @dataclass(frozen=True)
 class JobEntry:
     """One job's entry: its overrides as the sweeper made them (secrets masked), its directory, and
-    its status: queued, running, completed, failed, interrupted or not started."""
+    its status: queued, running, completed, failed, interrupted, pruned or not started."""
 
     overrides: List[str] = field(default_factory=list)
     dir: Optional[str] = None
@@ -46,6 +46,11 @@ class JobEntry:
     # not JSON: what a resumed multirun hands back to Hydra's sweeper for a job it keeps.
     return_value: Any = None
     error: Optional[str] = None
+    # When its process started, and when it let its slot go (a raydra run: its outcome recorded, its
+    # workers gone; any job: its end): the gaps between one job's release and the next one's start
+    # are the slot time the launcher left idle. ISO times to the millisecond; None where unknown.
+    started_at: Optional[str] = None
+    released_at: Optional[str] = None
 
 
 @dataclass(frozen=True)

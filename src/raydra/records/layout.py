@@ -100,6 +100,10 @@ JOBS_RECORD = "jobs.json"
 
 
 MULTIRUN_CONFIG = "multirun.yaml"  # Hydra's: the multirun's config, written by its sweeper before any job
+# hydra/sweeper=optuna_async's: its study (Optuna's journal, which a resumed sweep continues) and
+# the best trial, as Hydra's Optuna sweeper writes it.
+OPTUNA_STUDY = "optuna_study.journal"
+OPTUNA_RESULTS = "optimization_results.yaml"
 
 
 CONSOLE = "console.log"

@@ -39,6 +39,7 @@ from raydra.records.envelope import (
     COMPLETED,
     FAILED,
     INTERRUPTED,
+    PRUNED,
     STOPPED,
     Envelope,
     RecordError,
@@ -57,7 +58,7 @@ FORMAT = 2
 
 
 # How a run can end; "running" is the record of a run under way, or of a driver that died.
-ENDED: Tuple[Status, ...] = (COMPLETED, FAILED, INTERRUPTED, STOPPED)
+ENDED: Tuple[Status, ...] = (COMPLETED, FAILED, INTERRUPTED, STOPPED, PRUNED)
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,8 @@ class RunRecord(Envelope):
     hangs: List[Hang] = field(default_factory=list)
     stragglers: List[Straggler] = field(default_factory=list)
     watchdog: Dict[str, Any] = field(default_factory=dict)
-    # A trial the sweep's scheduler ended early: which scheduler, after how many epochs.
+    # A trial the sweep's scheduler ended early, or a multirun job its sweeper pruned: which
+    # scheduler or pruner, after how many epochs.
     stopped_by: Optional[str] = None
     # raydra rerun: the run this one reproduces.
     reproduces: Optional[str] = None
@@ -268,6 +270,12 @@ class RunRecord(Envelope):
     def stopped(self, by: str, wall_time_s: Optional[float], **outcome: Any) -> "RunRecord":
         """A trial a sweep's scheduler ended early: not a failure, its figures as far as it got."""
         return dataclasses.replace(self._ended(STOPPED, None, None, **outcome), stopped_by=by, wall_time_s=wall_time_s)
+
+    def pruned(self, by: str) -> "RunRecord":
+        """A multirun job its sweeper stopped early (raydra.multirun.feed): the record its run wrote
+        as it stopped (interrupted, its last checkpoint kept), now saying why: not a failure, and not
+        to be continued."""
+        return dataclasses.replace(self._ended(PRUNED, None, None), stopped_by=by)
 
     # -- reading ----------------------------------------------------------------------------------
 

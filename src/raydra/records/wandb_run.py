@@ -51,7 +51,7 @@ CSV_STEP, EPOCH = "step", "epoch"
 PREFIX_JOIN = "-"
 # How a run ended, as a W&B exit code (0 shows as finished, anything else as failed), and the
 # summary keys that say it in raydra's words.
-EXIT_CODES = {Status.COMPLETED: 0, Status.STOPPED: 0, Status.FAILED: 1, Status.INTERRUPTED: 130}
+EXIT_CODES = {Status.COMPLETED: 0, Status.STOPPED: 0, Status.PRUNED: 0, Status.FAILED: 1, Status.INTERRUPTED: 130}
 STATUS_KEY, ERROR_KEY = "raydra/status", "raydra/error"
 BEST_PREFIX = "best/"
 # W&B's settings for every segment: no console capture (Ray streams it already), no system-stats
@@ -404,7 +404,7 @@ def _complete(run_dir: Path) -> bool:
 def _checkpoints_to_log(run: summary_record.RunRecord, settings: RunSettings) -> List[Tuple[str, List[str]]]:
     """log_model=true: the best and last checkpoints of a run that completed or was stopped, with
     their aliases; [] where the run asked for none (log_model=all logs each as it is saved)."""
-    if settings.log_model is not True or run.status not in (Status.COMPLETED, Status.STOPPED):
+    if settings.log_model is not True or run.status not in (Status.COMPLETED, Status.STOPPED, Status.PRUNED):
         return []
     best_path, last_path = run.checkpoint("best"), run.checkpoint("last")
     chosen: Dict[str, List[str]] = {}
