@@ -9,7 +9,6 @@ import optuna
 
 
 class PruneTrials(optuna.pruners.BasePruner):
-
     def __init__(self, trials: Sequence[int], at_epoch: int = 0) -> None:
         self.trials, self.at_epoch = set(trials), at_epoch
 

@@ -96,7 +96,9 @@ def _sweep(tmp_path, launcher: Any, space=("model.optimizer.lr=tag(log,interval(
 
 def _study(tmp_path) -> Any:
     path = tmp_path / "sweep" / "optuna_study.journal"
-    return optuna.load_study(study_name="sweep", storage=optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path))))
+    return optuna.load_study(
+        study_name="sweep", storage=optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+    )
 
 
 def test_a_space_in_hydras_override_grammar_becomes_optunas_distributions():

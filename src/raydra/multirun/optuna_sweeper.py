@@ -238,7 +238,12 @@ class OptunaSweep:
         elif end.status in (Status.COMPLETED, Status.KEPT) and _number(end.value) is not None:
             self.study.tell(end.num, _number(end.value))
         else:
-            why = end.error or f"it returned {end.value!r}, not a number"
+            if end.error:
+                why = end.error
+            elif self.watched and end.status == Status.COMPLETED:
+                why = f"its run logged no {self.watched} (checkpoint.monitor, the sweep's objective); set checkpoint.monitor to a metric the model logs"
+            else:
+                why = f"it returned {end.value!r}, not a number"
             self.study.tell(end.num, state=TrialState.FAIL)
             self.study.set_user_attr(f"failed_{end.num}", why[:300])
             ended = [t for t in self.study.trials if t.state.is_finished()]
