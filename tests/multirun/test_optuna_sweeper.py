@@ -206,3 +206,11 @@ def test_with_another_launcher_trials_run_in_hydras_batches(tmp_path):
     _sweep(tmp_path, launcher, n_trials=5, n_jobs=2)
     assert launcher.batches == [(0, 2), (2, 2), (4, 1)]
     assert [t.state.name for t in _study(tmp_path).trials] == ["COMPLETE"] * 5
+
+
+def test_without_a_pruner_no_trial_is_pruned_and_every_epoch_is_still_in_the_study(tmp_path):
+    # Optuna's own default pruner is its MedianPruner: hydra.sweeper.pruner=null must mean none.
+    launcher = SimulatedLauncher()
+    _sweep(tmp_path, launcher, n_trials=8)
+    assert {end.status for end in launcher.ended} == {Status.COMPLETED}
+    assert all(len(t.intermediate_values) == 4 for t in _study(tmp_path).trials)

@@ -94,7 +94,7 @@ def test_the_asynchronous_optuna_sweeper_asks_as_slots_free_prunes_within_an_epo
         "experiment=vit_digits_smoke",
         "trainer.test=false",
         "scale.num_workers=1",
-        "trainer.max_epochs=3",
+        "trainer.max_epochs=2",
         "hydra/sweeper=optuna_async",
         "hydra.sweeper.n_trials=3",
         "hydra.sweeper.sampler.seed=0",

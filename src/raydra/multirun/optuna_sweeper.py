@@ -134,6 +134,8 @@ class OptunaSweep:
                 "hydra.sweeper.pruner needs jobs that log their metric per epoch to metrics.csv, as raydra's runs do; "
                 "this app's jobs report only their return value: leave the pruner out (hydra.sweeper.pruner=null)."
             )
+        # No pruner asked for is none: Optuna's own default would be its MedianPruner.
+        pruner = pruner if pruner is not None else optuna.pruners.NopPruner()
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         # TPESampler's constant_liar, the default sampler's, is marked experimental since Optuna 2.8.
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -223,7 +225,7 @@ class OptunaSweep:
             return None
         self.told[num].add(epoch)
         trial.report(value, step=epoch)
-        if self.study.pruner is None or not trial.should_prune():
+        if not trial.should_prune():
             return None
         return f"Optuna's {type(self.study.pruner).__name__} at epoch {epoch}: {self.watched} {value:.4g}"
 
