@@ -359,6 +359,10 @@ class PbtConfig:
     # {dotted config key: {distribution: [arguments]}}, as tune.space: the keys PBT perturbs and
     # within what. Empty: every key of tune.space, within its own distribution.
     mutations: Dict[str, Any] = field(default_factory=_open_dict)
+    # true: every trial waits at each interval until all have reached it, then the bottom quantile
+    # copies the top one together (one copy per bottom trial, each time). false: each trial is
+    # compared with the others' latest results as it reaches the interval, and waits for nothing.
+    synch: bool = False
 
 
 @dataclass

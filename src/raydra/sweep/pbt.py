@@ -42,6 +42,7 @@ def scheduler(cfg: DictConfig, mutations: Dict[str, Tuple[str, List[Any]]]) -> A
         hyperparam_mutations={key: mutation(key, name, args) for key, (name, args) in mutations.items()},
         quantile_fraction=pbt.quantile_fraction,
         resample_probability=pbt.resample_probability,
+        synch=pbt.synch,
         # Its pbt_global.txt names trials by tag and counts Tune's iterations; sweep.json's lineage says it in epochs.
         log_config=False,
     )

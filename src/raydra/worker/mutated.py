@@ -13,6 +13,7 @@ no hyperparameters) and is set again in case the module restores its own.
 """
 
 import functools
+import logging
 from collections.abc import MutableMapping
 from typing import Any, Dict, List, Mapping
 
@@ -35,6 +36,7 @@ class MutatedHyperparameters(pl.Callback):
         if trainer.ckpt_path is None:
             return
         apply(self.values, trainer.optimizers, [config.scheduler for config in trainer.lr_scheduler_configs], pl_module)
+        logging.getLogger("raydra").info(f"put the trial's values back after restoring {trainer.ckpt_path}: {self.values}")
 
 
 def apply(values: Mapping[str, Any], optimizers: Any, schedulers: Any, module: Any) -> None:

@@ -1,0 +1,160 @@
+"""tune.scheduler=pbt: what a trial PBT copied into does after Lightning restored the other trial's
+checkpoint (raydra's ViT and a real Trainer, no Ray), PBT's settings refused before any trial, and
+the lineage's record. The real sweep rides test_pbt_sweep_copies_trials_and_resume_keeps_its_lineage."""
+
+import csv
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import REPO, base_env, bare_trainer, run_train, summary_of
+from hydra.utils import instantiate
+
+from raydra.data.digits import DigitsDataModule
+from raydra.lightning import pl
+from raydra.records import sweep
+from raydra.records.sweep import Exploit, SweepRecord
+from raydra.worker.hyperparameters import PlainHyperparameters
+from raydra.worker.mutated import MutatedHyperparameters
+
+# The copied trial's rate and the rate PBT perturbed it to.
+COPIED_LR, MUTATED_LR = 3e-3, 1e-4
+
+
+def vit_node(lr: float) -> dict:
+    """The model node as conf/model/vit.yaml writes it (a partial optimizer, a warm-up-and-cosine
+    schedule over the run's steps), at a size that trains on digits in a second."""
+    return {
+        "_target_": "raydra.models.vit.ViTClassifier",
+        "_convert_": "all",
+        **dict(image_size=8, num_channels=1, num_classes=10, patch_size=2, hidden_size=16, num_layers=1, num_heads=2, mlp_size=32),
+        "export_hf": False,
+        "optimizer": {"_target_": "torch.optim.AdamW", "_partial_": True, "lr": lr, "weight_decay": 0.05},
+        "scheduler": {"_target_": "transformers.get_cosine_schedule_with_warmup", "_partial_": True, "num_warmup_steps": 3},
+    }
+
+
+class Seen(pl.Callback):
+    """What the optimizer, scheduler and hparams hold as training starts and ends."""
+
+    def on_train_start(self, trainer, pl_module):
+        self.start = self._now(trainer, pl_module)
+
+    def on_train_end(self, trainer, pl_module):
+        self.end = self._now(trainer, pl_module)
+
+    @staticmethod
+    def _now(trainer, pl_module):
+        group = trainer.optimizers[0].param_groups[0]
+        return {
+            "step": trainer.global_step,
+            "lr": group["lr"],
+            "initial_lr": group["initial_lr"],
+            "weight_decay": group["weight_decay"],
+            "base_lrs": list(trainer.lr_scheduler_configs[0].scheduler.base_lrs),
+            "hparams_lr": pl_module.hparams.optimizer.keywords["lr"],
+        }
+
+
+def fit(node: dict, epochs: int, ckpt_path=None, callbacks=()):
+    seen = Seen()
+    trainer = bare_trainer(
+        max_epochs=epochs, limit_train_batches=6, limit_val_batches=1, callbacks=[PlainHyperparameters(node), *callbacks, seen]
+    )
+    # As raydra's worker fits: the copied checkpoint loaded with weights_only (plain data only).
+    trainer.fit(instantiate(node), datamodule=DigitsDataModule(batch_size=32), ckpt_path=ckpt_path, weights_only=True)
+    return trainer, seen
+
+
+def test_a_trial_continued_from_another_trials_checkpoint_trains_on_with_its_own_perturbed_values(tmp_path):
+    torch.manual_seed(0)
+    # The trial PBT copies: two epochs at its own rate, its checkpoint at the end of them.
+    copied, seen = fit(vit_node(COPIED_LR), epochs=2)
+    copied.save_checkpoint(tmp_path / "copied.ckpt")
+    at_copy = seen.end
+    assert at_copy["step"] == 12 and at_copy["base_lrs"] == [COPIED_LR]
+
+    # Lightning alone (ray#36660): the trial is built with its new rate, and the restore puts the
+    # copied trial's optimizer and schedule back over it.
+    _, lost = fit(vit_node(MUTATED_LR), epochs=3, ckpt_path=tmp_path / "copied.ckpt")
+    assert lost.start["base_lrs"] == [COPIED_LR] and lost.start["lr"] == pytest.approx(at_copy["lr"])
+
+    # With the trial's values put back: the copied position, weights' optimizer state, and the
+    # perturbed rate where the schedule stands; the other optimizer settings as copied.
+    mutated = MutatedHyperparameters({"model.optimizer.lr": MUTATED_LR})
+    trainer, seen = fit(vit_node(MUTATED_LR), epochs=3, ckpt_path=tmp_path / "copied.ckpt", callbacks=[mutated])
+    assert seen.start["step"] == at_copy["step"], "training continued from the copied step, not from zero"
+    assert seen.start["base_lrs"] == [MUTATED_LR] and seen.start["initial_lr"] == MUTATED_LR
+    assert seen.start["lr"] == pytest.approx(at_copy["lr"] * MUTATED_LR / COPIED_LR)
+    assert seen.start["hparams_lr"] == MUTATED_LR and seen.start["weight_decay"] == 0.05
+    assert seen.end["step"] == 18 and seen.end["base_lrs"] == [MUTATED_LR]
+    # The saved copy holds the perturbed rate: a restore of the trial's own checkpoint (a restarted
+    # worker group, a paused trial) applies the same values again and changes nothing.
+    trainer.save_checkpoint(tmp_path / "own.ckpt")
+    _, again = fit(vit_node(MUTATED_LR), epochs=4, ckpt_path=tmp_path / "own.ckpt", callbacks=[MutatedHyperparameters({"model.optimizer.lr": MUTATED_LR})])
+    assert again.start["lr"] == pytest.approx(seen.end["lr"]) and again.start["base_lrs"] == [MUTATED_LR]
+
+
+def test_weight_decay_and_betas_go_to_the_param_groups_and_a_tuple_stays_a_tuple():
+    from raydra.worker.mutated import apply
+
+    module = instantiate(vit_node(COPIED_LR))
+    optimizer = torch.optim.AdamW(module.parameters(), lr=COPIED_LR, betas=(0.9, 0.999), weight_decay=0.05)
+    apply({"model.optimizer.weight_decay": 0.1, "model.optimizer.betas": [0.8, 0.99], "model.dropout": 0.2}, [optimizer], [], module)
+    group = optimizer.param_groups[0]
+    assert group["weight_decay"] == 0.1 and group["betas"] == (0.8, 0.99) and group["lr"] == COPIED_LR
+    assert module.hparams.dropout == 0.2 and module.hparams.optimizer.keywords["weight_decay"] == 0.1
+
+
+# ---------------------------------------------------------------------------------------------
+# A real PBT sweep
+
+# Four trials, two learning rates that differ clearly by the first epoch; PBT compares them after
+# it (synch: all four at once, so the bottom one copies the top one every time) and perturbs the
+# copied rate within a range, so the copy trains on with a rate of its own.
+PBT_SWEEP = (
+    "experiment=vit_digits_smoke",
+    "tune=pbt",
+    "tune.num_samples=2",
+    "tune.space={model.optimizer.lr: {grid: [1e-5, 3e-3]}}",
+    "tune.pbt.mutations={model.optimizer.lr: {loguniform: [1e-5, 1e-2]}}",
+    "tune.pbt.synch=true",
+    "scale.num_workers=1",
+    "trainer.max_epochs=2",
+    "trainer.test=false",
+    "logger=csv",
+)
+
+
+@pytest.mark.e2e
+def test_pbt_sweep_copies_trials_and_resume_keeps_its_lineage(ray_cluster, tmp_path):
+    started = time.time()
+    done = run_train(*PBT_SWEEP, outputs=tmp_path, address=ray_cluster)
+    assert done.returncode == 0, done.stdout + done.stderr
+    wall = time.time() - started
+    (sweep_dir,) = [p.parent for p in tmp_path.glob("sweeps/*/*/sweep.json")]
+    record = sweep.read(sweep_dir)
+    assert record.status == "completed" and record.trials.completed == 4, record
+    assert record.mutations == {"model.optimizer.lr": {"loguniform": [1e-5, 1e-2]}}
+    # The bottom trial (a 1e-5 one) copied a top one (3e-3) at the end of epoch 1.
+    (copy,) = record.lineage
+    trials = {p.parent.name: summary_of(p.parent) for p in sweep_dir.glob("trials/*/summary.json")}
+    assert trials[copy.copied]["trial"]["sampled"] == {"model.optimizer.lr": 3e-3} == copy.copied_values
+    assert copy.epoch == 1 and copy.step == trials[copy.copied]["global_step"] // 2
+    copier = trials[copy.trial]
+    # Its record: the perturbed rate as its values, trained on to the end from the copied step.
+    assert copier["trial"]["sampled"] == copy.values and copy.values["model.optimizer.lr"] != 3e-3
+    assert copier["status"] == "completed" and copier["epochs_completed"] == 2 and copier["global_step"] == 2 * copy.step
+    worker_log = (sweep_dir / "trials" / copy.trial / "logs" / "worker_0.log").read_text()
+    assert f"resumed from {sweep_dir}/tune/" in worker_log and f"global step {copy.step})" in worker_log
+    assert f"put the trial's values back after restoring {sweep_dir}/tune/" in worker_log
+    assert f"{{'model.optimizer.lr': {copy.values['model.optimizer.lr']}}}" in worker_log
+    rows = {row["trial"]: row for row in csv.DictReader((sweep_dir / "trials.csv").open())}
+    assert rows[copy.trial]["copied"] == f"{copy.copied}@1" and {rows[t]["copied"] for t in rows if t != copy.trial} == {""}
+    assert f"trial {copy.trial} continues from trial {copy.copied} at epoch 1" in done.stdout
+    print(f"pbt sweep: {wall:.1f} s, {len(record.lineage)} copies")
