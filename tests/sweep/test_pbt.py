@@ -4,23 +4,27 @@ the lineage's record. The real sweep rides test_pbt_sweep_copies_trials_and_resu
 
 import csv
 import json
-import signal
-import subprocess
-import sys
+import re
 import time
-from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, base_env, bare_trainer, run_train, summary_of
+from helpers import bare_trainer, run_train, summary_of
+from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
+from raydra.config.checks import validate
+from raydra.config.schema import register_schemas
 from raydra.data.digits import DigitsDataModule
+from raydra.entry import CONF_DIR
+from raydra.errors import RaydraError
 from raydra.lightning import pl
 from raydra.records import sweep
 from raydra.records.sweep import Exploit, SweepRecord
 from raydra.worker.hyperparameters import PlainHyperparameters
 from raydra.worker.mutated import MutatedHyperparameters
+
+register_schemas()
 
 # The copied trial's rate and the rate PBT perturbed it to.
 COPIED_LR, MUTATED_LR = 3e-3, 1e-4
@@ -96,7 +100,12 @@ def test_a_trial_continued_from_another_trials_checkpoint_trains_on_with_its_own
     # The saved copy holds the perturbed rate: a restore of the trial's own checkpoint (a restarted
     # worker group, a paused trial) applies the same values again and changes nothing.
     trainer.save_checkpoint(tmp_path / "own.ckpt")
-    _, again = fit(vit_node(MUTATED_LR), epochs=4, ckpt_path=tmp_path / "own.ckpt", callbacks=[MutatedHyperparameters({"model.optimizer.lr": MUTATED_LR})])
+    _, again = fit(
+        vit_node(MUTATED_LR),
+        epochs=4,
+        ckpt_path=tmp_path / "own.ckpt",
+        callbacks=[MutatedHyperparameters({"model.optimizer.lr": MUTATED_LR})],
+    )
     assert again.start["lr"] == pytest.approx(seen.end["lr"]) and again.start["base_lrs"] == [MUTATED_LR]
 
 
@@ -114,9 +123,9 @@ def test_weight_decay_and_betas_go_to_the_param_groups_and_a_tuple_stays_a_tuple
 # ---------------------------------------------------------------------------------------------
 # A real PBT sweep
 
-# Four trials, two learning rates that differ clearly by the first epoch; PBT compares them after
-# it (synch: all four at once, so the bottom one copies the top one every time) and perturbs the
-# copied rate within a range, so the copy trains on with a rate of its own.
+# Four trials side by side (half a CPU each), two learning rates that differ clearly by the first
+# epoch; PBT compares them after it (synch: all four at once, so the bottom one copies the top one
+# every time) and perturbs the copied rate within a range, so the copy trains on with a rate of its own.
 PBT_SWEEP = (
     "experiment=vit_digits_smoke",
     "tune=pbt",
@@ -125,6 +134,7 @@ PBT_SWEEP = (
     "tune.pbt.mutations={model.optimizer.lr: {loguniform: [1e-5, 1e-2]}}",
     "tune.pbt.synch=true",
     "scale.num_workers=1",
+    "scale.cpus_per_worker=0.5",
     "trainer.max_epochs=2",
     "trainer.test=false",
     "logger=csv",
@@ -158,3 +168,124 @@ def test_pbt_sweep_copies_trials_and_resume_keeps_its_lineage(ray_cluster, tmp_p
     assert rows[copy.trial]["copied"] == f"{copy.copied}@1" and {rows[t]["copied"] for t in rows if t != copy.trial} == {""}
     assert f"trial {copy.trial} continues from trial {copy.copied} at epoch 1" in done.stdout
     print(f"pbt sweep: {wall:.1f} s, {len(record.lineage)} copies")
+
+
+# ---------------------------------------------------------------------------------------------
+# PBT's settings, refused before any trial
+
+
+def composed(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="train", overrides=list(overrides))
+
+
+def pbt_config(*overrides: str):
+    from raydra.sweep.space import check_samples, parse_mutations
+
+    cfg = composed("tune=pbt", *overrides)
+    validate(cfg)
+    check_samples(cfg, parse_mutations(cfg), "pbt.mutations" if cfg.tune.pbt.mutations else "space")
+    return cfg
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["checkpoint.every_n_epochs=2"], "tune.pbt.perturbation_interval=1 is not a multiple of checkpoint.every_n_epochs=2"),
+        (["checkpoint.every_n_steps=20"], "tune.scheduler=pbt copies trials at epoch ends, but checkpoint.every_n_steps=20"),
+        (["tune.search=optuna"], "tune.scheduler=pbt chooses each trial's next values itself, so it cannot run under tune.search=optuna"),
+        (["tune.pbt.quantile_fraction=0.6"], "tune.pbt.quantile_fraction=0.6 must be above 0 and at most 0.5"),
+        (["tune.pbt.perturbation_interval=0"], "tune.pbt.perturbation_interval=0 must be positive"),
+        (
+            ["+tune.pbt.mutations.model.optimizer.lrr={uniform: [1e-4, 1e-2]}"],
+            "tune.pbt.mutations: model.optimizer.lrr is not a key of the composed config",
+        ),
+        (
+            ["+tune.pbt.mutations.data.batch_size={choice: [32, 33]}"],
+            "tune.pbt.mutations.data.batch_size: the value 33 makes an invalid run",
+        ),
+    ],
+)
+def test_pbt_settings_it_cannot_use_are_refused_naming_the_key(overrides, message):
+    with pytest.raises(RaydraError, match=re.escape(message)):
+        pbt_config(*overrides)
+
+
+def test_pbt_perturbs_tune_space_unless_told_which_keys_and_checkpoints_every_interval():
+    from raydra.sweep.pbt import scheduler
+    from raydra.sweep.space import parse_mutations
+
+    cfg = pbt_config("tune.pbt.perturbation_interval=4", "checkpoint.every_n_epochs=2")
+    assert parse_mutations(cfg) == {"model.optimizer.lr": ("loguniform", [1e-4, 1e-1])}
+    cfg = pbt_config("tune.pbt.mutations={data.batch_size: {choice: [32, 64]}}")
+    pbt = scheduler(cfg, parse_mutations(cfg))
+    # A choice is PBT's list (a neighbouring value), epochs its time.
+    assert pbt._hyperparam_mutations == {"data.batch_size": [32, 64]} and pbt._time_attr == "epochs_done"
+
+
+# ---------------------------------------------------------------------------------------------
+# The lineage: recorded by the sweep's driver as a copied trial starts again, kept by a resume
+
+
+class Restarting:
+    """What TrialEvents reads of a trial Tune starts: Tune's Trial's id, config and latest checkpoint."""
+
+    def __init__(self, trial_id, config, checkpoint):
+        self.trial_id, self.config, self.checkpoint = trial_id, config, checkpoint
+
+
+def tune_checkpoint_of(tmp_path, trial_id, epochs_done, lr):
+    """A Tune checkpoint as a PBT trial reports it (raydra.sweep.pbt.tune_checkpoint)."""
+    from ray.train import Checkpoint
+
+    from raydra.sweep.pbt import tune_checkpoint
+
+    folder = tmp_path / f"{trial_id}-{epochs_done}"
+    folder.mkdir()
+    (folder / "checkpoint.ckpt").write_bytes(b"")
+    return tune_checkpoint(Checkpoint.from_directory(folder), trial_id, {"epochs_done": epochs_done, "step": 40 * epochs_done}, {LR: lr})
+
+
+LR = "model.optimizer.lr"
+
+
+def test_a_copy_is_recorded_once_as_its_trial_starts_again_and_a_resumed_sweep_keeps_the_lineage(tmp_path):
+    from raydra.sweep.report import TrialEvents, TrialRow, write_tables
+
+    # Before the resume: b copied a at the end of epoch 1, recorded in sweep.json.
+    earlier = Exploit(
+        trial="b", copied="a", epoch=1, step=40, values={LR: 0.0036}, copied_values={LR: 0.003}, at="2026-11-28T10:00:00+00:00"
+    )
+    sweep.write(
+        tmp_path, SweepRecord(status="interrupted", scheduler="pbt", lineage=[earlier], mutations={LR: {"loguniform": [1e-5, 1e-2]}})
+    )
+    resumed = sweep.read(tmp_path).resumed_from_here()
+    assert resumed.lineage == [earlier] and not resumed.problems
+
+    events = TrialEvents("val/acc", max_epochs=4)
+    events.mutations, events.lineage = [LR], list(resumed.lineage)
+    told = []
+    events.lineage_grew = lambda lineage: told.append(list(lineage))
+    # The resumed sweep starts b from the checkpoint it copied (its latest Tune checkpoint still): no second copy.
+    events.on_trial_start(0, [], Restarting("b", {LR: 0.0036}, tune_checkpoint_of(tmp_path, "a", 1, 0.003)))
+    # Its own checkpoint: a pause, a resume.
+    events.on_trial_start(0, [], Restarting("b", {LR: 0.0036}, tune_checkpoint_of(tmp_path, "b", 2, 0.0036)))
+    events.on_trial_start(0, [], Restarting("c", {LR: 0.001}, None))
+    assert told == []
+    # PBT copies a into b again, at epoch 3, perturbing a's rate.
+    events.on_trial_start(0, [], Restarting("b", {LR: 0.0024}, tune_checkpoint_of(tmp_path, "a", 3, 0.003)))
+    (lineage,) = told
+    assert lineage[0] == earlier and len(lineage) == 2
+    assert (lineage[1].trial, lineage[1].copied, lineage[1].epoch, lineage[1].step) == ("b", "a", 3, 120)
+    assert lineage[1].values == {LR: 0.0024} and lineage[1].copied_values == {LR: 0.003}
+
+    rows = [TrialRow(trial=t, status="completed", sampled={LR: lr}) for t, lr in [("a", 0.003), ("b", 0.0024)]]
+    write_tables(tmp_path, rows, "val/acc", lineage)
+    table = {row["trial"]: row for row in csv.DictReader((tmp_path / "trials.csv").open())}
+    assert table["b"]["copied"] == "a@1 a@3" and table["a"]["copied"] == ""
+    # A sweep other than PBT's has no such column; an older sweep.json reads with no lineage.
+    write_tables(tmp_path, rows, "val/acc")
+    assert "copied" not in next(csv.DictReader((tmp_path / "trials.csv").open()))
+    (tmp_path / "sweep.json").write_text(json.dumps({"format": 2, "kind": "tune sweep", "status": "completed", "scheduler": "asha"}))
+    older = sweep.read(tmp_path)
+    assert older.lineage == [] and older.mutations == {} and not older.problems

@@ -16,12 +16,13 @@ The sweep's driver learns of each copy as the trial starts again (`exploit`), an
 sweep.json's lineage.
 """
 
+import asyncio
 import threading
 from typing import Any, Dict, List, Optional, Tuple
 
+import ray
 import ray.tune
 from omegaconf import DictConfig
-from ray.util.queue import Queue
 
 from raydra import storage
 from raydra.records.envelope import now
@@ -59,53 +60,73 @@ def mutation(key: str, name: str, args: List[Any]) -> Any:
 # -- the trial's side ------------------------------------------------------------------------------
 
 
+@ray.remote(num_cpus=0)
+class Handover:
+    """One report at a time from Ray Train's controller (`hand`) to a PBT trial's TuneRelay (`take`),
+    `hand` returning once the relay has reported it (`reported`). An actor of the trial's: it ends
+    with the trial's process."""
+
+    def __init__(self) -> None:
+        self.reports: asyncio.Queue = asyncio.Queue(maxsize=1)
+        self.done: asyncio.Queue = asyncio.Queue(maxsize=1)
+
+    async def hand(self, item: Any) -> None:
+        await self.reports.put(item)
+        await self.done.get()
+
+    async def take(self) -> Any:
+        return await self.reports.get()
+
+    async def reported(self) -> None:
+        await self.done.put(True)
+
+
 class TuneRelay:
     """Reports a PBT trial's checkpointed epochs to Tune from a thread of the trial's process.
 
     Ray Train's controller (the trial's TorchTrainer, another process) hands each epoch's metrics and
-    checkpoint to `requests` (raydra.sweep.trial.CheckpointsToTune) and waits on `reported`: the
+    checkpoint over (raydra.sweep.trial.CheckpointsToTune) and waits until it is reported: the
     checkpoint is Ray Train's, which it may delete once it has a newer one, and Tune copies it only as
     it is reported. ray.tune.report returns once Tune has decided what the trial does next, so
     training goes on only after PBT's decision (continue, pause, or copy another trial)."""
 
     def __init__(self, trial_id: str, values: Dict[str, Any]) -> None:
         self.trial_id, self.values = trial_id, dict(values)
-        self.requests: Any = Queue(maxsize=1, actor_options={"num_cpus": 0})
-        self.reported: Any = Queue(maxsize=1, actor_options={"num_cpus": 0})
+        self.handover: Any = Handover.remote()
         self.error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._relay, name="raydra-tune-relay", daemon=True)
         self._thread.start()
 
     def _relay(self) -> None:
         while True:
-            item = self.requests.get()
+            item = ray.get(self.handover.take.remote())
             if item is None:
+                ray.get(self.handover.reported.remote())
                 return
             metrics, checkpoint = item
             try:
                 if self.error is None:
-                    ray.tune.report(metrics, checkpoint=self.tune_checkpoint(metrics, checkpoint))
+                    ray.tune.report(metrics, checkpoint=tune_checkpoint(checkpoint, self.trial_id, metrics, self.values))
             except Exception as error:  # said after the fit (close); the controller must not wait on it meanwhile
                 self.error = error
             finally:
                 # Also when Tune stops the trial (SystemExit here): its processes end with it.
-                self.reported.put(True)
-
-    def tune_checkpoint(self, metrics: Dict[str, Any], checkpoint: Any) -> Any:
-        """Ray Train's checkpoint as a Tune checkpoint, naming the trial it is of, where it stands and
-        the values it was trained with (what a trial that copies it records in the lineage)."""
-        reported = ray.tune.Checkpoint(path=checkpoint.path, filesystem=checkpoint.filesystem)
-        reported.set_metadata(
-            {"trial": self.trial_id, TIME_ATTR: metrics.get(TIME_ATTR), "step": metrics.get("step"), "values": self.values}
-        )
-        return reported
+                ray.get(self.handover.reported.remote())
 
     def close(self) -> None:
         """After the fit: every report made; raises what a report raised."""
-        self.requests.put(None)
+        ray.get(self.handover.hand.remote(None))
         self._thread.join()
         if self.error is not None:
             raise self.error
+
+
+def tune_checkpoint(checkpoint: Any, trial_id: str, metrics: Dict[str, Any], values: Dict[str, Any]) -> Any:
+    """Ray Train's checkpoint as a Tune checkpoint, naming the trial it is of, where it stands and
+    the values it was trained with (what a trial that copies it records in the lineage)."""
+    reported = ray.tune.Checkpoint(path=checkpoint.path, filesystem=checkpoint.filesystem)
+    reported.set_metadata({"trial": trial_id, TIME_ATTR: metrics.get(TIME_ATTR), "step": metrics.get("step"), "values": values})
+    return reported
 
 
 def copied_from(checkpoint: Any, trial_id: str) -> Optional[Dict[str, Any]]:

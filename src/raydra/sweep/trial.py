@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import ray
 import ray.tune
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -154,12 +155,9 @@ class CheckpointsToTune(UserCallback):
     Runs in Ray Train's controller, and waits there until Tune has the checkpoint."""
 
     def __init__(self, max_epochs: int, relay: pbt.TuneRelay) -> None:
-        self.max_epochs = max_epochs
-        self.requests, self.reported = relay.requests, relay.reported
+        self.max_epochs, self.handover = max_epochs, relay.handover
 
     def after_report(self, run_context: Any, metrics: List[Dict[str, Any]], checkpoint: Any) -> None:
         result = epoch_result(metrics, self.max_epochs)
-        if result is None or checkpoint is None:
-            return
-        self.requests.put((result, checkpoint))
-        self.reported.get()
+        if result is not None and checkpoint is not None:
+            ray.get(self.handover.hand.remote((result, checkpoint)))

@@ -121,6 +121,13 @@ def run_sweep(
         if not sweep_place.storage:
             sync.check_shared(sweep_dir)
         concurrency = _concurrency(cfg)
+        if tune_cfg.scheduler == "pbt" and tune_cfg.pbt.synch and concurrency < tune_cfg.num_samples:
+            # Ray's synchronous PBT waits for the trials that are running: those that start later
+            # would wait for a perturbation time already passed, and never be compared or copied.
+            raise RaydraError(
+                f"tune.pbt.synch=true needs all {tune_cfg.num_samples} trials running at once, but {concurrency} fit side by side; "
+                "lower tune.num_samples, give the trials fewer resources (scale.num_workers, scale.cpus_per_worker), or set tune.pbt.synch=false."
+            )
         record = record.with_settings(max_concurrent=concurrency)
         log.info(
             f"sweep {record.id}: {tune_cfg.num_samples} trials of {cfg.name}, {concurrency} at a time, "
