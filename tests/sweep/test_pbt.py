@@ -1,6 +1,6 @@
 """tune.scheduler=pbt: what a trial PBT copied into does after Lightning restored the other trial's
 checkpoint (raydra's ViT and a real Trainer, no Ray), PBT's settings refused before any trial, and
-the lineage's record. The real sweep rides test_pbt_sweep_copies_trials_and_resume_keeps_its_lineage."""
+the lineage's record. The real sweep: test_a_pbt_sweep_copies_a_poor_trial_from_a_good_one_and_records_the_lineage."""
 
 import csv
 import json
@@ -142,7 +142,7 @@ PBT_SWEEP = (
 
 
 @pytest.mark.e2e
-def test_pbt_sweep_copies_trials_and_resume_keeps_its_lineage(ray_cluster, tmp_path):
+def test_a_pbt_sweep_copies_a_poor_trial_from_a_good_one_and_records_the_lineage(ray_cluster, tmp_path):
     started = time.time()
     done = run_train(*PBT_SWEEP, outputs=tmp_path, address=ray_cluster)
     assert done.returncode == 0, done.stdout + done.stderr
