@@ -55,7 +55,12 @@ def space_of(*overrides: str):
 
 
 def test_tune_options_compose_with_their_typed_schema():
-    for option, search, scheduler in [("asha", "random", "asha"), ("random", "random", "fifo"), ("optuna", "optuna", "asha")]:
+    for option, search, scheduler in [
+        ("asha", "random", "asha"),
+        ("random", "random", "fifo"),
+        ("optuna", "optuna", "asha"),
+        ("pbt", "random", "pbt"),
+    ]:
         cfg = composed(f"tune={option}")
         assert (cfg.tune.search, cfg.tune.scheduler) == (search, scheduler)
         validate(cfg)
@@ -87,7 +92,7 @@ def test_space_keys_are_dotted_or_nested_and_the_command_line_distribution_wins(
         (["tune.space={data.batch_size: {choice: [32, 33]}}"], "tune.space.data.batch_size: the value 33 makes an invalid run"),
         (["+tune.space.scale.num_workers={uniform: [1, 2]}"], "tune.space.scale.num_workers: the value 1.0 makes an invalid run"),
         (["tune.num_samples=0"], "tune.num_samples=0 must be at least 1"),
-        (["tune.scheduler=pbt"], "tune.scheduler=pbt is not supported"),
+        (["tune.scheduler=hyperband"], "tune.scheduler=hyperband is not a scheduler raydra knows; use one of asha, fifo, pbt"),
         (["tune.space={model.optimizer.lr: null, data.batch_size: null}"], "tune.space leaves no key to search"),
     ],
 )

@@ -194,6 +194,8 @@ def _range_problems(cfg: DictConfig) -> Iterator[str]:
     yield from _validate_wandb(cfg)
     if cfg.get("tune") is not None:
         yield from _validate_tune(cfg.tune)
+        if cfg.tune.scheduler == "pbt":
+            yield from _validate_pbt(cfg.tune, cfg.checkpoint)
     loader = cfg.data.get("loader")
     if loader is not None:
         if loader not in LOADERS:
@@ -436,14 +438,7 @@ def _validate_tune(tune: Any) -> Iterator[str]:
         yield (f"tune.num_samples={tune.num_samples} must be at least 1.")
     if tune.search not in SEARCHES:
         yield (f"tune.search={tune.search} is not a search raydra knows; use one of {', '.join(SEARCHES)}.")
-    if tune.scheduler == "pbt":
-        # Measured on Ray 2.60: TuneReportCallback hands Tune metrics and a checkpoint *path*, never
-        # a Tune checkpoint, so PBT's exploit step would restart a trial from scratch.
-        yield (
-            "tune.scheduler=pbt is not supported: under Ray Train V2 a trial reports no Tune checkpoint for PBT "
-            "to clone; use tune.scheduler=asha or fifo."
-        )
-    elif tune.scheduler not in SCHEDULERS:
+    if tune.scheduler not in SCHEDULERS:
         yield (f"tune.scheduler={tune.scheduler} is not a scheduler raydra knows; use one of {', '.join(SCHEDULERS)}.")
     if tune.mode is not None and tune.mode not in {"min", "max"}:
         yield (f"tune.mode={tune.mode} must be min or max (or null for checkpoint.mode).")
@@ -461,6 +456,37 @@ def _validate_tune(tune: Any) -> Iterator[str]:
             "tune.space is empty, so there is nothing to search; add keys, e.g. "
             "'tune.space={model.optimizer.lr: {loguniform: [1e-4, 1e-1]}}'."
         )
+
+
+def _validate_pbt(tune: Any, checkpoint: Any) -> Iterator[str]:
+    """PBT copies a trial at the epochs its trials checkpoint: tune.pbt.perturbation_interval (epochs)
+    must fall on them, and a mid-epoch cadence (every_n_steps) gives no epoch a checkpoint for sure."""
+    pbt = tune.pbt
+    if tune.search == "optuna":
+        # Ray's PBT refuses a search algorithm that learns from results: it changes the trials' values itself.
+        yield (
+            "tune.scheduler=pbt chooses each trial's next values itself, so it cannot run under tune.search=optuna; use tune.search=random."
+        )
+    yield from _positive("tune.pbt.perturbation_interval", pbt.perturbation_interval)
+    if not 0 < pbt.quantile_fraction <= 0.5:
+        yield (
+            f"tune.pbt.quantile_fraction={pbt.quantile_fraction} must be above 0 and at most 0.5 (the top and bottom shares of the trials)."
+        )
+    if not 0 <= pbt.resample_probability <= 1:
+        yield (f"tune.pbt.resample_probability={pbt.resample_probability} is not a probability; give one from 0 to 1.")
+    if checkpoint.every_n_steps is not None:
+        yield (
+            f"tune.scheduler=pbt copies trials at epoch ends, but checkpoint.every_n_steps={checkpoint.every_n_steps} checkpoints "
+            "inside epochs; drop it and set checkpoint.every_n_epochs (a divisor of tune.pbt.perturbation_interval) instead."
+        )
+    every = checkpoint.every_n_epochs or 1
+    if pbt.perturbation_interval > 0 and pbt.perturbation_interval % every:
+        yield (
+            f"tune.pbt.perturbation_interval={pbt.perturbation_interval} is not a multiple of checkpoint.every_n_epochs={every}: "
+            "PBT can only copy a trial at an epoch it checkpointed; make the interval a multiple of it."
+        )
+    if not OmegaConf.is_dict(pbt.mutations):
+        yield f"tune.pbt.mutations={_shown(pbt.mutations)} is not a dict; give it one as tune.space, or {{}} to perturb every key of tune.space."
 
 
 def _positive(key: str, value: float) -> Iterator[str]:

@@ -347,12 +347,32 @@ class AshaConfig:
 
 
 @dataclass
+class PbtConfig:
+    # Population Based Training (tune.scheduler=pbt): every perturbation_interval epochs a trial in
+    # the bottom quantile_fraction continues from the checkpoint of one in the top quantile_fraction,
+    # with that trial's values perturbed (x0.8 or x1.2, the next value of a choice), or with
+    # probability resample_probability drawn again. The interval must be a multiple of
+    # checkpoint.every_n_epochs: a trial can only be copied at an epoch it checkpointed.
+    perturbation_interval: int = 1
+    quantile_fraction: float = 0.25
+    resample_probability: float = 0.25
+    # {dotted config key: {distribution: [arguments]}}, as tune.space: the keys PBT perturbs and
+    # within what. Empty: every key of tune.space, within its own distribution.
+    mutations: Dict[str, Any] = field(default_factory=_open_dict)
+    # true: every trial waits at each interval until all have reached it, then the bottom quantile
+    # copies the top one together (one copy per bottom trial, each time). false: each trial is
+    # compared with the others' latest results as it reaches the interval, and waits for nothing.
+    synch: bool = False
+
+
+@dataclass
 class TuneConfig:
     """A Ray Tune search over runs (src/raydra/sweep.py); null in the root config means no sweep."""
 
     # random: Tune's random/grid sampling. optuna: Optuna's TPE as Tune's search algorithm.
     search: str = "random"
-    # asha: stop poor trials early. fifo: every trial runs to the end.
+    # asha: stop poor trials early. fifo: every trial runs to the end. pbt: Population Based
+    # Training, poor trials continue from good ones' checkpoints with perturbed values (tune.pbt).
     scheduler: str = "asha"
     # {dotted config key: {distribution: [arguments]}}, e.g. {model.optimizer.lr: {loguniform: [1e-4, 1e-1]}}.
     # Open (struct off): Hydra would otherwise refuse a command-line distribution the YAML lacks.
@@ -366,6 +386,7 @@ class TuneConfig:
     # Seed of the search algorithm (the trials themselves use `seed`).
     seed: Optional[int] = 0
     asha: AshaConfig = field(default_factory=AshaConfig)
+    pbt: PbtConfig = field(default_factory=PbtConfig)
     # A sweep directory to continue: finished trials are kept, unfinished ones run again.
     resume: Optional[str] = None
 
@@ -515,4 +536,4 @@ def _is_pair_of_ints(value: Any) -> bool:
 SEARCHES = ("random", "optuna")
 
 
-SCHEDULERS = ("asha", "fifo")
+SCHEDULERS = ("asha", "fifo", "pbt")

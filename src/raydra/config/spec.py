@@ -46,8 +46,9 @@ class Place:
     logged_config: Dict[str, Any]
     # ckpt_path=: the checkpoint whose weights the run starts from, found and made absolute.
     init_weights: Optional[str] = None
-    # Local mode only: the run's own last checkpoint to continue from (resume=); under Ray, Ray
-    # Train hands the workers the checkpoint itself.
+    # Local mode: the run's own last checkpoint to continue from (resume=); under Ray, Ray Train
+    # hands the workers the run's checkpoint itself, and this is where a run that Ray Train has no
+    # checkpoint of yet starts from (a PBT trial continuing another trial's checkpoint).
     restore: Optional[str] = None
     # data.loader=ray_data: each split's row count, from the datasets the driver built.
     data_rows: Optional[Dict[str, int]] = None

@@ -13,7 +13,8 @@ wrong type reads as unset and is named in `problems`, a key this version does no
 compare` can read a sweep without torch, Ray, Hydra or OmegaConf.
 
 Format 2 (this one) holds the fields sweep.json held before it had `format` (format 1, read as is),
-and `format`.
+and `format`; a PBT sweep's `mutations` and `lineage` are optional fields of it (a record without
+them reads with none).
 """
 
 import dataclasses
@@ -49,6 +50,21 @@ class Best:
 
 
 @dataclass(frozen=True)
+class Exploit:
+    """One copy PBT made (tune.scheduler=pbt): `trial` continued from `copied`'s checkpoint at the end
+    of epoch `epoch` (optimizer step `step`), with `values` for the perturbed keys where `copied` had
+    `copied_values`; `at`: when the trial started again from it."""
+
+    trial: Optional[str] = None
+    copied: Optional[str] = None
+    epoch: Optional[int] = None
+    step: Optional[int] = None
+    values: Dict[str, Any] = field(default_factory=dict)
+    copied_values: Dict[str, Any] = field(default_factory=dict)
+    at: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class TrialCounts:
     """How the sweep's trials ended."""
 
@@ -77,6 +93,9 @@ class SweepRecord(Envelope):
     num_samples: Optional[int] = None
     # tune.space as parsed: {key: {distribution: arguments}}.
     space: Dict[str, Any] = field(default_factory=dict)
+    # tune.scheduler=pbt: the keys it perturbs, parsed as `space`; and every copy it made, in order.
+    mutations: Dict[str, Any] = field(default_factory=dict)
+    lineage: List[Exploit] = field(default_factory=list)
     # The sweep's share of paths.storage (secrets masked), or None: the sweep directory holds it all.
     storage: Optional[str] = None
     max_concurrent: Optional[int] = None

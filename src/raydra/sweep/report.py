@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import ray.tune
 import yaml
@@ -21,9 +21,10 @@ from raydra.records.checkpoints import last_checkpoint
 from raydra.records.envelope import Status
 from raydra.records.ledger import GroupLedger, duration, group_ledger, run_cost, share
 from raydra.records.summary import Checkpoints, Metrics, RunRecord
-from raydra.records.sweep import Best, SweepRecord
+from raydra.records.sweep import Best, Exploit, SweepRecord
 from raydra.run import recording
 from raydra.run.prepare import writable
+from raydra.sweep import pbt
 
 log = logging.getLogger("raydra")
 
@@ -58,6 +59,10 @@ class TrialEvents(ray.tune.Callback):
         self.statuses: Dict[str, str] = {}
         self.scheduler: Any = None
         self.scheduler_state: Optional[Path] = None
+        # tune.scheduler=pbt: the keys it perturbs, every copy it made, and what is told of a new one.
+        self.mutations: List[str] = []
+        self.lineage: List[Exploit] = []
+        self.lineage_grew: Callable[[List[Exploit]], None] = lambda lineage: None
 
     def _save_scheduler(self) -> None:
         # Called after the scheduler has seen the result, so its rungs include it.
@@ -70,7 +75,14 @@ class TrialEvents(ray.tune.Callback):
         self.statuses = {trial.trial_id: trial.status for trial in trials}
 
     def on_trial_start(self, iteration: int, trials: List[Any], trial: Any, **info: Any) -> None:
-        log.info(f"trial {trial.trial_id} started: {fmt_sampled(trial.config)}")
+        copy = pbt.exploit(trial, self.mutations) if self.mutations else None
+        if copy is None:
+            log.info(f"trial {trial.trial_id} started: {fmt_sampled(trial.config)}")
+            return
+        log.info(f"trial {trial.trial_id} continues from trial {copy.copied} at epoch {copy.epoch}: {fmt_sampled(copy.values)}")
+        if not any(pbt.same(copy, known) for known in self.lineage):
+            self.lineage.append(copy)
+            self.lineage_grew(self.lineage)
 
     def on_trial_result(self, iteration: int, trials: List[Any], trial: Any, result: Dict[str, Any], **info: Any) -> None:
         value = result.get(self.metric)
@@ -88,7 +100,16 @@ class TrialEvents(ray.tune.Callback):
 
     def __getstate__(self) -> Dict[str, Any]:
         # Tune pickles its RunConfig, callbacks included, into the sweep's tune/ directory.
-        return {"metric": self.metric, "max_epochs": self.max_epochs, "statuses": {}, "scheduler": None, "scheduler_state": None}
+        return {
+            "metric": self.metric,
+            "max_epochs": self.max_epochs,
+            "statuses": {},
+            "scheduler": None,
+            "scheduler_state": None,
+            "mutations": [],
+            "lineage": [],
+            "lineage_grew": lambda lineage: None,
+        }
 
 
 def settle_trials(
@@ -225,9 +246,13 @@ def best(rows: List[TrialRow], mode: str) -> Optional[TrialRow]:
     return (max if mode == "max" else min)(done, key=lambda row: row.final)
 
 
-def write_tables(sweep_dir: Path, rows: List[TrialRow], metric: str) -> None:
+def write_tables(sweep_dir: Path, rows: List[TrialRow], metric: str, lineage: Optional[List[Exploit]] = None) -> None:
+    """trials.csv and trials.md; with PBT's `lineage`, each trial's copies too: `copied` lists them in
+    order as <trial>@<epoch>, and the sampled columns hold the values the trial ended with."""
     keys = sorted({key for row in rows for key in row.sampled})
     header = ["trial", *keys, metric, f"best {metric}", "epochs", "status", "wall_s", "run_dir", "error"]
+    if lineage is not None:
+        header.append("copied")
     table = [
         [
             row.trial,
@@ -239,6 +264,7 @@ def write_tables(sweep_dir: Path, rows: List[TrialRow], metric: str) -> None:
             row.wall_s,
             row.run_dir,
             row.error or "",
+            *([" ".join(f"{copy.copied}@{copy.epoch}" for copy in lineage if copy.trial == row.trial)] if lineage is not None else []),
         ]
         for row in rows
     ]

@@ -29,14 +29,16 @@ DISTRIBUTIONS = (
 )
 
 
-def parse_space(cfg: DictConfig) -> Dict[str, Tuple[str, List[Any]]]:
-    """tune.space as {dotted key: (distribution, arguments)}, checked against the composed config.
+def parse_space(cfg: DictConfig, node: str = "space") -> Dict[str, Tuple[str, List[Any]]]:
+    """tune.space (or another node of tune written as it is, `node`: pbt.mutations) as {dotted key:
+    (distribution, arguments)}, checked against the composed config.
 
     Keys may be dotted (`model.optimizer.lr: {...}`) or nested (`model: {dropout: {...}}`, which is
     what `+tune.space.model.dropout=...` makes); a key set to null is left out of the search. A key
     with several distributions takes the last.
     """
     space: Dict[str, Tuple[str, List[Any]]] = {}
+    name_of = f"tune.{node}"
 
     def walk(node: Dict[str, Any], prefix: str) -> None:
         for key, spec in node.items():
@@ -46,32 +48,38 @@ def parse_space(cfg: DictConfig) -> Dict[str, Tuple[str, List[Any]]]:
             target = OmegaConf.select(cfg, path, default=ABSENT, throw_on_resolution_failure=False)
             if target is ABSENT:
                 raise RaydraError(
-                    f"tune.space: {path} is not a key of the composed config; check its spelling "
+                    f"{name_of}: {path} is not a key of the composed config; check its spelling "
                     "(python train.py --cfg job prints every key)."
                 )
             if isinstance(target, DictConfig):
                 if not isinstance(spec, dict):
-                    raise RaydraError(f"tune.space: {path} is a group of keys, not one value; search a key inside it.")
+                    raise RaydraError(f"{name_of}: {path} is a group of keys, not one value; search a key inside it.")
                 walk(spec, path + ".")
                 continue
             if not isinstance(spec, dict) or not spec:
                 raise RaydraError(
-                    f"tune.space.{path} must be a distribution and its arguments, "
-                    "e.g. {loguniform: [1e-4, 1e-1]} or {choice: [32, 64]}."
+                    f"{name_of}.{path} must be a distribution and its arguments, e.g. {{loguniform: [1e-4, 1e-1]}} or {{choice: [32, 64]}}."
                 )
             # Hydra merges a dict given on the command line into the YAML's instead of replacing
             # it, so `'tune.space={lr: {choice: [...]}}'` over a YAML `{loguniform: [...]}` leaves
             # both; the one given last (the command line's) is the one meant.
             name, args = list(spec.items())[-1]
             if name not in DISTRIBUTIONS:
-                raise RaydraError(f"tune.space.{path}: {name} is not a distribution raydra knows; use one of {', '.join(DISTRIBUTIONS)}.")
+                raise RaydraError(f"{name_of}.{path}: {name} is not a distribution raydra knows; use one of {', '.join(DISTRIBUTIONS)}.")
             args = list(args) if isinstance(args, (list, tuple)) else [args]
             space[path] = (name, args)
 
-    walk(OmegaConf.to_container(cfg.tune.space, resolve=True), "")
+    walk(OmegaConf.to_container(OmegaConf.select(cfg.tune, node), resolve=True), "")
     if not space:
-        raise RaydraError("tune.space leaves no key to search; give at least one key a distribution.")
+        raise RaydraError(f"{name_of} leaves no key to search; give at least one key a distribution.")
     return space
+
+
+def parse_mutations(cfg: DictConfig) -> Dict[str, Tuple[str, List[Any]]]:
+    """What tune.scheduler=pbt perturbs: tune.pbt.mutations, checked as tune.space is; empty, tune.space itself."""
+    if not cfg.tune.pbt.mutations:
+        return parse_space(cfg)
+    return parse_space(cfg, "pbt.mutations")
 
 
 def domain(key: str, name: str, args: List[Any]) -> Any:
@@ -89,7 +97,7 @@ def domain(key: str, name: str, args: List[Any]) -> Any:
         ) from None
 
 
-def check_samples(cfg: DictConfig, space: Dict[str, Tuple[str, List[Any]]]) -> None:
+def check_samples(cfg: DictConfig, space: Dict[str, Tuple[str, List[Any]]], node: str = "space") -> None:
     """Every choice, and both ends of every range, must make a valid run: a type the schema
     accepts and values validate() accepts, so a bad space fails before any trial starts."""
     for key, (name, args) in space.items():
@@ -109,7 +117,7 @@ def check_samples(cfg: DictConfig, space: Dict[str, Tuple[str, List[Any]]]) -> N
                 validate(trial_cfg)
             except (OmegaConfBaseException, RaydraError) as error:
                 reason = str(error).strip().splitlines()[0]
-                raise RaydraError(f"tune.space.{key}: the value {value} makes an invalid run ({reason}); narrow the space.") from None
+                raise RaydraError(f"tune.{node}.{key}: the value {value} makes an invalid run ({reason}); narrow the space.") from None
 
 
 def plain(value: Any) -> Any:

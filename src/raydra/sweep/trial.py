@@ -6,11 +6,13 @@ stopped to the sweep's driver."""
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
+import ray
 import ray.tune
 import yaml
 from omegaconf import DictConfig, OmegaConf
+from ray.train.v2.api.callback import UserCallback
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from raydra import storage
@@ -19,12 +21,18 @@ from raydra.config.spec import Place
 from raydra.private_apis.ray_tune import tune_stop_probe
 from raydra.records import layout, summary, trust
 from raydra.records.envelope import Status
+from raydra.records.layout import CHECKPOINT_FILE
 from raydra.records.summary import Trial
 from raydra.redact import redact_yaml_files
 from raydra.run.lifecycle import FAILED, Ending, Lifecycle
 from raydra.run.prepare import Invocation
 from raydra.run.sequence import RunSequence
+from raydra.sweep import pbt
 from raydra.sweep.space import plain
+from raydra.worker.mutated import values_node
+
+# The `callbacks` entry a PBT trial adds: its values put back after a restore (raydra.worker.mutated).
+PBT_CALLBACK = "pbt_mutated_values"
 
 
 def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, Any]) -> None:
@@ -49,6 +57,12 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     conf = _typed(base)
     for key, value in sampled.items():
         OmegaConf.update(conf, key, value, merge=False)
+    mutated = sweep.get("mutations")
+    copied = None
+    if mutated:
+        # PBT: after any restore the workers put this trial's values back (raydra.worker.mutated).
+        conf.callbacks = {**(conf.callbacks or {}), PBT_CALLBACK: values_node({key: sampled[key] for key in mutated})}
+        copied = pbt.copied_from(ray.tune.get_checkpoint(), trial_id)
     (run_dir / layout.HYDRA_DIR).mkdir(parents=True, exist_ok=True)
     (run_dir / layout.CONFIG).write_text(OmegaConf.to_yaml(conf))
     (run_dir / layout.OVERRIDES).write_text(yaml.safe_dump(overrides, sort_keys=False))
@@ -71,12 +85,26 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
         # The same checks as every run's (raydra.run.prepare), on the sweep's config with this trial's samples.
         prepared = run.prepare(Invocation(overrides=tuple(overrides), trial=True))
         spec = run.start(prepared, kind="trial", label=",".join(f"{k}={v}" for k, v in sampled.items()), at=place)
+        relay = pbt.TuneRelay(trial_id, {key: sampled[key] for key in mutated}) if mutated else None
+        if copied:
+            # PBT copied another trial into this one: its workers start from that trial's checkpoint,
+            # and Ray Train from no run of this trial's own.
+            pbt.forget_train_run(storage.join(layout.checkpoints_location(spec.place), run_id))
+            spec = spec.with_place(
+                restore=pbt.checkpoint_file(sweep["storage"] or sweep["dir"], ray.tune.get_checkpoint(), CHECKPOINT_FILE)
+            )
+        report = CheckpointsToTune(spec.trainer.max_epochs, relay) if relay else ReportToTune(spec.trainer.max_epochs)
         # Its start-up and compute ledger count from here: the trial's own process was Tune's before.
-        run.fit(spec, tune_trial=True, callbacks=[ReportToTune(spec.trainer.max_epochs)], marks={"run_began": started})
+        run.fit(spec, tune_trial=True, callbacks=[report], marks={"run_began": started})
+        if relay:
+            relay.close()
     # The last epoch reaches Tune only now, with the test metrics, once summary.json is complete
     # (see ReportToTune).
     final = dict(run.record.metrics.final)
     final["epochs_done"] = run.record.epochs_completed
+    if mutated:
+        # The trial is done: PBT (which sees every result but this one) must not copy another into it now.
+        final["done"] = True
     ray.tune.report(final)
 
 
@@ -94,20 +122,42 @@ def _settled(run_dir: Path) -> bool:
     return run is not None and run.status == Status.STOPPED
 
 
+def epoch_result(metrics: List[Dict[str, Any]], max_epochs: int) -> Optional[Dict[str, Any]]:
+    """What of a Ray Train report reaches Tune: rank 0's metrics of an epoch that is not the last,
+    with `epochs_done`; None for the rest. A scheduler stops a trial the moment it reports its last
+    epoch (ASHA's max_t), which would cut off the trial's test and its summary.json; the trial
+    reports that epoch itself after writing them. Mid-epoch checkpoints (checkpoint.every_n_steps)
+    are no epoch for a scheduler to count."""
+    if not metrics or metrics[0].get("mid_epoch") or metrics[0].get("epoch", -1) + 1 >= max_epochs:
+        return None
+    # Schedulers count epochs_done, not Tune's training_iteration, which starts again at 1 when a
+    # resumed sweep restarts a trial that Train V2 continues from a later epoch.
+    return dict(metrics[0], epochs_done=metrics[0]["epoch"] + 1)
+
+
 class ReportToTune(TuneReportCallback):
-    """TuneReportCallback for every epoch but the last. A scheduler stops a trial the moment it
-    reports its last epoch (ASHA's max_t), which would cut off the trial's test and its
-    summary.json; the trial reports that epoch itself after writing them."""
+    """TuneReportCallback for every epoch but the last (epoch_result)."""
 
     def __init__(self, max_epochs: int) -> None:
         super().__init__()
         self.max_epochs = max_epochs
 
     def after_report(self, run_context: Any, metrics: List[Dict[str, Any]], checkpoint: Any) -> None:
-        # Mid-epoch checkpoints (checkpoint.every_n_steps) are no epoch for ASHA to count.
-        if not metrics or metrics[0].get("mid_epoch") or metrics[0].get("epoch", -1) + 1 >= self.max_epochs:
-            return
-        # ASHA counts epochs_done, not Tune's training_iteration, which starts again at 1 when a
-        # resumed sweep restarts a trial that Train V2 continues from a later epoch.
-        metrics = [dict(metrics[0], epochs_done=metrics[0]["epoch"] + 1), *metrics[1:]]
-        super().after_report(run_context, metrics, checkpoint)
+        result = epoch_result(metrics, self.max_epochs)
+        if result is not None:
+            super().after_report(run_context, [result, *metrics[1:]], checkpoint)
+
+
+class CheckpointsToTune(UserCallback):
+    """tune.scheduler=pbt's report: every epoch but the last that carries a checkpoint reaches Tune
+    with it, through the trial's TuneRelay (raydra.sweep.pbt), as a checkpoint PBT can copy. An epoch
+    without one is not reported: PBT acts at a report, and can only copy a trial at a checkpoint.
+    Runs in Ray Train's controller, and waits there until Tune has the checkpoint."""
+
+    def __init__(self, max_epochs: int, relay: pbt.TuneRelay) -> None:
+        self.max_epochs, self.handover = max_epochs, relay.handover
+
+    def after_report(self, run_context: Any, metrics: List[Dict[str, Any]], checkpoint: Any) -> None:
+        result = epoch_result(metrics, self.max_epochs)
+        if result is not None and checkpoint is not None:
+            ray.get(self.handover.hand.remote((result, checkpoint)))

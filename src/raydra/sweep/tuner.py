@@ -29,9 +29,9 @@ from raydra.run.lifecycle import COMPLETED, INTERRUPTED, Ending, Lifecycle
 from raydra.run.prepare import Invocation, prepare, writable
 from raydra.run.resolve import wandb_mode
 from raydra.run.resume import changed_keys
-from raydra.sweep import report
+from raydra.sweep import pbt, report
 from raydra.sweep.report import TrialEvents
-from raydra.sweep.space import check_samples, domain, parse_space
+from raydra.sweep.space import check_samples, domain, parse_mutations, parse_space
 from raydra.sweep.trial import run_trial
 
 log = logging.getLogger("raydra")
@@ -95,12 +95,17 @@ def run_sweep(
         metric = trial_events.metric = tune_cfg.metric or cfg.checkpoint.monitor
         mode = tune_cfg.mode or cfg.checkpoint.mode
         record = record.with_settings(metric=metric, mode=mode)
+        mutations = parse_mutations(cfg) if tune_cfg.scheduler == "pbt" else {}
         if tune_cfg.resume:
             sweep_dir, record = _continue(composed, fresh_dir)
         else:
             space = parse_space(cfg)
             check_samples(cfg, space)
-            record = record.with_settings(space={key: {name: args} for key, (name, args) in space.items()})
+            check_samples(cfg, mutations, "pbt.mutations" if tune_cfg.pbt.mutations else "space")
+            record = record.with_settings(
+                space={key: {name: args} for key, (name, args) in space.items()},
+                mutations={key: {name: args} for key, (name, args) in mutations.items()},
+            )
         sweep_record.write(sweep_dir, record)
         # With paths.storage, Tune's state and every trial's record live there; the trials' records
         # are pulled into this sweep directory as they go.
@@ -116,6 +121,13 @@ def run_sweep(
         if not sweep_place.storage:
             sync.check_shared(sweep_dir)
         concurrency = _concurrency(cfg)
+        if tune_cfg.scheduler == "pbt" and tune_cfg.pbt.synch and concurrency < tune_cfg.num_samples:
+            # Ray's synchronous PBT waits for the trials that are running: those that start later
+            # would wait for a perturbation time already passed, and never be compared or copied.
+            raise RaydraError(
+                f"tune.pbt.synch=true needs all {tune_cfg.num_samples} trials running at once, but {concurrency} fit side by side; "
+                "lower tune.num_samples, give the trials fewer resources (scale.num_workers, scale.cpus_per_worker), or set tune.pbt.synch=false."
+            )
         record = record.with_settings(max_concurrent=concurrency)
         log.info(
             f"sweep {record.id}: {tune_cfg.num_samples} trials of {cfg.name}, {concurrency} at a time, "
@@ -124,7 +136,16 @@ def run_sweep(
         trial_events.scheduler_state = sweep_dir / layout.SCHEDULER_STATE
         # The driver's own file, here even when Tune keeps its state in storage.
         trial_events.scheduler_state.parent.mkdir(parents=True, exist_ok=True)
-        tuner = _tuner(cfg, sweep_dir, sweep_place.storage, record, concurrency, trial_events)
+        tuner = _tuner(cfg, sweep_dir, sweep_place.storage, record, concurrency, trial_events, list(mutations))
+        # PBT's copies, kept in sweep.json as they happen (a resumed sweep's record holds the earlier ones).
+        trial_events.lineage = list(record.lineage)
+
+        def lineage_grew(lineage: List[sweep_record.Exploit]) -> None:
+            nonlocal record
+            record = record.with_settings(lineage=list(lineage))
+            sweep_record.write(sweep_dir, record)
+
+        trial_events.lineage_grew = lineage_grew
         worker_output.start_run(sweep_dir)
         # Concurrent trials' epoch lines would interleave; TrialEvents prints one line per trial event.
         echo, worker_output.echo_progress = worker_output.echo_progress, False
@@ -141,7 +162,7 @@ def run_sweep(
             worker_output.end_run()
             worker_output.echo_progress = echo
         rows = report.settle_trials(sweep_dir, grid, trial_events, metric, mode, tune_cfg.scheduler)
-        report.write_tables(sweep_dir, rows, metric)
+        report.write_tables(sweep_dir, rows, metric, trial_events.lineage if tune_cfg.scheduler == "pbt" else None)
         unfinished = [row for row in rows if row.status in ("running", "pending", "interrupted")]
         if unfinished:
             raise KeyboardInterrupt
@@ -199,7 +220,13 @@ def _concurrency(cfg: DictConfig) -> int:
 
 
 def _tuner(
-    cfg: DictConfig, sweep_dir: Path, sweep_storage: Optional[str], record: SweepRecord, concurrency: int, trial_events: "TrialEvents"
+    cfg: DictConfig,
+    sweep_dir: Path,
+    sweep_storage: Optional[str],
+    record: SweepRecord,
+    concurrency: int,
+    trial_events: "TrialEvents",
+    mutations: List[str],
 ) -> Any:
     tune = ray.tune
     filesystem, tune_root = storage.filesystem(sweep_storage or str(sweep_dir))
@@ -216,7 +243,10 @@ def _tuner(
         "storage": sweep_storage,
         "id": record.id,
         "overrides": [o for o in record.overrides if not o.startswith("tune.resume=")],
+        # tune.scheduler=pbt: the keys PBT perturbs (raydra.sweep.pbt).
+        "mutations": mutations,
     }
+    trial_events.mutations = mutations
     trainable = tune.with_resources(tune.with_parameters(run_trial, base=_trial_base(cfg, record.id), sweep=sweep), {"CPU": TRIAL_CPU})
     if cfg.tune.resume:
         tuner = tune.Tuner.restore(
@@ -231,14 +261,17 @@ def _tuner(
         # needs its own to see the trials. Tuner.restore takes no callbacks of its own.
         replace_restored_tuner_callbacks(tuner, [trial_events])
         # Tuner.restore brings back the scheduler as it was created, with no rungs: trials run
-        # after a resume would be compared only with each other. TrialEvents saved its rungs.
-        trial_events.scheduler = restored_tuner_scheduler(tuner)
+        # after a resume would be compared only with each other. TrialEvents saved ASHA's rungs (PBT
+        # keeps no state Ray can save: it starts again from the trials' next reports).
+        trial_events.scheduler = restored_tuner_scheduler(tuner) if cfg.tune.scheduler == "asha" else None
         if trial_events.scheduler is not None and trial_events.scheduler_state.is_file():
             restore_scheduler_rungs(trial_events.scheduler, str(trial_events.scheduler_state))
         return tuner
     space = {key: domain(key, name, args) for key, (name, args) in parse_space(cfg).items()}
     metric, mode = record.metric, record.mode
-    trial_events.scheduler = _scheduler(cfg)
+    scheduler = _scheduler(cfg)
+    # The scheduler whose state TrialEvents saves after each result: ASHA's rungs.
+    trial_events.scheduler = scheduler if cfg.tune.scheduler == "asha" else None
     return tune.Tuner(
         trainable,
         param_space=space,
@@ -247,7 +280,7 @@ def _tuner(
             mode=mode,
             num_samples=cfg.tune.num_samples,
             search_alg=_search(cfg, concurrency),
-            scheduler=trial_events.scheduler,
+            scheduler=scheduler,
             # Random search limits itself (above); Tune wraps Optuna in a ConcurrencyLimiter.
             max_concurrent_trials=concurrency if cfg.tune.search == "optuna" else None,
             # A stopped trial's process must end: reused, its training thread would run on.
@@ -280,6 +313,8 @@ def _search(cfg: DictConfig, concurrency: int) -> Any:
 def _scheduler(cfg: DictConfig) -> Any:
     if cfg.tune.scheduler == "fifo":
         return None
+    if cfg.tune.scheduler == "pbt":
+        return pbt.scheduler(cfg, parse_mutations(cfg))
     from ray.tune.schedulers import ASHAScheduler
 
     asha = cfg.tune.asha

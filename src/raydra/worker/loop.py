@@ -76,9 +76,14 @@ def train_loop(config: Dict[str, Any]) -> WorkerOutcome:
     unroute = route_logs(log_file, verbose=spec.verbose, local=spec.local)
     try:
         with contextlib.ExitStack() as stack:
-            # Local mode: Ray Train hands no checkpoint back; the driver names the run's last one.
+            # Local mode: Ray Train hands no checkpoint back; the driver names the run's last one. Under
+            # Ray, Ray Train's own checkpoint of this run comes first (a restarted worker group), then
+            # the one the driver named (a PBT trial continuing another trial's checkpoint).
             fetching = time.time()
-            restored = spec.place.restore if spec.local else _restored_checkpoint_path(stack, spec.place.id, rank)
+            if spec.local:
+                restored = spec.place.restore
+            else:
+                restored = _restored_checkpoint_path(stack, spec.place.id, rank) or _named_checkpoint(stack, spec.place.restore)
             if restored:
                 # The compute ledger's restore: the download here, the load in Heartbeat.on_load_checkpoint.
                 progress.spent.restore_s += time.time() - fetching
@@ -363,6 +368,17 @@ def _restored_checkpoint_path(stack: contextlib.ExitStack, run_id: str, rank: in
     shutil.rmtree(local, ignore_errors=True)
     stack.callback(shutil.rmtree, local, ignore_errors=True)
     return os.path.join(checkpoint.to_directory(local), CHECKPOINT_FILE)
+
+
+def _named_checkpoint(stack: contextlib.ExitStack, location: Optional[str]) -> Optional[str]:
+    """The Lightning checkpoint the driver named, on this disk: in place, or downloaded from storage
+    into a directory of this worker's own, removed when `stack` closes."""
+    if location is None:
+        return None
+    from raydra.records.checkpoints import fetch
+
+    scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="raydra-restore-"))
+    return str(fetch(location, scratch))
 
 
 def _gather(trainer: Any, figures: Dict[str, int]) -> List[Dict[str, int]]:
