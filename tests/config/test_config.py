@@ -392,6 +392,7 @@ def test_group_options_set_only_what_they_change_from_the_schema():
         "tune/asha.yaml": schema.TuneConfig,
         "tune/optuna.yaml": schema.TuneConfig,
         "tune/random.yaml": schema.TuneConfig,
+        "tune/pbt.yaml": schema.TuneConfig,
     }
     # Every option of the typed groups is checked, including ones added later.
     found = {f"{group}/{p.name}" for group in ("scale", "strategy", "trainer", "tune") for p in (CONF_DIR / group).glob("*.yaml")}

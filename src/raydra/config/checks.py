@@ -449,6 +449,17 @@ def _validate_tune(tune: Any) -> Iterator[str]:
         yield (f"tune.asha.reduction_factor={tune.asha.reduction_factor} must be above 1.")
     if tune.asha.max_t is not None and tune.asha.max_t < tune.asha.grace_period:
         yield (f"tune.asha.max_t={tune.asha.max_t} is below tune.asha.grace_period={tune.asha.grace_period}.")
+    # PBT's settings are checked whatever the scheduler, as ASHA's are.
+    pbt = tune.pbt
+    yield from _positive("tune.pbt.perturbation_interval", pbt.perturbation_interval)
+    if not 0 < pbt.quantile_fraction <= 0.5:
+        yield (
+            f"tune.pbt.quantile_fraction={pbt.quantile_fraction} must be above 0 and at most 0.5 (the top and bottom shares of the trials)."
+        )
+    if not 0 <= pbt.resample_probability <= 1:
+        yield (f"tune.pbt.resample_probability={pbt.resample_probability} is not a probability; give one from 0 to 1.")
+    if not OmegaConf.is_dict(pbt.mutations):
+        yield f"tune.pbt.mutations={_shown(pbt.mutations)} is not a dict; give it one as tune.space, or {{}} to perturb every key of tune.space."
     if not OmegaConf.is_dict(tune.space):
         yield f"tune.space={_shown(tune.space)} is not a dict; give it one, e.g. 'tune.space={{model.optimizer.lr: {{loguniform: [1e-4, 1e-1]}}}}'."
     elif not tune.space and not tune.resume:
@@ -467,13 +478,6 @@ def _validate_pbt(tune: Any, checkpoint: Any) -> Iterator[str]:
         yield (
             "tune.scheduler=pbt chooses each trial's next values itself, so it cannot run under tune.search=optuna; use tune.search=random."
         )
-    yield from _positive("tune.pbt.perturbation_interval", pbt.perturbation_interval)
-    if not 0 < pbt.quantile_fraction <= 0.5:
-        yield (
-            f"tune.pbt.quantile_fraction={pbt.quantile_fraction} must be above 0 and at most 0.5 (the top and bottom shares of the trials)."
-        )
-    if not 0 <= pbt.resample_probability <= 1:
-        yield (f"tune.pbt.resample_probability={pbt.resample_probability} is not a probability; give one from 0 to 1.")
     if checkpoint.every_n_steps is not None:
         yield (
             f"tune.scheduler=pbt copies trials at epoch ends, but checkpoint.every_n_steps={checkpoint.every_n_steps} checkpoints "
@@ -485,8 +489,6 @@ def _validate_pbt(tune: Any, checkpoint: Any) -> Iterator[str]:
             f"tune.pbt.perturbation_interval={pbt.perturbation_interval} is not a multiple of checkpoint.every_n_epochs={every}: "
             "PBT can only copy a trial at an epoch it checkpointed; make the interval a multiple of it."
         )
-    if not OmegaConf.is_dict(pbt.mutations):
-        yield f"tune.pbt.mutations={_shown(pbt.mutations)} is not a dict; give it one as tune.space, or {{}} to perturb every key of tune.space."
 
 
 def _positive(key: str, value: float) -> Iterator[str]:
