@@ -67,6 +67,7 @@ class Job:
     pruned_by: Optional[str] = None
     epochs_told: Set[int] = field(default_factory=set)
     metrics_seen: Any = None  # its metrics.csv's (mtime, size) when last read for them
+    summary_seen: Any = None  # its summary.json's (mtime, size) when last read for its outcome
 
     @property
     def label(self) -> str:

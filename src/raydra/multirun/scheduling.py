@@ -20,14 +20,15 @@ from raydra.multirun.feed import JobFeed
 from raydra.multirun.job import Job
 from raydra.multirun.state import Multirun
 from raydra.records.envelope import Status
-from raydra.records.layout import CONSOLE, METRICS
+from raydra.records.layout import CONSOLE, METRICS, SUMMARY
 from raydra.run.lifecycle import Lifecycle
 
 log = logging.getLogger("raydra")
 
-# How often running jobs are checked for their outcome; a raydra job's process ending wakes the
-# launcher at once.
-POLL_S = 0.2
+# How often running jobs are checked for their outcome (a raydra run's summary.json is read only
+# when it has changed); a raydra job's process ending wakes the launcher at once. Each check before
+# a freed slot is noticed is slot time left idle.
+POLL_S = 0.05
 # How long stopped jobs get to record themselves interrupted (stop their workers, write summary.json)
 # before they are killed.
 STOP_WAIT_S = 120
@@ -241,6 +242,13 @@ def _room_for(share: float, running: List[Job], max_concurrent: Optional[int]) -
 def _outcome_recorded(job: Job) -> bool:
     """summary.json says how the run ended: the driver writes that once its TorchTrainer has
     returned, its workers and their placement group gone."""
+    try:
+        seen = (job.dir / SUMMARY).stat()
+    except OSError:
+        return False
+    if (seen.st_mtime_ns, seen.st_size) == job.summary_seen:
+        return False
+    job.summary_seen = (seen.st_mtime_ns, seen.st_size)
     run = outcome.summary_of(job)
     return run is not None and run.ended
 
