@@ -178,7 +178,7 @@ def test_a_run_settles_interrupted_with_its_resume_command_or_failed_with_its_se
     monkeypatch.setattr(fit, "fit_and_record", work[stop])
     if mode == "ray":
         # What asks the Ray the stand-in did not start.
-        monkeypatch.setattr(driver, "_check_and_import_in_background", lambda cfg, target: lambda: None)
+        monkeypatch.setattr(driver, "_check_and_import_in_background", lambda cfg, target, **how: lambda: None)
         monkeypatch.setattr(driver, "check_fits", lambda scale: None)
         monkeypatch.setattr(sync, "check_shared", lambda run_dir: None)
     workers = "0" if mode == "local" else "1"
@@ -193,6 +193,18 @@ def test_a_run_settles_interrupted_with_its_resume_command_or_failed_with_its_se
         assert done.returncode == 130, done.stdout + done.stderr
         assert (summary["status"], summary["error"]) == ("interrupted", f"{SIGNALLED}resume={run_dir}")
         assert f"continue it with resume={run_dir}" in done.stdout
+
+
+def test_a_ray_runs_driver_checks_the_target_arguments_and_a_launchers_job_leaves_it_to_the_launcher():
+    """A Ray run's driver refuses a `_target_`'s bad argument as Ray starts (importing the optimizer's
+    and scheduler's modules for it); a job of raydra's launcher, whose config the launcher checked
+    before any job started, is not made to import them for the same check in every job."""
+    from raydra.run import driver
+
+    cfg = composed("experiment=vit_digits_smoke", "model.optimizer.lr=fast")
+    with pytest.raises(RaydraError, match="model.optimizer.lr"):
+        driver._check_and_import_in_background(cfg, None)()
+    driver._check_and_import_in_background(cfg, None, check_arguments=False)()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,6 +37,18 @@ PRELOAD = [
     "raydra.run.driver",
     "raydra.run.fit",
     "raydra.multirun.job",
+    # What every job imported after the fork (-X importtime of a job, 2026-11-28): what the run's
+    # config checks import, what Ray's serialization context imports at the first actor call
+    # (pydantic.v1, starlette, pyarrow's), Ray Data's context the trainer reads, and what
+    # ray.shutdown imports at the job's end (ray.dag).
+    "raydra.config.checks",
+    "raydra.config.user_callbacks",
+    "pydantic.v1.fields",
+    "starlette.datastructures",
+    "ray._private.arrow_serialization",
+    "pyarrow.json",
+    "ray.data._internal.issue_detection.issue_detector_configuration",
+    "ray.dag.compiled_dag_node",
 ]
 # Linux's prctl option that has the kernel signal a process when its parent ends.
 PR_SET_PDEATHSIG = 1

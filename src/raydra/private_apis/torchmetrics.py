@@ -55,10 +55,17 @@ def torchmetrics_without_optional_integrations() -> bool:
         )
 
     class Finder(importlib.abc.MetaPathFinder):
+        # It stays in sys.meta_path once it has served, answering None: an import on another thread
+        # walks that list as it stands, and a finder removed ahead of its place shifted the list
+        # under it, so that it skipped the next finder, PathFinder among them (a Ray Train worker's
+        # task unpickled on its main thread while raydra.worker.preload imported torchmetrics failed
+        # with "No module named 'ray.train.torch.torch_checkpoint'", seen once in the suite).
+        served = False
+
         def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-            if name != TORCHMETRICS_IMPORTS_MODULE:
+            if name != TORCHMETRICS_IMPORTS_MODULE or self.served:
                 return None
-            sys.meta_path.remove(self)
+            self.served = True
             spec = importlib.machinery.PathFinder.find_spec(name, path)
             if spec is None or spec.loader is None:
                 return spec
