@@ -48,17 +48,6 @@ class Fitting:
     user_callbacks: List[Tuple[str, Any]]
 
 
-class EpochMetricsSaved(pl.Callback):
-    """Rank 0's loggers saved as each validation ends: metrics.csv holds an epoch's validation metrics
-    from then on, not up to logger.csv.flush_logs_every_n_steps steps later. An asynchronous
-    sweeper's pruner reads them there (raydra.multirun.scheduling), as does anyone following the file."""
-
-    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
-        if not trainer.sanity_checking:
-            for logger in trainer.loggers:
-                logger.save()
-
-
 def build_trainer(
     spec: RunSpec,
     *,
@@ -111,7 +100,6 @@ def build_trainer(
         # times are logged before the epoch's report).
         callbacks.insert(0, heartbeat)
     if rank == 0:
-        callbacks.append(EpochMetricsSaved())
         callbacks.append(
             ConsoleProgress(
                 max_steps=trainer_cfg.max_steps,
