@@ -1237,3 +1237,14 @@ def test_a_trial_another_process_asked_for_takes_reports_and_its_end_through_the
     assert loaded.trials[asked.number].intermediate_values == {0: 0.5, 1: 0.1}
     loaded.tell(asked.number, 0.7)
     assert loaded.trials[asked.number].state == optuna.trial.TrialState.COMPLETE
+
+
+def test_the_ray_modules_a_job_imports_on_first_use_are_where_its_server_imports_them_ahead():
+    """raydra.private_apis.ray.RAY_MODULES_IMPORTED_ON_FIRST_USE: the multirun jobs' server preloads
+    them; a module Ray moved would be skipped there and cost every job its import again."""
+    import importlib
+
+    from raydra.private_apis.ray import RAY_MODULES_IMPORTED_ON_FIRST_USE
+
+    for name in RAY_MODULES_IMPORTED_ON_FIRST_USE:
+        importlib.import_module(name)

@@ -21,7 +21,7 @@ import signal
 import sys
 from typing import Any, Dict, Optional, Tuple
 
-from raydra.private_apis.ray import leave_forkserver, run_exit_handlers
+from raydra.private_apis.ray import RAY_MODULES_IMPORTED_ON_FIRST_USE, leave_forkserver, run_exit_handlers
 
 # What a job imports before it runs anything; a module missing here is imported by the job as usual.
 # raydra.multirun.job_server comes before Ray's modules: what it changes must hold while they import.
@@ -45,10 +45,9 @@ PRELOAD = [
     "raydra.config.user_callbacks",
     "pydantic.v1.fields",
     "starlette.datastructures",
-    "ray._private.arrow_serialization",
     "pyarrow.json",
-    "ray.data._internal.issue_detection.issue_detector_configuration",
     "ray.dag.compiled_dag_node",
+    *RAY_MODULES_IMPORTED_ON_FIRST_USE,
 ]
 # Linux's prctl option that has the kernel signal a process when its parent ends.
 PR_SET_PDEATHSIG = 1

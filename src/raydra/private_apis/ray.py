@@ -9,6 +9,12 @@ from typing import Any, Dict, Iterator
 # The name under which ray.init registers its own printer of worker lines with the dispatcher.
 RAY_PRINT_LOGS_HANDLER = "ray_print_logs"
 
+# Ray's private modules a multirun job's driver imports only as it first uses Ray (-X importtime of a
+# job, 2026-11-28): the serialization context's pyarrow support, at the first actor call, and Ray
+# Data's issue-detection config, which Ray Train's trainer reads. The jobs' server imports them ahead
+# (raydra.multirun.job_process.PRELOAD); one that moves is skipped there and imported by the job as before.
+RAY_MODULES_IMPORTED_ON_FIRST_USE = ("ray._private.arrow_serialization", "ray.data._internal.issue_detection.issue_detector_configuration")
+
 
 def worker_stdstream_dispatcher() -> Any:
     """Ray's driver-side dispatcher of every worker's stdout/stderr lines (add_handler(name, fn),
