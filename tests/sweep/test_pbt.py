@@ -9,14 +9,12 @@ import time
 
 import pytest
 import torch
-from helpers import bare_trainer, run_train, summary_of
-from hydra import compose, initialize_config_dir
+from helpers import bare_trainer, composed, run_train, summary_of
 from hydra.utils import instantiate
 
 from raydra.config.checks import validate
 from raydra.config.schema import register_schemas
 from raydra.data.digits import DigitsDataModule
-from raydra.entry import CONF_DIR
 from raydra.errors import RaydraError
 from raydra.lightning import pl
 from raydra.records import sweep
@@ -172,11 +170,6 @@ def test_a_pbt_sweep_copies_a_poor_trial_from_a_good_one_and_records_the_lineage
 
 # ---------------------------------------------------------------------------------------------
 # PBT's settings, refused before any trial
-
-
-def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="train", overrides=list(overrides))
 
 
 def pbt_config(*overrides: str):
