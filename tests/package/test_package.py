@@ -128,3 +128,19 @@ def test_python_m_raydra_composes_an_experiment_and_finds_the_launcher(venv, tmp
     assert "RaydraLauncher" in plugins.stdout  # src/hydra_plugins shipped, and Hydra finds it
     usage = run_in(venv, empty, str(venv / "bin" / "raydra"), "--help")
     assert usage.returncode == 0 and "compare" in usage.stdout, usage.stderr
+
+
+def test_a_runs_driver_and_a_tune_trials_process_import_neither_torch_nor_lightning():
+    """The driver and each Tune trial's own process only start and watch the workers: torch and
+    Lightning (~9 s of CPU here) are the workers' imports. A module-level import that pulls them in
+    (a worker callback's helper imported by the trial module) slowed every trial by that much."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; import raydra.entry, raydra.run.driver, raydra.sweep.trial, raydra.multirun.launcher; "
+        "print(sorted(m for m in ('torch', 'lightning', 'pytorch_lightning') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout

@@ -29,10 +29,12 @@ from raydra.run.prepare import Invocation
 from raydra.run.sequence import RunSequence
 from raydra.sweep import pbt
 from raydra.sweep.space import plain
-from raydra.worker.mutated import values_node
 
-# The `callbacks` entry a PBT trial adds: its values put back after a restore (raydra.worker.mutated).
+# The `callbacks` entry a PBT trial adds: its values put back after a restore, on every worker, by
+# raydra.worker.mutated's callback, named here and not imported: importing it would import Lightning
+# and torch into every trial's own process (~9 s of CPU each, which the workers pay anyway).
 PBT_CALLBACK = "pbt_mutated_values"
+MUTATED_VALUES_TARGET = "raydra.worker.mutated.MutatedHyperparameters"
 
 
 def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, Any]) -> None:
@@ -61,7 +63,8 @@ def run_trial(sampled: Dict[str, Any], base: Dict[str, Any], sweep: Dict[str, An
     copied = None
     if mutated:
         # PBT: after any restore the workers put this trial's values back (raydra.worker.mutated).
-        conf.callbacks = {**(conf.callbacks or {}), PBT_CALLBACK: values_node({key: sampled[key] for key in mutated})}
+        values = {key: sampled[key] for key in mutated}
+        conf.callbacks = {**(conf.callbacks or {}), PBT_CALLBACK: {"_target_": MUTATED_VALUES_TARGET, "_convert_": "all", "values": values}}
         copied = pbt.copied_from(ray.tune.get_checkpoint(), trial_id)
     (run_dir / layout.HYDRA_DIR).mkdir(parents=True, exist_ok=True)
     (run_dir / layout.CONFIG).write_text(OmegaConf.to_yaml(conf))

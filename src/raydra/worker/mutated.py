@@ -15,7 +15,7 @@ no hyperparameters) and is set again in case the module restores its own.
 import functools
 import logging
 from collections.abc import MutableMapping
-from typing import Any, Dict, List, Mapping
+from typing import Any, List, Mapping
 
 from raydra.lightning import pl
 
@@ -79,8 +79,3 @@ def _into_hparams(node: Any, path: List[str], value: Any) -> None:
         node = node.keywords
     if isinstance(node, MutableMapping) and last in node:
         node[last] = value
-
-
-def values_node(values: Dict[str, Any]) -> Dict[str, Any]:
-    """The `callbacks` entry that builds this callback on every worker, with `values`."""
-    return {"_target_": f"{__name__}.{MutatedHyperparameters.__name__}", "_convert_": "all", "values": dict(values)}
