@@ -238,13 +238,13 @@ def _size_run(multirun: Multirun, job: Job) -> None:
 
     assert multirun.job_settings is not None
     scale = OmegaConf.to_object(job.cfg.scale)
-    sized = multirun.sized.get(repr((scale, job.cfg.get("tune") is not None, data_loader(job.cfg.data))))
-    if sized is None:
+    # What decides a run's share (_runs_that_fit): its scale, whether it is a sweep, its data loader.
+    kind = repr((scale, job.cfg.get("tune") is not None, data_loader(job.cfg.data)))
+    if kind not in multirun.sized:
         with _connected(multirun):
             _refuse_for(job, check_fits, scale)
-            sized = 1.0 / _runs_that_fit(job.cfg)
-        multirun.sized[repr((scale, job.cfg.get("tune") is not None, data_loader(job.cfg.data)))] = sized
-    job.share = sized
+            multirun.sized[kind] = 1.0 / _runs_that_fit(job.cfg)
+    job.share = multirun.sized[kind]
     job.settings = dataclasses.replace(
         multirun.job_settings, resume=job.settings.resume, local_ray=multirun.local_ray and job.cfg.ray.address is None
     )
