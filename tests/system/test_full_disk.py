@@ -6,7 +6,9 @@ previous checkpoint, metrics.csv and summary.json whole, register no partial che
 with resume=latest once the filler is gone. Under Ray (a Ray started by the driver inside the
 namespace, so its workers see the tmpfs) and in local mode."""
 
+import contextlib
 import csv
+import errno
 import json
 import os
 import shutil
@@ -14,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -94,11 +97,9 @@ def test_a_disk_that_fills_during_a_checkpoint_fails_in_one_sentence_keeps_the_r
     try:
         driver = _train(pid, outputs, *run, ray_tmp=ray_tmp)
         run_dir = _wait_for_first_checkpoint(seen, driver, local=mode == "local")
-        # Take all the space but a little: the next checkpoint (a few MB) cannot be written whole.
-        free = shutil.disk_usage(seen).free
-        with open(seen / "filler", "wb") as filler:
-            filler.write(b"\0" * max(0, free - LEFT_FREE))
-        out, _ = driver.communicate(timeout=300)
+        # Take all the space but a little until the run ends: the next checkpoint (a few MB) cannot be written whole.
+        with _disk_kept_full(seen, driver):
+            out, _ = driver.communicate(timeout=300)
         assert driver.returncode == 1, out
 
         # One sentence, naming the path and what was being written, in summary.json and on the console.
@@ -159,6 +160,46 @@ def _wait_for_first_checkpoint(seen: Path, driver: subprocess.Popen, local: bool
         time.sleep(0.1)
     driver.kill()
     pytest.fail("the run wrote no checkpoint in time")
+
+
+@contextlib.contextmanager
+def _disk_kept_full(seen: Path, driver: subprocess.Popen):
+    """A filler that keeps all but LEFT_FREE of the disk taken while the run goes on. One write
+    after one look at the free space raced the run (CI: its next checkpoint took the space between
+    the look and the write, the filler met ENOSPC, and with num_to_keep=1 the deleted checkpoint
+    gave the space back); topping up holds the disk full through whatever the run writes or frees."""
+    stop = threading.Event()
+    failed: list = []
+
+    def top_up() -> None:
+        fd = os.open(seen / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            while not stop.is_set() and driver.poll() is None:
+                gap = shutil.disk_usage(seen).free - LEFT_FREE
+                while gap > 0:
+                    try:
+                        gap -= os.write(fd, b"\0" * min(gap, 1 << 20))
+                    except OSError as e:
+                        if e.errno != errno.ENOSPC:
+                            raise
+                        # The run wrote meanwhile: hand back the little the filler must leave.
+                        os.ftruncate(fd, max(0, os.fstat(fd).st_size - LEFT_FREE))
+                        break
+                stop.wait(0.01)
+        except BaseException as e:  # noqa: BLE001 - raised again in the test's thread
+            failed.append(e)
+        finally:
+            os.close(fd)
+
+    filler = threading.Thread(target=top_up, daemon=True)
+    filler.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        filler.join()
+    if failed:
+        raise failed[0]
 
 
 def _checkpoint_dirs(run_dir: Path) -> list:
