@@ -121,13 +121,15 @@ def test_weight_decay_and_betas_go_to_the_param_groups_and_a_tuple_stays_a_tuple
 # ---------------------------------------------------------------------------------------------
 # A real PBT sweep
 
-# Four trials side by side (half a CPU each), two learning rates that differ clearly by the first
-# epoch; PBT compares them after it (synch: all four at once, so the bottom one copies the top one
-# every time) and perturbs the copied rate within a range, so the copy trains on with a rate of its own.
+# Two trials side by side (half a CPU each), learning rates that differ clearly by the first epoch;
+# PBT compares them after it (synch: both at once, so the bottom one copies the top one every time)
+# and perturbs the copied rate within a range, so the copy trains on with a rate of its own. Two, not
+# the four of experiments/pbt-sweep.md: every trial starts twice under synch PBT, and four took 150 s
+# of CI against 88 s for two, with the same copy, restore and record asserted.
 PBT_SWEEP = (
     "experiment=vit_digits_smoke",
     "tune=pbt",
-    "tune.num_samples=2",
+    "tune.num_samples=1",
     "tune.space={model.optimizer.lr: {grid: [1e-5, 3e-3]}}",
     "tune.pbt.mutations={model.optimizer.lr: {loguniform: [1e-5, 1e-2]}}",
     "tune.pbt.synch=true",
@@ -147,7 +149,7 @@ def test_a_pbt_sweep_copies_a_poor_trial_from_a_good_one_and_records_the_lineage
     wall = time.time() - started
     (sweep_dir,) = [p.parent for p in tmp_path.glob("sweeps/*/*/sweep.json")]
     record = sweep.read(sweep_dir)
-    assert record.status == "completed" and record.trials.completed == 4, record
+    assert record.status == "completed" and record.trials.completed == 2, record
     assert record.mutations == {"model.optimizer.lr": {"loguniform": [1e-5, 1e-2]}}
     # The bottom trial (a 1e-5 one) copied a top one (3e-3) at the end of epoch 1.
     (copy,) = record.lineage
