@@ -148,6 +148,10 @@ def run_compare(args: argparse.Namespace) -> int:
         if args.format == "table":
             print(inert(grouped.heading))
         print(inert(cmp.render_groups(args.format, grouped.columns, grouped.rows)))
+    # A seed race's verdict (race.json) after its runs' table; csv and json stay data alone.
+    races = cmp.race_blocks(args.paths, notes) if args.format in ("table", "markdown") else []
+    if races:
+        print(inert("\n".join(races if args.format == "table" else ["", "```", *races[1:], "```"])))
     if cost is not None:
         cost.blocks = cmp.group_blocks(args.paths, costing.prices, notes)
         # Text for a reader after the table; csv and json stay data alone.

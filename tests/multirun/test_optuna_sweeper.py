@@ -5,6 +5,7 @@ Optuna's own, in its journal file. Its real run on Ray: tests/system/test_sweepe
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List
 
+import feed_probe
 import optuna
 import pytest
 import yaml
@@ -50,42 +51,8 @@ def curve(overrides: List[str], epochs: int = 4) -> List[float]:
 
 
 @dataclass
-class SimulatedLauncher:
-    """raydra's launcher's side of a feed: `slots` jobs at a time, each epoch of each running job in
-    turn; a job ends completed with its best value, or pruned when the feed asks. `lost_after`: the
-    launcher is lost (the sweep's driver killed) once that many jobs have ended."""
-
-    slots: int = 2
+class SimulatedLauncher(feed_probe.SimulatedLauncher):
     curve: Callable[[List[str]], List[float]] = curve
-    lost_after: int = 0
-
-    def __post_init__(self) -> None:
-        self.asked: List[int] = []
-        self.ended: List[JobEnd] = []
-
-    def launch_as_slots_free(self, feed: Any) -> List[Any]:
-        running: Dict[int, Any] = {}
-        while True:
-            while len(running) < self.slots:
-                job = feed.next_job()
-                if job is None:
-                    break
-                self.asked.append(job.num)
-                running[job.num] = (job, self.curve(job.overrides), 0)
-            if not running:
-                return []
-            for num, (job, values, epoch) in list(running.items()):
-                reason = feed.epoch_ended(num, epoch, values[epoch])
-                if reason is not None or epoch == len(values) - 1:
-                    status = Status.PRUNED if reason is not None else Status.COMPLETED
-                    end = JobEnd(num=num, status=status, value=values[epoch] if reason else max(values))
-                    del running[num]
-                    feed.job_ended(end)
-                    self.ended.append(end)
-                    if self.lost_after and len(self.ended) >= self.lost_after:
-                        raise SystemExit(137)
-                else:
-                    running[num] = (job, values, epoch + 1)
 
 
 def _sweep(tmp_path, launcher: Any, space=("model.optimizer.lr=tag(log,interval(1e-4,1e-2))",), resume=False, **settings) -> OptunaSweep:

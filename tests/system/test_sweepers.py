@@ -161,3 +161,76 @@ def test_the_asynchronous_optuna_sweeper_asks_as_slots_free_prunes_within_an_epo
     best = json.loads(json.dumps(yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())))
     assert best["best_value"] == pytest.approx(study.best_value)
     assert f"best val/acc {study.best_value:.4g} by trial #{study.best_trial.number}" in done.stdout
+
+
+@pytest.mark.e2e
+def test_a_seed_race_drops_a_configuration_beaten_beyond_noise_resumes_after_its_driver_is_killed_and_compare_shows_its_verdict(
+    ray_cluster, tmp_path, capsys
+):
+    """Three learning rates, 1-worker jobs two at a time: 1e-5 barely learns in two epochs, so it is
+    beaten beyond noise at the first look (two seeds each) and gets no third seed; the driver is
+    killed once two jobs have completed, and the resumed race keeps them and reaches its verdict."""
+    import subprocess
+    import sys
+    import time
+
+    from helpers import REPO, base_env, compare
+
+    from raydra.records import jobs as jobs_record
+    from raydra.records import race as race_record
+
+    sweep_dir = tmp_path / "race"
+    command = (
+        "-m",
+        "experiment=vit_digits_smoke",
+        "trainer.test=false",
+        "scale.num_workers=1",
+        "trainer.max_epochs=2",
+        "hydra/sweeper=race",
+        "hydra.sweeper.max_seeds=3",
+        "model.optimizer.lr=1e-5,1e-3,3e-3",
+        f"hydra.sweep.dir={sweep_dir}",
+    )
+    args = [sys.executable, str(REPO / "train.py"), *command[:1], f"paths.outputs={tmp_path}", *command[1:], f"ray.address={ray_cluster}"]
+    driver = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=base_env())
+    try:
+        deadline = time.time() + 240
+        while True:
+            assert driver.poll() is None and time.time() < deadline, driver.communicate()[0]
+            record = jobs_record.read(sweep_dir) if (sweep_dir / "jobs.json").is_file() else None
+            completed = [n for n, job in (record.jobs.items() if record else ()) if job.status == "completed"]
+            if len(completed) >= 2:
+                break
+            time.sleep(0.3)
+        driver.kill()
+        driver.communicate(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    kept = {n: (sweep_dir / n / "summary.json").read_bytes() for n in completed}
+    # Its running jobs stop as the driver's job server goes, recording themselves interrupted.
+    deadline = time.time() + 180
+    while any(summary_of(p.parent)["status"] == "running" for p in sweep_dir.glob("*/summary.json")):
+        assert time.time() < deadline
+        time.sleep(1)
+
+    done = run_train(*command, "hydra.launcher.resume=true", outputs=tmp_path, address=ray_cluster)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # No finished job ran again.
+    assert all(f"[{n}] started" not in done.stdout for n in kept)
+    assert all((sweep_dir / n / "summary.json").read_bytes() == before for n, before in kept.items())
+    record = race_record.read(sweep_dir)
+    assert record.status == "completed" and len(record.resumed) == 1 and record.winner is not None, record
+    standing = {c.overrides[0]: c for c in record.configurations}
+    slow = standing["model.optimizer.lr=1e-05"]
+    assert slow.standing == "dropped" and slow.against_leader.seeds == 2 and sorted(slow.results) == ["42", "43"]
+    assert record.configurations[record.winner].overrides[0] in ("model.optimizer.lr=0.001", "model.optimizer.lr=0.003")
+    # Each result is its run's best val/acc.
+    for num, job in record.jobs.items():
+        if job.status == "completed":
+            assert job.value == pytest.approx(summary_of(sweep_dir / num)["metrics"]["best"]["val/acc"])
+    assert record.jobs_started < record.grid_jobs == 9
+    # The verdict closes the multirun and shows in raydra compare.
+    assert "race of" in done.stdout and "winner  model.optimizer.lr=" in done.stdout
+    code, out, _ = compare(capsys, sweep_dir)
+    assert code == 0 and "race of" in out and "dropped at 2" in out, out

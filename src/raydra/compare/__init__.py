@@ -4,7 +4,7 @@ One module per concern, imports pointing down: in_storage (runs in storage liste
 files downloaded) <- discovery (which run directories the paths name) and recorded_run (a run's
 record read into a RecordedRun) <- run_text (a record in words: status, hangs, files) and cost
 (--cost: the ledger's hours, goodput and buckets, prices, hours to a target) <- cost_text (a
-sweep's own figures, show's ledger lines) <- selection (filters, tags, labels: collect) and table (metrics and config
+sweep's own figures, show's ledger lines) <- race_text (a seed race's verdict) <- selection (filters, tags, labels: collect) and table (metrics and config
 columns, text formats) <- groups (seeds aggregated, differences to a baseline) and curves (which
 plots, in which order; PNGs) <- report (the interactive HTML page); show (one run as text);
 terminal (what is printed, its control characters escaped). None imports ray, torch, wandb or
@@ -16,6 +16,7 @@ from raydra.compare.curves import render_curves, write_plots
 from raydra.compare.discovery import is_run_dir, run_dirs_in, runs_below
 from raydra.compare.groups import aggregate, render_groups
 from raydra.compare.in_storage import is_uri, list_remote
+from raydra.compare.race_text import race_blocks
 from raydra.compare.recorded_run import RecordedRun, config_source, load_remote_runs, load_run
 from raydra.compare.report import render_html
 from raydra.compare.selection import collect
@@ -29,6 +30,7 @@ __all__ = [
     "group_blocks",
     "aggregate",
     "render_groups",
+    "race_blocks",
     "RENDERERS",
     "RecordedRun",
     "build_table",

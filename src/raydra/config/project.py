@@ -229,6 +229,13 @@ def _installed(path: Path) -> bool:
 
 # Where a run's classes come from when none is the user's: raydra's own and the libraries it runs on
 # (transformers: the default learning-rate schedule, get_cosine_schedule_with_warmup).
+# The metrics raydra's own models log (besides those every run's callbacks add: train/samples_per_s
+# and the other train/* throughput figures), known before anything runs: hydra/sweeper=race refuses
+# a metric they do not log. A user's model is checked as it trains (raydra.worker.contract).
+OWN_MODEL_METRICS = {
+    "raydra.models.vit.ViTClassifier": ("val/acc", "val/loss", "train/loss_epoch", "train/loss_step"),
+    "raydra.models.stable_diffusion.StableDiffusion": ("val/loss", "train/loss_epoch", "train/loss_step"),
+}
 KNOWN_PACKAGES = ("raydra.", "torch.", "lightning.", "pytorch_lightning.", "lightning_fabric.", "transformers.")
 
 

@@ -13,6 +13,7 @@ A job the feed asks the launcher to stop early (a pruned trial) ends `pruned`: i
 itself stopped by its sweeper, not failed or interrupted.
 """
 
+import math
 from dataclasses import dataclass
 from typing import Any, List, Optional, Protocol
 
@@ -66,3 +67,12 @@ class JobFeed(Protocol):
         """A job ended, however it ended (a job stopped with the multirun is not reported: it is
         continued when the multirun is)."""
         ...
+
+
+def number_of(value: Any) -> Optional[float]:
+    """A job's value as the number a sweeper compares, or None: not a finite number."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None

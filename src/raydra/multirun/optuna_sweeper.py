@@ -14,7 +14,6 @@ hydra.sweeper.n_jobs (Hydra's Optuna sweeper's behaviour), without pruning; the 
 """
 
 import logging
-import math
 import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -22,7 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from raydra.errors import RaydraError
-from raydra.multirun.feed import FedJob, JobEnd
+from raydra.multirun.feed import FedJob, JobEnd, number_of
 from raydra.multirun.outcome import console
 from raydra.records.envelope import Status
 from raydra.records.layout import OPTUNA_RESULTS, OPTUNA_STUDY
@@ -237,8 +236,8 @@ class OptunaSweep:
         self.trials.pop(end.num)
         if end.status == Status.PRUNED:
             self.study.tell(end.num, state=TrialState.PRUNED)
-        elif end.status in (Status.COMPLETED, Status.KEPT) and _number(end.value) is not None:
-            self.study.tell(end.num, _number(end.value))
+        elif end.status in (Status.COMPLETED, Status.KEPT) and number_of(end.value) is not None:
+            self.study.tell(end.num, number_of(end.value))
         else:
             if end.error:
                 why = end.error
@@ -311,11 +310,3 @@ class OptunaSweep:
             f"optuna: {len(trials)} trials ({said}); best {self.watched or 'value'} {best.value:.4g} by trial #{best.number} ({params})"
             f"\n  study  {self.sweep_dir / OPTUNA_STUDY}"
         )
-
-
-def _number(value: Any) -> Optional[float]:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None

@@ -99,7 +99,7 @@ class Race:
         """The jobs worth running now that are not in `taken` (asked for already), most useful
         first: the seeds the next level needs, then, so that no slot waits for a level to
         complete, the following seeds of the contenders least likely to be dropped (the leader,
-        then the closest to it)."""
+        then the closest to it, by the results so far)."""
         if self.done:
             return []
         order = self._by_closeness()
@@ -108,11 +108,15 @@ class Race:
         return [cell for cell in cells if cell not in taken and cell not in self.results]
 
     def _by_closeness(self) -> List[int]:
-        if not self.looks:
-            return list(self.contenders)
-        last = self.looks[-1]
+        """The contenders by their mean over every result they have so far (not only the last
+        look's: the order only decides which job runs first), best first; those without any last."""
         sign = 1.0 if self.maximize else -1.0
-        return sorted(self.contenders, key=lambda c: (c != last.leader, -sign * last.means.get(c, 0.0)))
+
+        def mean(c: int) -> float:
+            values = [value for (config, _), value in self.results.items() if config == c]
+            return -sign * sum(values) / len(values) if values else math.inf
+
+        return sorted(self.contenders, key=mean)
 
     # -- what it is told -----------------------------------------------------------------------
 

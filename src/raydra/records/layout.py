@@ -104,6 +104,8 @@ MULTIRUN_CONFIG = "multirun.yaml"  # Hydra's: the multirun's config, written by 
 # the best trial, as Hydra's Optuna sweeper writes it.
 OPTUNA_STUDY = "optuna_study.journal"
 OPTUNA_RESULTS = "optimization_results.yaml"
+# hydra/sweeper=race's: its configurations, the jobs it ran, its looks and its verdict, beside jobs.json.
+RACE_RECORD = "race.json"
 
 
 CONSOLE = "console.log"
