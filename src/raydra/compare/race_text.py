@@ -55,7 +55,9 @@ def race_lines(record: race_record.RaceRecord, where: str) -> List[str]:
     else:
         lines.append(f"  no verdict yet ({record.status}): continue it with hydra.launcher.resume=true")
     width = max([len(name(c)) for c in range(len(configs))] + [13])
-    lines.append(f"  {'configuration':<{width}}  {'standing':<13} seeds  {'mean ± sd':<19}  leader's advantage [{1 - record.alpha:.0%} CI] p (adjusted)")
+    lines.append(
+        f"  {'configuration':<{width}}  {'standing':<13} seeds  {'mean ± sd':<19}  leader's advantage [{1 - record.alpha:.0%} CI] p (adjusted)"
+    )
     order = sorted(range(len(configs)), key=lambda c: (configs[c].standing != "winner", _rank(configs[c], record.mode)))
     for c in order:
         config = configs[c]
