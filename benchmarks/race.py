@@ -40,10 +40,10 @@ from raydra.multirun.racing import Cell, Look, Race
 
 # The measured lr grid (experiments/race.md, 2026-11-28): the digits ViT smoke preset, 3 epochs,
 # 1 worker, lr 1e-4, 3e-4, 1e-3, 3e-3, seeds 42-46; best val/acc per job. Means per lr, and the
-# configuration + seed fit's seed and residual sds.
-MEASURED_MEANS = (0.0, 0.0, 0.0, 0.0)
-MEASURED_SD_SEED = 0.0
-MEASURED_SD_NOISE = 0.0
+# configuration + seed fit's seed and residual sds (gaps of 0.5-1.1 residual sds).
+MEASURED_MEANS = (0.6807, 0.7704, 0.7215, 0.6644)
+MEASURED_SD_SEED = 0.0285
+MEASURED_SD_NOISE = 0.0968
 
 
 @dataclass
@@ -181,8 +181,19 @@ def scenarios(equal: List[int]) -> List[Scenario]:
     )
     fixed.append(
         Scenario(
+            "wide-lr",
+            "(d2) a coarse lr grid of 4 values a factor 10 apart, trained to convergence: mu = -c (x - x*)^2, x* uniform over "
+            "the grid, c uniform(5, 15) sds (one step off the optimum costs 5-15 sds); sd_seed 1, sd_noise 1",
+            False,
+            1.0,
+            1.0,
+            lambda rng: -rng.uniform(5.0, 15.0) * (np.arange(4) - rng.uniform(0.0, 3.0)) ** 2,
+        )
+    )
+    fixed.append(
+        Scenario(
             "close-archs",
-            "(d2) 4 architectures whose means are drawn N(0, 1 sd) per race: gaps of the order of the noise; sd_seed 1, sd_noise 1",
+            "(d3) 4 architectures whose means are drawn N(0, 1 sd) per race: gaps of the order of the noise; sd_seed 1, sd_noise 1",
             False,
             1.0,
             1.0,
@@ -192,7 +203,7 @@ def scenarios(equal: List[int]) -> List[Scenario]:
     fixed.append(
         Scenario(
             "few-good",
-            "(d3) 6 configurations: 2 good ones drawn N(0, 1 sd), 4 broken ones 5-20 sds worse (uniform); sd_seed 1, sd_noise 1",
+            "(d4) 6 configurations: 2 good ones drawn N(0, 1 sd), 4 broken ones 5-20 sds worse (uniform); sd_seed 1, sd_noise 1",
             False,
             1.0,
             1.0,
