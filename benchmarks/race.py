@@ -3,7 +3,8 @@ race picks the full grid's winner, what share of the grid's jobs it runs, and ho
 a difference where there is none.
 
     python benchmarks/race.py [--races 1000] [--null-races 2000] [--min-seeds 2] [--max-seeds 5]
-                              [--alpha 0.05] [--slots 2] [--seed 0] [--equal 3 4 6] [--only NAME ...] [--leader-only]
+                              [--alpha 0.05] [--slots 2] [--seed 0] [--equal 3 4 6] [--gaps G ...]
+                              [--only NAME ...] [--leader-only]
 
 No Ray, no training: a stand-in job draws its metric from a known distribution. Each race draws a
 configurations x seeds table, value[c][i] = mu[c] + seed[i] + noise, seed[i] ~ N(0, sd_seed) shared
@@ -139,8 +140,8 @@ class Scenario:
     means: Callable[[np.random.Generator], np.ndarray]
 
 
-def scenarios(equal: List[int]) -> List[Scenario]:
-    """The default set. Gaps are stated in residual (noise) sds: the seed effect cancels in the
+def scenarios(equal: List[int], gaps: List[float]) -> List[Scenario]:
+    """The default set, and a fixed-gap scenario per `gaps`. Gaps are stated in residual (noise) sds: the seed effect cancels in the
     configuration + seed fit, so what a gap of g sds costs depends on g alone."""
     measured = np.asarray(MEASURED_MEANS)
     fixed = [
@@ -210,6 +211,17 @@ def scenarios(equal: List[int]) -> List[Scenario]:
             lambda rng: np.concatenate([rng.normal(0.0, 1.0, 2), -rng.uniform(5.0, 20.0, 4)]),
         )
     )
+    for g in gaps:
+        fixed.append(
+            Scenario(
+                f"gap-{g:g}",
+                f"4 configurations evenly spread: means 0, -{g:g}, -{2 * g:g}, -{3 * g:g} sds; sd_seed 1, sd_noise 1",
+                False,
+                1.0,
+                1.0,
+                lambda rng, g=g: -g * np.arange(4.0),
+            )
+        )
     return fixed
 
 
@@ -269,11 +281,14 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--equal", type=int, nargs="+", default=[3, 4, 6], help="the all-equal scenarios' numbers of configurations")
+    parser.add_argument(
+        "--gaps", type=float, nargs="+", default=[], help="add a scenario of 4 configurations g, 2g, 3g sds behind the best, per g"
+    )
     parser.add_argument("--only", nargs="+", help="scenario names (default: all)")
     parser.add_argument("--leader-only", action="store_true", help="Holm over the leader's comparisons only")
     args = parser.parse_args()
 
-    every = scenarios(args.equal)
+    every = scenarios(args.equal, args.gaps)
     chosen = [s for s in every if not args.only or s.name in args.only]
     if not chosen:
         sys.exit(f"--only: no such scenario; the scenarios are {', '.join(s.name for s in every)}")
