@@ -52,3 +52,26 @@ class SimulatedLauncher:
                         raise SystemExit(137)
                 else:
                     running[num] = (job, values, epoch + 1)
+
+
+@dataclass
+class Returned:
+    """What a Hydra launcher's launch returns for a job (a JobReturn), as much as a sweeper reads."""
+
+    return_value: Any
+    status: Any = type("Completed", (), {"name": "COMPLETED"})()
+
+
+@dataclass
+class BatchLauncher:
+    """A launcher with only Hydra's batch API (the basic launcher, submitit): each batch's jobs
+    complete with their curve's best value; `batches` records (first job number, size)."""
+
+    curve: Callable[[List[str]], List[float]]
+
+    def __post_init__(self) -> None:
+        self.batches: List[tuple] = []
+
+    def launch(self, overrides: List[List[str]], initial_job_idx: int) -> List[Returned]:
+        self.batches.append((initial_job_idx, len(overrides)))
+        return [Returned(max(self.curve(o))) for o in overrides]

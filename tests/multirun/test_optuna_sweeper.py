@@ -156,20 +156,7 @@ def test_misuse_is_refused_in_one_sentence_before_any_job(tmp_path):
 
 
 def test_with_another_launcher_trials_run_in_hydras_batches(tmp_path):
-    @dataclass
-    class Returned:
-        return_value: Any
-        status: Any = type("S", (), {"name": "COMPLETED"})()
-
-    class BatchLauncher:
-        def __init__(self) -> None:
-            self.batches: List[tuple] = []
-
-        def launch(self, overrides: List[List[str]], initial_job_idx: int) -> List[Returned]:
-            self.batches.append((initial_job_idx, len(overrides)))
-            return [Returned(max(curve(o))) for o in overrides]
-
-    launcher = BatchLauncher()
+    launcher = feed_probe.BatchLauncher(curve)
     _sweep(tmp_path, launcher, n_trials=5, n_jobs=2)
     assert launcher.batches == [(0, 2), (2, 2), (4, 1)]
     assert [t.state.name for t in _study(tmp_path).trials] == ["COMPLETE"] * 5

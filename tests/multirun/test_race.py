@@ -194,20 +194,7 @@ def test_another_metric_becomes_the_jobs_checkpoint_monitor(tmp_path):
 
 
 def test_with_another_launcher_jobs_run_in_hydras_batches(tmp_path):
-    @dataclass
-    class Returned:
-        return_value: Any
-        status: Any = type("S", (), {"name": "COMPLETED"})()
-
-    class BatchLauncher:
-        def __init__(self) -> None:
-            self.batches: List[tuple] = []
-
-        def launch(self, overrides: List[List[str]], initial_job_idx: int) -> List[Returned]:
-            self.batches.append((initial_job_idx, len(overrides)))
-            return [Returned(max(curve(o))) for o in overrides]
-
-    launcher = BatchLauncher()
+    launcher = feed_probe.BatchLauncher(curve)
     _race(tmp_path, launcher)
     record = race_record.read(tmp_path / "race")
     assert launcher.batches[0] == (0, 2) and all(size <= 2 for _, size in launcher.batches)

@@ -74,17 +74,43 @@ def _epochs(job: Path, metric: str = "val/acc") -> list:
         return sorted({int(row["epoch"]) for row in csv.DictReader(file) if row.get(metric)})
 
 
+def _killed_when(args: list, sweep_dir: Path, ready) -> tuple:
+    """`args` (a `python train.py -m` multirun) started, and killed with SIGKILL (a lost driver) once
+    `ready` holds of its jobs' statuses in jobs.json by number; returns its output and those statuses."""
+    import subprocess
+    import time
+
+    from helpers import REPO, base_env
+
+    from raydra.records import jobs as jobs_record
+
+    driver = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=base_env())
+    try:
+        deadline = time.time() + 240
+        while True:
+            assert driver.poll() is None and time.time() < deadline, driver.communicate()[0]
+            record = jobs_record.read(sweep_dir) if (sweep_dir / "jobs.json").is_file() else None
+            states = {n: job.status for n, job in record.jobs.items()} if record else {}
+            if ready(states):
+                break
+            time.sleep(0.3)
+        driver.kill()
+        return driver.communicate(timeout=60)[0], states
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+
+
 @pytest.mark.e2e
 def test_the_asynchronous_optuna_sweeper_asks_as_slots_free_prunes_within_an_epoch_and_resumes_after_its_driver_is_killed(
     ray_cluster, tmp_path
 ):
     import json
-    import subprocess
     import sys
     import time
 
     import optuna
-    from helpers import REPO, base_env
+    from helpers import REPO
 
     from raydra.records import jobs as jobs_record
 
@@ -104,23 +130,13 @@ def test_the_asynchronous_optuna_sweeper_asks_as_slots_free_prunes_within_an_epo
         f"hydra.sweep.dir={sweep_dir}",
     )
     args = [sys.executable, str(REPO / "train.py"), *command[:1], f"paths.outputs={tmp_path}", *command[1:], f"ray.address={ray_cluster}"]
-    driver = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=base_env())
-    try:
-        # Killed (kill -9: a lost driver) once trial 0 has completed and trial 2, asked for as trial 1's
-        # slot freed, is training.
-        deadline = time.time() + 240
-        while True:
-            assert driver.poll() is None and time.time() < deadline, driver.communicate()[0]
-            record = jobs_record.read(sweep_dir) if (sweep_dir / "jobs.json").is_file() else None
-            states = {n: job.status for n, job in record.jobs.items()} if record else {}
-            if states.get("0") == "completed" and states.get("2") == "running" and (sweep_dir / "2" / "metrics.csv").is_file():
-                break
-            time.sleep(0.3)
-        driver.kill()
-        first = driver.communicate(timeout=60)[0]
-    finally:
-        if driver.poll() is None:
-            driver.kill()
+    # Killed (kill -9: a lost driver) once trial 0 has completed and trial 2, asked for as trial 1's
+    # slot freed, is training.
+    first, _ = _killed_when(
+        args,
+        sweep_dir,
+        lambda states: states.get("0") == "completed" and states.get("2") == "running" and (sweep_dir / "2" / "metrics.csv").is_file(),
+    )
 
     # Trial 1 was pruned at epoch 0 and stopped within an epoch of it; recorded pruned, not failed.
     pruned = summary_of(sweep_dir / "1")
@@ -172,13 +188,11 @@ def test_a_seed_race_drops_a_configuration_beaten_beyond_noise_resumes_after_its
     jobs are test_race.py's), 1-worker jobs two at a time: 1e-5 barely learns in two epochs and is
     beaten beyond noise; the driver is killed once two jobs have completed, and the resumed race
     keeps them and reaches its verdict, which raydra compare shows."""
-    import subprocess
     import sys
     import time
 
-    from helpers import REPO, base_env, compare
+    from helpers import REPO, compare
 
-    from raydra.records import jobs as jobs_record
     from raydra.records import race as race_record
 
     sweep_dir = tmp_path / "race"
@@ -194,22 +208,8 @@ def test_a_seed_race_drops_a_configuration_beaten_beyond_noise_resumes_after_its
         f"hydra.sweep.dir={sweep_dir}",
     )
     args = [sys.executable, str(REPO / "train.py"), *command[:1], f"paths.outputs={tmp_path}", *command[1:], f"ray.address={ray_cluster}"]
-    driver = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=base_env())
-    try:
-        deadline = time.time() + 240
-        while True:
-            assert driver.poll() is None and time.time() < deadline, driver.communicate()[0]
-            record = jobs_record.read(sweep_dir) if (sweep_dir / "jobs.json").is_file() else None
-            completed = [n for n, job in (record.jobs.items() if record else ()) if job.status == "completed"]
-            if len(completed) >= 2:
-                break
-            time.sleep(0.3)
-        driver.kill()
-        driver.communicate(timeout=60)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-    kept = {n: (sweep_dir / n / "summary.json").read_bytes() for n in completed}
+    _, states = _killed_when(args, sweep_dir, lambda states: list(states.values()).count("completed") >= 2)
+    kept = {n: (sweep_dir / n / "summary.json").read_bytes() for n, status in states.items() if status == "completed"}
     # Its running jobs stop as the driver's job server goes, recording themselves interrupted.
     deadline = time.time() + 180
     while any(summary_of(p.parent)["status"] == "running" for p in sweep_dir.glob("*/summary.json")):

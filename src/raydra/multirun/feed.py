@@ -76,3 +76,25 @@ def number_of(value: Any) -> Optional[float]:
     except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) else None
+
+
+def run_in_batches(feed: JobFeed, launcher: Any, n_jobs: int) -> None:
+    """A feed on a launcher that has only Hydra's batch API (the basic launcher, submitit): `n_jobs`
+    jobs asked for at a time, each batch launched and waited for, each job's end told from its
+    JobReturn; nothing is stopped early. Until the feed asks for none."""
+    while True:
+        batch = [job for job in (feed.next_job() for _ in range(n_jobs)) if job is not None]
+        if not batch:
+            return
+        returns = launcher.launch([job.overrides for job in batch], initial_job_idx=batch[0].num)
+        for job, returned in zip(batch, returns):
+            completed = returned.status.name == "COMPLETED"
+            feed.job_ended(
+                JobEnd(
+                    num=job.num,
+                    status=Status.COMPLETED if completed else Status.FAILED,
+                    value=returned.return_value if completed else None,
+                    error=None if completed else repr(returned._return_value)[:300],
+                    returned=returned,
+                )
+            )

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from raydra.errors import RaydraError
-from raydra.multirun.feed import FedJob, JobEnd, number_of
+from raydra.multirun.feed import FedJob, JobEnd, number_of, run_in_batches
 from raydra.multirun.outcome import console
 from raydra.records.envelope import Status
 from raydra.records.layout import OPTUNA_RESULTS, OPTUNA_STUDY
@@ -264,22 +264,7 @@ class OptunaSweep:
             f"optuna: {name} runs jobs in batches, so trials are asked for {self.settings['n_jobs']} at a time and none is pruned "
             "(raydra's launcher, hydra/launcher=raydra, asks for each as a slot frees)"
         )
-        while True:
-            batch = [job for job in (self.next_job() for _ in range(self.settings["n_jobs"])) if job is not None]
-            if not batch:
-                return
-            returns = self.launcher.launch([job.overrides for job in batch], initial_job_idx=batch[0].num)
-            for job, returned in zip(batch, returns):
-                completed = returned.status.name == "COMPLETED"
-                self.job_ended(
-                    JobEnd(
-                        num=job.num,
-                        status=Status.COMPLETED if completed else Status.FAILED,
-                        value=returned.return_value if completed else None,
-                        error=None if completed else repr(returned._return_value)[:300],
-                        returned=returned,
-                    )
-                )
+        run_in_batches(self, self.launcher, self.settings["n_jobs"])
 
     # -- the end --------------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from raydra.errors import RaydraError
-from raydra.multirun.feed import FedJob, JobEnd, number_of
+from raydra.multirun.feed import FedJob, JobEnd, number_of, run_in_batches
 from raydra.multirun.optuna_sweeper import check_keys
 from raydra.multirun.outcome import console
 from raydra.multirun.racing import Cell, Race
@@ -295,22 +295,7 @@ class SeedRace:
             f"race: {name} runs jobs in batches, so they are asked for {self.settings['n_jobs']} at a time and none is stopped early "
             "(raydra's launcher, hydra/launcher=raydra, asks for each as a slot frees)"
         )
-        while True:
-            batch = [job for job in (self.next_job() for _ in range(self.settings["n_jobs"])) if job is not None]
-            if not batch:
-                return
-            returns = self.launcher.launch([job.overrides for job in batch], initial_job_idx=batch[0].num)
-            for job, returned in zip(batch, returns):
-                completed = returned.status.name == "COMPLETED"
-                self.job_ended(
-                    JobEnd(
-                        num=job.num,
-                        status=Status.COMPLETED if completed else Status.FAILED,
-                        value=returned.return_value if completed else None,
-                        error=None if completed else repr(returned._return_value)[:300],
-                        returned=returned,
-                    )
-                )
+        run_in_batches(self, self.launcher, self.settings["n_jobs"])
 
     # -- race.json and the verdict --------------------------------------------------------------
 
