@@ -15,6 +15,7 @@ itself stopped by its sweeper, not failed or interrupted.
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, List, Optional, Protocol
 
 from raydra.records.envelope import Status
@@ -98,3 +99,26 @@ def run_in_batches(feed: JobFeed, launcher: Any, n_jobs: int) -> None:
                     returned=returned,
                 )
             )
+
+
+def resuming(config: Any, path: Path, what: str) -> bool:
+    """Whether the sweeper continues the state it keeps at `path` in its sweep directory
+    (hydra.launcher.resume=true). Refuses, before any job, a new sweep into a directory that holds
+    one (`what`: "an Optuna study", "a race") and a resume with none there."""
+    from omegaconf import OmegaConf
+
+    from raydra.errors import RaydraError
+
+    resume = bool(OmegaConf.select(config, "hydra.launcher.resume", default=False))
+    kind = what.split(" ", 1)[1]
+    if path.exists() and not resume:
+        raise RaydraError(
+            f"hydra.sweep.dir={path.parent} already holds {what} ({path.name}); continue it with "
+            "hydra.launcher.resume=true, or give this sweep another hydra.sweep.dir."
+        )
+    if resume and not path.exists():
+        raise RaydraError(
+            f"hydra.launcher.resume=true: {path.parent} holds no {kind} to continue (no {path.name}); "
+            "pass hydra.sweep.dir=<the directory of the sweep to continue>."
+        )
+    return resume

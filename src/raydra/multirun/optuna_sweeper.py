@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from raydra.errors import RaydraError
-from raydra.multirun.feed import FedJob, JobEnd, number_of, run_in_batches
+from raydra.multirun.feed import FedJob, JobEnd, number_of, resuming, run_in_batches
 from raydra.multirun.outcome import console
 from raydra.records.envelope import Status
 from raydra.records.layout import OPTUNA_RESULTS, OPTUNA_STUDY
@@ -155,17 +155,7 @@ class OptunaSweep:
         from raydra.private_apis.optuna import running_trial
 
         path = self.sweep_dir / OPTUNA_STUDY
-        resume = bool(OmegaConf.select(self.config, "hydra.launcher.resume", default=False))
-        if path.exists() and not resume:
-            raise RaydraError(
-                f"hydra.sweep.dir={self.sweep_dir} already holds an Optuna study ({OPTUNA_STUDY}); continue it with "
-                "hydra.launcher.resume=true, or give this sweep another hydra.sweep.dir."
-            )
-        if resume and not path.exists():
-            raise RaydraError(
-                f"hydra.launcher.resume=true: {self.sweep_dir} holds no Optuna study to continue (no {OPTUNA_STUDY}); "
-                "pass hydra.sweep.dir=<the directory of the sweep to continue>."
-            )
+        resume = resuming(self.config, path, "an Optuna study")
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
         shown = {key: str(distribution) for key, distribution in sorted(self.space.items())}

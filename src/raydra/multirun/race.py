@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from raydra.errors import RaydraError
-from raydra.multirun.feed import FedJob, JobEnd, number_of, run_in_batches
+from raydra.multirun.feed import FedJob, JobEnd, number_of, resuming, run_in_batches
 from raydra.multirun.optuna_sweeper import check_keys
 from raydra.multirun.outcome import console
 from raydra.multirun.racing import Cell, Race
@@ -167,17 +167,7 @@ class SeedRace:
         assert self.race is not None
         settings = self.settings
         path = self.sweep_dir / RACE_RECORD
-        resume = bool(OmegaConf.select(self.config, "hydra.launcher.resume", default=False))
-        if path.exists() and not resume:
-            raise RaydraError(
-                f"hydra.sweep.dir={self.sweep_dir} already holds a race ({RACE_RECORD}); continue it with "
-                "hydra.launcher.resume=true, or give this race another hydra.sweep.dir."
-            )
-        if resume and not path.exists():
-            raise RaydraError(
-                f"hydra.launcher.resume=true: {self.sweep_dir} holds no race to continue (no {RACE_RECORD}); "
-                "pass hydra.sweep.dir=<the directory of the race to continue>."
-            )
+        resume = resuming(self.config, path, "a race")
         fields = dict(
             metric=self.metric,
             mode=mode,
