@@ -53,6 +53,16 @@ def test_runs_that_differ_by_seed_are_grouped_with_mean_sd_and_95_ci(seeded, cap
     assert "0.82 ± 0.02" in lines[0] and "[0.7703, 0.8697]" in lines[0]
 
 
+def test_a_run_its_sweeper_pruned_is_left_out_of_its_groups_statistics_and_said_so(seeded, capsys):
+    # A seed race stopped lr 0.01's fourth seed partway, at a value far below the others'.
+    make_run(seeded, "9", lr=0.01, accs=(0.1,), seed=3, choices=CHOICES, status="pruned")
+    groups, err = as_json(capsys, seeded)
+    first = groups[0]
+    assert first["n"] == 3 and len(first["runs"]) == 4
+    assert first["val/acc"]["mean"] == pytest.approx(0.82) and first["val/acc"]["std"] == pytest.approx(0.02)
+    assert "1 run(s) pruned by their sweeper are in the groups' runs but not in their statistics" in err
+
+
 def test_baseline_difference_ci_and_welch_p_value_say_whether_it_is_seed_noise(seeded, capsys):
     groups, _ = as_json(capsys, seeded, "--baseline", "model.optimizer.lr=0.01")
     base, better, same = groups

@@ -102,17 +102,25 @@ def build_groups(runs: List[RecordedRun], by: List[str], metrics: List[str], not
     order of first appearance, each with its metrics' statistics."""
     modes = {m: metric_mode(m, runs) for m in metrics}
     groups: Dict[Tuple, Group] = {}
+    pruned = 0
     for run in runs:
         key = tuple((k, run.flat.get(k, ABSENT)) for k in by)
         # Hash by the value as typed, so lists and dicts group too.
         group = groups.setdefault(tuple((k, config_text(v) if v is not ABSENT else ABSENT) for k, v in key), Group(key))
         group.runs.append(run)
+        if run.status == "pruned":
+            # Stopped by its sweeper partway (a pruner, a seed race's dropped configuration): its
+            # metrics are where it stopped, not a sample of what the configuration reaches.
+            pruned += 1
+            continue
         for metric in metrics:
             value = run_value(run, metric, modes[metric], notes)
             if value is not None:
                 group.values.setdefault(metric, []).append(value)
     for group in groups.values():
         group.stats = {m: describe(group.values.get(m, [])) for m in metrics}
+    if pruned:
+        notes.append(f"{pruned} run(s) pruned by their sweeper are in the groups' runs but not in their statistics (stopped partway).")
     return list(groups.values())
 
 
@@ -164,8 +172,9 @@ def group_rows(groups: List[Group], by: List[str], metrics: List[str], baseline:
     """One row per group: display text for the table, numbers kept raw under `_raw` for exports."""
     rows = []
     for i, group in enumerate(groups, 1):
-        row: Dict[str, Any] = {"group": str(i), "n": str(len(group.runs))}
-        raw: Dict[str, Any] = {"group": group.label, "n": len(group.runs), "runs": [r.source for r in group.runs]}
+        counted = sum(r.status != "pruned" for r in group.runs)
+        row: Dict[str, Any] = {"group": str(i), "n": str(counted)}
+        raw: Dict[str, Any] = {"group": group.label, "n": counted, "runs": [r.source for r in group.runs]}
         raw["keys"] = {k: v for k, v in group.key if v is not ABSENT}
         for m in metrics:
             s = group.stats[m]
