@@ -3,7 +3,7 @@ sweepers' seam tests (tests/multirun/test_optuna_sweeper.py, test_race.py) run t
 it, with jobs whose epochs come from a known curve, without Ray."""
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Set
 
 from raydra.multirun.feed import JobEnd
 from raydra.records.envelope import Status
@@ -21,6 +21,8 @@ class SimulatedLauncher:
     slots: int = 2
     lost_after: int = 0
     kept: Dict[int, float] = field(default_factory=dict)
+    # Jobs that fail at their first epoch's end (a bug in the config they run), by number.
+    failing: Set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.asked: List[int] = []
@@ -41,6 +43,12 @@ class SimulatedLauncher:
             if not running:
                 return []
             for num, (job, values, epoch) in list(running.items()):
+                if num in self.failing:
+                    del running[num]
+                    end = JobEnd(num=num, status=Status.FAILED, error="ValueError: boom")
+                    feed.job_ended(end)
+                    self.ended.append(end)
+                    continue
                 reason = feed.epoch_ended(num, epoch, values[epoch])
                 if reason is not None or epoch == len(values) - 1:
                     status = Status.PRUNED if reason is not None else Status.COMPLETED

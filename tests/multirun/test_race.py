@@ -140,19 +140,15 @@ def test_a_race_whose_driver_was_killed_resumes_from_its_finished_jobs_and_reach
         _race(tmp_path, SimulatedLauncher(), sweep=("model.optimizer.lr=1e-4,3e-4",), resume=True)
 
 
-def test_a_failed_job_stops_the_asking_and_the_race_says_how_to_continue(tmp_path):
-    class FailingLauncher(SimulatedLauncher):
-        def launch_as_slots_free(self, feed: Any) -> List[Any]:
-            job = feed.next_job()
-            feed.job_ended(feed_probe.JobEnd(num=job.num, status=Status.FAILED, error="ValueError: boom"))
-            return super().launch_as_slots_free(feed)
-
-    launcher = FailingLauncher()
+def test_a_failed_job_stops_the_asking_lets_the_running_one_end_and_the_race_says_how_to_continue(tmp_path):
+    launcher = SimulatedLauncher(failing={1})
     _race(tmp_path, launcher)
     record = race_record.read(tmp_path / "race")
-    # Nothing more was asked for.
-    assert launcher.asked == [] and record.jobs_started == 1 and record.winner is None and record.status == Status.FAILED
-    assert "job #0" in record.stopped and "ValueError: boom" in record.stopped and "hydra.launcher.resume=true" in record.stopped
+    # Nothing asked for after job 1 failed; job 0, running beside it, ran to its end (a resumed race uses it).
+    assert launcher.asked == [0, 1] and [(e.num, e.status) for e in launcher.ended] == [(1, Status.FAILED), (0, Status.COMPLETED)]
+    assert record.jobs["0"].status == Status.COMPLETED and record.jobs["1"].status == Status.FAILED
+    assert record.winner is None and record.status == Status.FAILED
+    assert "job #1" in record.stopped and "ValueError: boom" in record.stopped and "hydra.launcher.resume=true" in record.stopped
 
 
 def test_misuse_is_refused_in_one_sentence_before_any_job(tmp_path):

@@ -209,6 +209,9 @@ class SeedRace:
             job = self.jobs[num]
             if job.config in self.race.contenders and not self.race.done:
                 return self._fed(num, job)
+            if job.status != Status.COMPLETED:
+                # Its configuration was dropped (or the race decided) by the results replayed before it.
+                self.jobs[num] = dataclasses.replace(job, status=Status.PRUNED)
         if self.race.done:
             return None
         taken: Set[Cell] = {(job.config, job.seed) for job in self.jobs.values() if job.status != Status.PRUNED}
@@ -229,8 +232,8 @@ class SeedRace:
         """A running job whose result the race no longer needs is stopped."""
         assert self.race is not None
         job = self.jobs.get(num)
-        if job is None:
-            return None
+        if job is None or self.race.stopped is not None:
+            return None  # stopped by a failed job: the running ones end, and a resumed race uses them
         if self.race.done:
             return f"the race has its verdict (winner: {' '.join(self.configs[self.race.leader or 0])})"
         if job.config not in self.race.contenders:
