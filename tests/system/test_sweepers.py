@@ -204,7 +204,7 @@ def test_a_seed_race_drops_a_configuration_beaten_beyond_noise_resumes_after_its
         "trainer.max_epochs=2",
         "hydra/sweeper=race",
         "hydra.sweeper.max_seeds=2",
-        "model.optimizer.lr=1e-5,1e-3,3e-3",
+        "model.optimizer.lr=1e-5,1e-4,3e-4",
         f"hydra.sweep.dir={sweep_dir}",
     )
     args = [sys.executable, str(REPO / "train.py"), *command[:1], f"paths.outputs={tmp_path}", *command[1:], f"ray.address={ray_cluster}"]
@@ -226,7 +226,7 @@ def test_a_seed_race_drops_a_configuration_beaten_beyond_noise_resumes_after_its
     standing = {c.overrides[0]: c for c in record.configurations}
     slow = standing["model.optimizer.lr=1e-05"]
     assert slow.standing == "dropped" and slow.against_leader.seeds == 2 and sorted(slow.results) == ["42", "43"]
-    assert record.configurations[record.winner].overrides[0] in ("model.optimizer.lr=0.001", "model.optimizer.lr=0.003")
+    assert record.configurations[record.winner].overrides[0] in ("model.optimizer.lr=0.0001", "model.optimizer.lr=0.0003")
     # Each result is its run's best val/acc.
     for num, job in record.jobs.items():
         if job.status == "completed":
