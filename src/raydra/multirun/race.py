@@ -373,7 +373,8 @@ def _check_logged(config: DictConfig, metric: str) -> None:
     """For raydra's own models, whose metrics are known before anything runs: `metric` is one they log."""
     from raydra.config.project import OWN_MODEL_METRICS
 
-    target = str(OmegaConf.select(config, "model._target_") or "")
+    model = OmegaConf.select(config, "model")
+    target = str(model.get("_target_") or "") if isinstance(model, DictConfig) else ""
     logged = OWN_MODEL_METRICS.get(target)
     if logged is not None and metric not in logged:
         raise RaydraError(
