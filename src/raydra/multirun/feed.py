@@ -13,12 +13,15 @@ A job the feed asks the launcher to stop early (a pruned trial) ends `pruned`: i
 itself stopped by its sweeper, not failed or interrupted.
 """
 
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional, Protocol
 
 from raydra.records.envelope import Status
+
+log = logging.getLogger("raydra")
 
 
 @dataclass(frozen=True)
@@ -79,10 +82,14 @@ def number_of(value: Any) -> Optional[float]:
     return number if math.isfinite(number) else None
 
 
-def run_in_batches(feed: JobFeed, launcher: Any, n_jobs: int) -> None:
+def run_in_batches(feed: JobFeed, launcher: Any, n_jobs: int, sweeper: str) -> None:
     """A feed on a launcher that has only Hydra's batch API (the basic launcher, submitit): `n_jobs`
     jobs asked for at a time, each batch launched and waited for, each job's end told from its
-    JobReturn; nothing is stopped early. Until the feed asks for none."""
+    JobReturn; nothing is stopped early, and the `sweeper` says so. Until the feed asks for none."""
+    log.info(
+        f"{sweeper}: {type(launcher).__name__} runs jobs in batches, so they are asked for {n_jobs} at a time and none is stopped "
+        "early (raydra's launcher, hydra/launcher=raydra, asks for each as a slot frees)"
+    )
     while True:
         batch = [job for job in (feed.next_job() for _ in range(n_jobs)) if job is not None]
         if not batch:

@@ -145,7 +145,7 @@ class OptunaSweep:
             if hasattr(self.launcher, "launch_as_slots_free"):
                 self.launcher.launch_as_slots_free(self)
             else:
-                self._in_batches()
+                run_in_batches(self, self.launcher, self.settings["n_jobs"], "optuna")
         finally:
             self._report()
 
@@ -245,16 +245,6 @@ class OptunaSweep:
                     f"hydra.sweeper.max_failure_rate={self.settings['max_failure_rate']}: no further trial is asked for"
                 )
                 log.info(f"optuna: {self.stopped_asking}")
-
-    # -- another launcher: Hydra's batches -----------------------------------------------------
-
-    def _in_batches(self) -> None:
-        name = type(self.launcher).__name__
-        log.info(
-            f"optuna: {name} runs jobs in batches, so trials are asked for {self.settings['n_jobs']} at a time and none is pruned "
-            "(raydra's launcher, hydra/launcher=raydra, asks for each as a slot frees)"
-        )
-        run_in_batches(self, self.launcher, self.settings["n_jobs"])
 
     # -- the end --------------------------------------------------------------------------------
 

@@ -117,7 +117,7 @@ class SeedRace:
             if hasattr(self.launcher, "launch_as_slots_free"):
                 self.launcher.launch_as_slots_free(self)
             else:
-                self._in_batches()
+                run_in_batches(self, self.launcher, self.settings["n_jobs"], "race")
         finally:
             self._report()
 
@@ -279,16 +279,6 @@ class SeedRace:
             f"race: at {look.level} seeds each, {name(look.leader)} leads ({self.metric} {look.means[look.leader]:.4g})"
             f"{'; ' + dropped if dropped else '; none dropped'}"
         )
-
-    # -- another launcher: Hydra's batches -----------------------------------------------------
-
-    def _in_batches(self) -> None:
-        name = type(self.launcher).__name__
-        log.info(
-            f"race: {name} runs jobs in batches, so they are asked for {self.settings['n_jobs']} at a time and none is stopped early "
-            "(raydra's launcher, hydra/launcher=raydra, asks for each as a slot frees)"
-        )
-        run_in_batches(self, self.launcher, self.settings["n_jobs"])
 
     # -- race.json and the verdict --------------------------------------------------------------
 
