@@ -13,9 +13,11 @@ import pathlib
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 
+import cloudpickle
 import pytest
 import torch
 from helpers import REPO, bare_trainer
@@ -430,6 +432,26 @@ def test_ray_train_sets_up_the_process_group_through_raydras_backend_whose_store
     config = torch_config(backend=None, timeout_s=60)
     trainer = TorchTrainer(lambda: None, torch_config=config, scaling_config=ray.train.ScalingConfig(num_workers=1))
     assert trainer.backend_config is config and config.backend == "gloo" and config.timeout_s == 60
+    # Ray's TorchConfig's fields and what its backend does beside the process group, as raydra's
+    # config and backend carry them (without deriving from classes whose module imports torch).
+    from ray.train.torch.config import TorchConfig, _TorchBackend
+
+    assert config.to_dict() == TorchConfig(backend="gloo", timeout_s=60).to_dict()
+    assert (
+        config.framework == TorchConfig().framework
+        and config.backend_cls.share_cuda_visible_devices == _TorchBackend.share_cuda_visible_devices
+    )
+    assert "_set_torch_distributed_env_vars" in inspect.getsource(_TorchBackend.on_start)
+    assert "_shutdown_torch" in inspect.getsource(_TorchBackend.on_shutdown)
+    assert TorchConfig().train_func_context.__name__ == "TorchConfigContextManager"
+    # Where Ray Train's controller unpickles the config (by value, as the trainer sends it), no torch is imported.
+    unpickled = subprocess.run(
+        [sys.executable, "-c", "import pickle, sys; config = pickle.load(sys.stdin.buffer); print(config.backend, 'torch' in sys.modules)"],
+        input=cloudpickle.dumps(config),
+        capture_output=True,
+        timeout=120,
+    )
+    assert unpickled.stdout.split() == [b"gloo", b"False"], unpickled.stderr[-2000:]
     assert "backend_config.backend_cls()" in inspect.getsource(BackendSetupCallback.__init__)
     assert "self._backend.on_start(execution_group, self._backend_config)" in inspect.getsource(BackendSetupCallback)
     for name in ("execute_single", "execute_single_async"):

@@ -182,7 +182,8 @@ _rendezvous_sockets: List[Any] = []
 def torch_config(backend: Any, timeout_s: int) -> Any:
     """Ray Train's TorchConfig for the run's process group (`backend`, `timeout_s` as Ray's own
     takes them), whose rendezvous store listens on one address: rank 0's node's, the address Ray
-    names as MASTER_ADDR (127.0.0.1 for the local Ray raydra starts, local_ray_on_loopback).
+    names as MASTER_ADDR (127.0.0.1 for the local Ray raydra starts, local_ray_on_loopback), and
+    whose classes import no torch where Ray Train's controller unpickles them.
 
     Ray Train 2.60's torch backend (ray.train.torch.config._TorchBackend.on_start) sets MASTER_ADDR
     and MASTER_PORT on every worker and has each call init_process_group(init_method="env://"), where
@@ -194,25 +195,35 @@ def torch_config(backend: Any, timeout_s: int) -> Any:
     by hand: rank 0 binds a socket to its node's address and hands it to its TCPStore, the other
     ranks join that store as clients, and each passes its store to init_process_group. The rest is
     Ray's: the backend by device (TorchTrainer fills it in), MASTER_ADDR/MASTER_PORT (Lightning's and
-    DeepSpeed's environment read them) and the torch variables every worker gets, the shut-down.
+    DeepSpeed's environment read them), the torch variables every worker gets, the shut-down.
 
-    A TorchConfig subclass naming its own backend class is how Ray's own TorchftConfig plugs in;
-    _TorchBackend, its helper for the torch variables and the worker group's execute methods are
-    Ray Train's internals. The classes go to Ray Train's controller by value, as the trainer's
-    scaling policy does (torch_trainer_class)."""
+    The classes derive from Ray Train's BackendConfig and Backend, not from TorchConfig and
+    _TorchBackend, whose module imports torch: Ray Train's controller unpickles the config, and
+    through TorchConfig it imported torch in every run (1.2-1.4 s of CPU on the way to the first
+    step, measured 2026-11-28). What runs on the workers, where torch is imported anyway, calls Ray's
+    own functions (ray.train.torch.config's) by name. The classes go to the controller by value, as
+    the trainer's scaling policy does (torch_trainer_class); ray.train.torch.config's TorchConfig
+    is what TorchTrainer documents, and the test of this module checks the two keep the same fields."""
     config_class, _ = _bound_rendezvous_classes()
     return config_class(backend=backend, timeout_s=timeout_s)
 
 
 @functools.lru_cache(maxsize=None)
 def _bound_rendezvous_classes() -> Tuple[Any, Any]:
-    from ray.train.torch.config import TorchConfig, _set_torch_distributed_env_vars, _TorchBackend
+    import dataclasses
 
-    class BoundRendezvousBackend(_TorchBackend):
+    import ray
+    from ray.train.backend import Backend, BackendConfig
+    from ray.train.constants import DEFAULT_TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S, TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S
+
+    class BoundRendezvousBackend(Backend):
+        # As Ray's torch backend: the workers of a node see each other's GPUs (NCCL needs it).
+        share_cuda_visible_devices = True
+
         def on_start(self, worker_group: Any, backend_config: Any) -> None:
             address, port = worker_group.execute_single(0, rendezvous_listener)
             worker_group.execute(_set_master, address=address, port=port)
-            worker_group.execute(_set_torch_distributed_env_vars)
+            worker_group.execute(_set_torch_variables)
             size = len(worker_group)
             joins = [
                 worker_group.execute_single_async(
@@ -227,16 +238,70 @@ def _bound_rendezvous_classes() -> Tuple[Any, Any]:
                 )
                 for rank in range(size)
             ]
-            import ray
-
             ray.get(joins)
 
-    class BoundRendezvousTorchConfig(TorchConfig):
+        def on_shutdown(self, worker_group: Any, backend_config: Any) -> None:
+            leaving = worker_group.execute_async(_leave_process_group, destroy_process_group=len(worker_group) > 1)
+            timeout_s = float(os.environ.get(TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S, DEFAULT_TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S))
+            try:
+                ray.get(leaving, timeout=timeout_s)
+            except ray.exceptions.GetTimeoutError:
+                import logging
+
+                logging.getLogger("raydra").warning(f"the process group's shut-down timed out after {timeout_s:g} s")
+
+    @dataclasses.dataclass
+    class BoundRendezvousTorchConfig(BackendConfig):
+        backend: Any = None
+        init_method: str = "env"
+        timeout_s: int = 1800
+
         @property
         def backend_cls(self) -> Any:
             return BoundRendezvousBackend
 
+        @property
+        def train_func_context(self) -> Any:
+            return _TorchDeviceContext
+
+        @property
+        def framework(self) -> Any:
+            from ray.train.v2._internal.util import TrainingFramework
+
+            return TrainingFramework.TORCH
+
+        def to_dict(self) -> Dict[str, Any]:
+            return {"backend": self.backend, "init_method": self.init_method, "timeout_s": self.timeout_s}
+
     return BoundRendezvousTorchConfig, BoundRendezvousBackend
+
+
+class _TorchDeviceContext:
+    """Around the training function on each worker: Ray's torch context (the worker's CUDA device
+    made current), imported there."""
+
+    def __enter__(self) -> None:
+        from ray.train.torch.config import TorchConfigContextManager
+
+        self._context = TorchConfigContextManager()
+        self._context.__enter__()
+
+    def __exit__(self, *exc: Any) -> bool:
+        return bool(self._context.__exit__(*exc))
+
+
+def _set_torch_variables() -> None:
+    """On a worker: LOCAL_RANK, RANK, WORLD_SIZE and the rest, as Ray's torch backend sets them."""
+    from ray.train.torch.config import _set_torch_distributed_env_vars
+
+    _set_torch_distributed_env_vars()
+
+
+def _leave_process_group(destroy_process_group: bool) -> None:
+    """On a worker: Ray's torch backend's shut-down (the process group, CUDA's cache)."""
+    from ray.train.torch.config import _shutdown_torch
+
+    _shutdown_torch(destroy_process_group=destroy_process_group)
 
 
 def rendezvous_listener() -> Tuple[str, int]:
