@@ -3,6 +3,7 @@ simulated (tests/feed_probe.py), each job's metric comes from a known curve per 
 known noise per seed; the race's statistics are raydra.multirun.racing's (their own tests:
 test_race_statistics.py). Its real run on Ray: tests/system/test_sweepers.py. No Ray, ~2 s."""
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List
@@ -11,6 +12,7 @@ import feed_probe
 import pytest
 from omegaconf import OmegaConf
 
+from hydra_plugins.raydra_sweepers.race import RaceSweeperConf
 from raydra.errors import RaydraError
 from raydra.multirun.race import SeedRace, configurations_of
 from raydra.records import race as race_record
@@ -52,17 +54,9 @@ def _config(sweep_dir, resume: bool = False, app: bool = False) -> Any:
 
 
 def _settings(**changed) -> Dict[str, Any]:
-    return {
-        "metric": None,
-        "mode": None,
-        "min_seeds": 2,
-        "max_seeds": 5,
-        "alpha": 0.05,
-        "seed_name": "seed",
-        "params": None,
-        "n_jobs": 2,
-        **changed,
-    }
+    """hydra.sweeper.* as Hydra hands them to the sweeper: RaceSweeperConf's defaults, less `_target_`."""
+    settings = {key: value for key, value in dataclasses.asdict(RaceSweeperConf()).items() if key != "_target_"}
+    return {**settings, **changed}
 
 
 def _race(tmp_path, launcher: Any, sweep=(LRS,), resume=False, app=False, **settings) -> SeedRace:

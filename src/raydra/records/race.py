@@ -80,11 +80,13 @@ class RaceRecord(Envelope):
     format: int = FORMAT
     metric: Optional[str] = None
     mode: Optional[str] = None
-    min_seeds: int = 2
-    max_seeds: int = 5
-    alpha: float = 0.05
+    # The race's settings as hydra/sweeper=race ran it (their defaults live in its RaceSweeperConf);
+    # None where a damaged record does not say, as a SweepRecord's.
+    min_seeds: Optional[int] = None
+    max_seeds: Optional[int] = None
+    alpha: Optional[float] = None
     # The config key each job's seed goes to, and the seed values in order (the same for every configuration).
-    seed_name: str = "seed"
+    seed_name: Optional[str] = None
     seeds: List[int] = field(default_factory=list)
     # The overrides every job shares.
     fixed: List[str] = field(default_factory=list)
