@@ -82,10 +82,14 @@ def number_of(value: Any) -> Optional[float]:
     return number if math.isfinite(number) else None
 
 
-def run_in_batches(feed: JobFeed, launcher: Any, n_jobs: int, sweeper: str) -> None:
-    """A feed on a launcher that has only Hydra's batch API (the basic launcher, submitit): `n_jobs`
+def run_feed(feed: JobFeed, launcher: Any, n_jobs: int, sweeper: str) -> None:
+    """Until the feed asks for no more jobs: on raydra's launcher, a job asked for as each slot
+    frees; on a launcher that has only Hydra's batch API (the basic launcher, submitit), `n_jobs`
     jobs asked for at a time, each batch launched and waited for, each job's end told from its
-    JobReturn; nothing is stopped early, and the `sweeper` says so. Until the feed asks for none."""
+    JobReturn, nothing stopped early, which the `sweeper` says."""
+    if hasattr(launcher, "launch_as_slots_free"):
+        launcher.launch_as_slots_free(feed)
+        return
     log.info(
         f"{sweeper}: {type(launcher).__name__} runs jobs in batches, so they are asked for {n_jobs} at a time and none is stopped "
         "early (raydra's launcher, hydra/launcher=raydra, asks for each as a slot frees)"

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from raydra.errors import RaydraError
-from raydra.multirun.feed import FedJob, JobEnd, number_of, resuming, run_in_batches
+from raydra.multirun.feed import FedJob, JobEnd, number_of, resuming, run_feed
 from raydra.multirun.outcome import console
 from raydra.records.envelope import Status
 from raydra.records.layout import OPTUNA_RESULTS, OPTUNA_STUDY
@@ -142,10 +142,7 @@ class OptunaSweep:
         direction = self._direction()
         self.study = self._study(optuna, settings.get("sampler"), pruner, direction)
         try:
-            if hasattr(self.launcher, "launch_as_slots_free"):
-                self.launcher.launch_as_slots_free(self)
-            else:
-                run_in_batches(self, self.launcher, self.settings["n_jobs"], "optuna")
+            run_feed(self, self.launcher, self.settings["n_jobs"], "optuna")
         finally:
             self._report()
 

@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from raydra.errors import RaydraError
-from raydra.multirun.feed import FedJob, JobEnd, number_of, resuming, run_in_batches
+from raydra.multirun.feed import FedJob, JobEnd, number_of, resuming, run_feed
 from raydra.multirun.optuna_sweeper import check_keys
 from raydra.multirun.outcome import console
 from raydra.multirun.racing import Cell, Race
@@ -114,10 +114,7 @@ class SeedRace:
         )
         self._begin(mode, seed_name)
         try:
-            if hasattr(self.launcher, "launch_as_slots_free"):
-                self.launcher.launch_as_slots_free(self)
-            else:
-                run_in_batches(self, self.launcher, self.settings["n_jobs"], "race")
+            run_feed(self, self.launcher, self.settings["n_jobs"], "race")
         finally:
             self._report()
 
