@@ -97,33 +97,32 @@ def test_mfu_of_the_vit_on_a_gpu_is_a_fraction_of_the_peak():
 
 
 @pytest.mark.parametrize("accelerator, precision", [("cpu", "32-true"), pytest.param("gpu", "bf16-mixed", marks=pytest.mark.gpu)])
-def test_trainer_compile_trains_the_digits_vit_to_the_eager_accuracy(accelerator, precision):
+def test_trainer_compile_computes_the_eager_logits_and_trains_the_digits_vit(accelerator, precision):
     """What trainer.compile=true does on every worker, on plain Lightning to keep the suite short."""
     from torch._dynamo.utils import counters
 
     from raydra.data.digits import DigitsDataModule
     from raydra.worker.loop import compile_networks
 
-    accuracy, keys = {}, {}
-    for compiled in (False, True):
-        pl.seed_everything(0, verbose=False)
-        model = tiny_vit(conv_stem=[32, 32])  # the default model's stem
-        graphs = counters["stats"]["unique_graphs"]
-        if compiled:
-            assert compile_networks(model) == ["forward", "stem", "net"]
-        trainer = bare_trainer(max_epochs=8, accelerator=accelerator, precision=precision)
-        trainer.fit(model, datamodule=DigitsDataModule(batch_size=32))
-        accuracy[compiled] = float(trainer.callback_metrics["val/acc"])
-        keys[compiled] = list(model.state_dict())
-        # Compiled for real, not silently left eager.
-        assert (counters["stats"]["unique_graphs"] > graphs) == compiled
-    # Both learn the digits, and compiled lands near eager: their numerics differ (fused kernels), so
-    # 8 epochs of two trajectories apart end a few images of 270 apart (0.956 and 0.915 on one CPU,
-    # 2026-11-27: 11 images, where 0.03 had held on others).
-    assert min(accuracy.values()) > 0.85, accuracy
-    assert abs(accuracy[True] - accuracy[False]) < 0.05, accuracy
+    pl.seed_everything(0, verbose=False)
+    model = tiny_vit(conv_stem=[32, 32])  # the default model's stem
+    eager = tiny_vit(conv_stem=[32, 32])
+    eager.load_state_dict(model.state_dict())
+    graphs = counters["stats"]["unique_graphs"]
+    assert compile_networks(model) == ["forward", "stem", "net"]
+    # The compiled module computes the eager one's function: same weights, same logits. (With autograd
+    # on and the training batch's size: the graph the fit then uses, no second compile.) Accuracies
+    # after training are not what to compare: fused kernels round differently, and 8 epochs of two
+    # trajectories that far apart ended 11 and 15 images of 270 apart (CPU, 2026-11-27, and CI 11-28).
+    images = torch.randn(32, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(model(images).detach(), eager(images).detach(), rtol=1e-4, atol=1e-4)
+    trainer = bare_trainer(max_epochs=8, accelerator=accelerator, precision=precision)
+    trainer.fit(model, datamodule=DigitsDataModule(batch_size=32))
+    # Compiled for real, not silently left eager, and it learns the digits as eager does (0.89-0.96).
+    assert counters["stats"]["unique_graphs"] > graphs
+    assert float(trainer.callback_metrics["val/acc"]) > 0.85
     # Checkpoints of a compiled run load into an eager module (raydra.load) and the other way round.
-    assert keys[True] == keys[False]
+    assert list(model.state_dict()) == list(eager.state_dict())
 
 
 def test_trainer_compile_compiles_the_vit_with_its_conv_stem_as_one_graph(monkeypatch):
