@@ -42,9 +42,11 @@ def pytest_sessionfinish(session, exitstatus):
     remove_own_ray_tmpdirs()
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter):
     """Seconds per test file (set-up, call and tear-down, a shared fixture's start in the file that
-    first asked for it), slowest first: where the suite's time budget goes, in every CI log."""
+    first asked for it), slowest first: where the suite's time budget goes, in every CI log. Last,
+    after the per-test durations, so that the log's tail (what CI shows) holds it."""
     per_file: dict = {}
     for reports in terminalreporter.stats.values():
         for report in reports:
