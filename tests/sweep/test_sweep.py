@@ -269,7 +269,7 @@ def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_b
 @pytest.mark.e2e
 def test_a_metric_no_trial_reports_fails_after_the_first_report(ray_cluster, tmp_path):
     done = run_train(
-        *SMALL_SWEEP, "tune.num_samples=2", "tune.metric=val/accuracy", "logger=csv", outputs=tmp_path, address=ray_cluster, timeout=300
+        *SMALL_SWEEP, "tune.num_samples=1", "tune.metric=val/accuracy", "logger=csv", outputs=tmp_path, address=ray_cluster, timeout=300
     )
     assert done.returncode == 1
     assert "tune.metric=val/accuracy is not among the metrics the trials report" in done.stdout
