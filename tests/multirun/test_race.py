@@ -108,6 +108,25 @@ def test_a_race_spends_seeds_where_they_decide_stops_a_dropped_configurations_jo
     assert [look.level for look in record.looks] == list(range(2, 2 + len(record.looks)))
 
 
+def test_a_race_record_that_does_not_say_its_settings_reads_them_unset_and_compare_shows_them_unknown(tmp_path):
+    import json
+
+    from raydra.compare.race_text import race_lines
+
+    _race(tmp_path, SimulatedLauncher())
+    path = tmp_path / "race" / "race.json"
+    said = json.loads(path.read_text())
+    for key in ("min_seeds", "max_seeds", "alpha", "seed_name"):
+        del said[key]
+    path.write_text(json.dumps(said))
+    record = race_record.read(tmp_path / "race")
+    # Unset, not the sweeper's defaults made up for it, and compare says it does not know.
+    assert (record.min_seeds, record.max_seeds, record.alpha, record.seed_name) == (None, None, None, None)
+    header, *_, columns = race_lines(record, "race")[:3]
+    assert header.endswith("configurations, ? 42-46 (min_seeds ?, max_seeds ?), alpha ?"), header
+    assert "leader's advantage [CI] p (adjusted)" in columns
+
+
 def test_a_race_whose_driver_was_killed_resumes_from_its_finished_jobs_and_reaches_the_same_verdict(tmp_path):
     whole = SimulatedLauncher()
     _race(tmp_path / "whole", whole)

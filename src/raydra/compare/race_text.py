@@ -38,10 +38,12 @@ def race_lines(record: race_record.RaceRecord, where: str) -> List[str]:
     configs = record.configurations
     name = lambda c: " ".join(configs[c].overrides) if 0 <= c < len(configs) else f"#{c}"  # noqa: E731
     seeds = f"{record.seeds[0]}-{record.seeds[-1]}" if record.seeds else "?"
-    alpha = "?" if record.alpha is None else f"{record.alpha:g}"
+    # A setting a damaged record does not say shows as "?" (RaceRecord leaves it None).
+    said = lambda value: "?" if value is None else f"{value:g}" if isinstance(value, float) else str(value)  # noqa: E731
+    level = "" if record.alpha is None else f"{1 - record.alpha:.0%} "
     lines = [
-        f"race of {where}: {record.metric} ({record.mode}), {len(configs)} configurations, "
-        f"{record.seed_name} {seeds} (min_seeds {record.min_seeds}, max_seeds {record.max_seeds}), alpha {alpha}"
+        f"race of {where}: {record.metric} ({record.mode}), {len(configs)} configurations, {said(record.seed_name)} {seeds} "
+        f"(min_seeds {said(record.min_seeds)}, max_seeds {said(record.max_seeds)}), alpha {said(record.alpha)}"
     ]
     if record.winner is not None:
         undecided = [c for c, config in enumerate(configs) if config.standing == "undecided"]
@@ -56,9 +58,7 @@ def race_lines(record: race_record.RaceRecord, where: str) -> List[str]:
     else:
         lines.append(f"  no verdict yet ({record.status}): continue it with hydra.launcher.resume=true")
     width = max([len(name(c)) for c in range(len(configs))] + [13])
-    lines.append(
-        f"  {'configuration':<{width}}  {'standing':<13} seeds  {'mean ± sd':<19}  leader's advantage [{'' if record.alpha is None else f'{1 - record.alpha:.0%} '}CI] p (adjusted)"
-    )
+    lines.append(f"  {'configuration':<{width}}  {'standing':<13} seeds  {'mean ± sd':<19}  leader's advantage [{level}CI] p (adjusted)")
     order = sorted(range(len(configs)), key=lambda c: (configs[c].standing != "winner", _rank(configs[c], record.mode)))
     for c in order:
         config = configs[c]
