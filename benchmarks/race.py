@@ -3,8 +3,8 @@ race picks the full grid's winner, what share of the grid's jobs it runs, and ho
 a difference where there is none.
 
     python benchmarks/race.py [--races 1000] [--null-races 2000] [--min-seeds 2] [--max-seeds 5]
-                              [--alpha 0.05] [--slots 2] [--seed 0] [--equal 3 4 6] [--gaps G ...]
-                              [--only NAME ...] [--leader-only]
+                              [--alpha 0.05] [--futility 0.1] [--slots 2] [--seed 0] [--equal 3 4 6]
+                              [--gaps G ...] [--only NAME ...] [--leader-only]
 
 No Ray, no training: a stand-in job draws its metric from a known distribution. Each race draws a
 configurations x seeds table, value[c][i] = mu[c] + seed[i] + noise, seed[i] ~ N(0, sd_seed) shared
@@ -17,10 +17,12 @@ is not done, and the running jobs of a dropped configuration (or of a finished r
 `run_race`.
 
 Per scenario (each stated in the output): races; agreement with the grid's winner; jobs started as
-a share of the grid's (mean, and counting completed jobs only); wall time as a share of the grid's
-on the same slots; races decided (one contender left); the rate at which a truly best configuration
-was dropped (under all-equal or a tie for best, a false difference), with its binomial standard
-error; the mean regret (true mean of the grid's winner minus the race's, in noise sds); seconds.
+a share of the grid's (mean, and counting completed jobs only); worker time as a share of the
+grid's (a stopped job counts the time it ran); wall time as a share of the grid's on the same slots;
+races that ended with one contender left; the rate at which a truly best configuration was dropped
+beyond noise (under all-equal or a tie for best, a false difference), with its binomial standard
+error; the rate at which one left as out of reach (no difference claimed); the mean regret (true
+mean of the grid's winner minus the race's, in noise sds); seconds.
 
 `--leader-only` swaps Holm over every pair for Holm over the leader's k-1 comparisons only (a
 subclass of Race), to show why the race tests every pair: under all-equal the leader is the best
@@ -53,6 +55,8 @@ class RaceRun:
 
     started: int
     completed: int
+    # The time jobs ran, a stopped one's up to its stop.
+    worker: float
     wall: float
     # The cells in the order their results were recorded.
     recorded: List[Cell]
@@ -62,8 +66,10 @@ def run_race(race: Race, table: np.ndarray, slots: int, rng: np.random.Generator
     """Run `race` to its end on `slots` simulated slots, each job's value read from `table[c][i]`."""
     clock = 0.0
     running: Dict[Cell, float] = {}
+    began: Dict[Cell, float] = {}
     taken: Set[Cell] = set()
     started = completed = 0
+    worker = 0.0
     recorded: List[Cell] = []
 
     def fill() -> None:
@@ -75,6 +81,7 @@ def run_race(race: Race, table: np.ndarray, slots: int, rng: np.random.Generator
             cell = wanted[0]
             taken.add(cell)
             running[cell] = clock + rng.uniform(0.8, 1.2)
+            began[cell] = clock
             started += 1
 
     fill()
@@ -82,15 +89,17 @@ def run_race(race: Race, table: np.ndarray, slots: int, rng: np.random.Generator
         cell = min(running, key=running.__getitem__)
         clock = running.pop(cell)
         completed += 1
+        worker += clock - began[cell]
         if not race.done and cell[0] in race.contenders:
             race.record(cell, float(table[cell]))
             recorded.append(cell)
         for other in [c for c in running if race.done or c[0] not in race.contenders]:
             del running[other]
+            worker += clock - began[other]
         fill()
     if not race.done:
         raise RuntimeError(f"the race wants nothing more but is not done: {race.looks}")
-    return RaceRun(started=started, completed=completed, wall=clock, recorded=recorded)
+    return RaceRun(started=started, completed=completed, worker=worker, wall=clock, recorded=recorded)
 
 
 def draw_table(mu: np.ndarray, seeds: int, sd_seed: float, sd_noise: float, rng: np.random.Generator) -> np.ndarray:
@@ -99,7 +108,8 @@ def draw_table(mu: np.ndarray, seeds: int, sd_seed: float, sd_noise: float, rng:
 
 
 class LeaderOnlyRace(Race):
-    """The race with Holm over the leader's k-1 comparisons instead of every pair: a configuration is
+    """The race with Holm over the leader's k-1 comparisons instead of every pair (and no out-of-reach
+    drops, whatever --futility says): a configuration is
     dropped when the leader beats it beyond noise. Invalid (the leader is chosen by the same data);
     here to be measured against."""
 
@@ -225,35 +235,40 @@ def scenarios(equal: List[int], gaps: List[float]) -> List[Scenario]:
     return fixed
 
 
-def grid_wall_of(jobs: int, slots: int, rng: np.random.Generator) -> float:
-    """The full grid's wall time on the same slots and job durations: a freed slot takes the next job."""
+def grid_of(jobs: int, slots: int, rng: np.random.Generator) -> "tuple[float, float]":
+    """The full grid's worker time and wall time on the same slots and job durations: a freed slot takes the next job."""
     ends = np.zeros(slots)
-    for duration in rng.uniform(0.8, 1.2, jobs):
+    durations = rng.uniform(0.8, 1.2, jobs)
+    for duration in durations:
         ends[np.argmin(ends)] += duration
-    return float(ends.max())
+    return float(durations.sum()), float(ends.max())
 
 
 def measure(scenario: Scenario, races: int, args: argparse.Namespace, rng: np.random.Generator) -> dict:
     kind = LeaderOnlyRace if args.leader_only else Race
     started = time.perf_counter()
-    agree = jobs = completed = wall = decided = best_dropped = 0
-    regret = 0.0
-    grid_jobs = grid_wall = 0.0
+    agree = jobs = completed = decided = best_dropped = best_out = 0
+    regret = worker = wall = 0.0
+    grid_jobs = grid_worker = grid_wall = 0.0
     for _ in range(races):
         mu = scenario.means(rng)
         table = draw_table(mu, args.max_seeds, scenario.sd_seed, scenario.sd_noise, rng)
-        race = kind(configs=len(mu), min_seeds=args.min_seeds, max_seeds=args.max_seeds, alpha=args.alpha)
+        race = kind(configs=len(mu), min_seeds=args.min_seeds, max_seeds=args.max_seeds, alpha=args.alpha, futility=args.futility)
         run = run_race(race, table, args.slots, rng)
         grid_winner = int(np.argmax(table.mean(axis=1)))
         agree += race.leader == grid_winner
         jobs += run.started
         completed += run.completed
+        worker += run.worker
         wall += run.wall
         grid_jobs += table.size
-        grid_wall += grid_wall_of(table.size, args.slots, rng)
+        grid = grid_of(table.size, args.slots, rng)
+        grid_worker += grid[0]
+        grid_wall += grid[1]
         decided += len(race.contenders) == 1
         best = set(np.flatnonzero(mu >= mu.max() - 1e-12).tolist())
         best_dropped += any(c in best for look in race.looks for c in look.dropped)
+        best_out += any(c in best for look in race.looks for c in look.out_of_reach)
         regret += (mu[grid_winner] - mu[race.leader]) / scenario.sd_noise
     rate = best_dropped / races
     return {
@@ -262,10 +277,12 @@ def measure(scenario: Scenario, races: int, args: argparse.Namespace, rng: np.ra
         "agree": agree / races,
         "jobs": jobs / grid_jobs,
         "completed": completed / grid_jobs,
+        "worker": worker / grid_worker,
         "wall": wall / grid_wall,
         "decided": decided / races,
         "best_dropped": rate,
         "se": math.sqrt(rate * (1 - rate) / races),
+        "best_out": best_out / races,
         "regret": regret / races,
         "seconds": time.perf_counter() - started,
     }
@@ -278,6 +295,7 @@ def main() -> None:
     parser.add_argument("--min-seeds", type=int, default=2)
     parser.add_argument("--max-seeds", type=int, default=5)
     parser.add_argument("--alpha", type=float, default=0.05)
+    parser.add_argument("--futility", type=float, default=0.1, help="out of reach below this chance of overtaking (0: off)")
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--equal", type=int, nargs="+", default=[3, 4, 6], help="the all-equal scenarios' numbers of configurations")
@@ -294,20 +312,24 @@ def main() -> None:
         sys.exit(f"--only: no such scenario; the scenarios are {', '.join(s.name for s in every)}")
     rng = np.random.default_rng(args.seed)
     test = "Holm over the leader's comparisons only (--leader-only)" if args.leader_only else "Holm over every pair"
-    print(f"{test}; min_seeds {args.min_seeds}, max_seeds {args.max_seeds}, alpha {args.alpha}, {args.slots} slots, seed {args.seed}\n")
+    print(
+        f"{test}; min_seeds {args.min_seeds}, max_seeds {args.max_seeds}, alpha {args.alpha}, futility {args.futility}, "
+        f"{args.slots} slots, seed {args.seed}\n"
+    )
     for scenario in chosen:
         print(f"- {scenario.name}: {scenario.says}")
     print()
     print(
-        "| scenario | races | same winner as the grid | jobs started / grid's | completed / grid's | wall / grid's | decided | best dropped (+- se) | regret (sds) | s |"
+        "| scenario | races | same winner as the grid | jobs started / grid's | completed / grid's | worker time / grid's | wall / grid's "
+        "| one left | best dropped beyond noise (+- se) | best out of reach | regret (sds) | s |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     total = time.perf_counter()
     for scenario in chosen:
         m = measure(scenario, args.null_races if scenario.equal else args.races, args, rng)
         print(
-            f"| {m['name']} | {m['races']} | {m['agree']:.1%} | {m['jobs']:.1%} | {m['completed']:.1%} | {m['wall']:.1%} | {m['decided']:.1%} "
-            f"| {m['best_dropped']:.2%} +- {m['se']:.2%} | {m['regret']:.3f} | {m['seconds']:.1f} |",
+            f"| {m['name']} | {m['races']} | {m['agree']:.1%} | {m['jobs']:.1%} | {m['completed']:.1%} | {m['worker']:.1%} | {m['wall']:.1%} "
+            f"| {m['decided']:.1%} | {m['best_dropped']:.2%} +- {m['se']:.2%} | {m['best_out']:.1%} | {m['regret']:.3f} | {m['seconds']:.1f} |",
             flush=True,
         )
     print(f"\n{time.perf_counter() - total:.1f} s in all")

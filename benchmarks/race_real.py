@@ -52,7 +52,7 @@ def verdict(sweep_dir: Path) -> tuple:
         record.winner,
         record.decided,
         tuple(c.standing for c in record.configurations),
-        tuple((look.level, look.leader, tuple(look.dropped)) for look in record.looks),
+        tuple((look.level, look.leader, tuple(look.dropped), tuple(look.out_of_reach)) for look in record.looks),
     )
 
 

@@ -18,8 +18,9 @@ from raydra.multirun.race import SeedRace, configurations_of
 from raydra.records import race as race_record
 from raydra.records.envelope import Status
 
-# val/acc by learning rate: 1e-4 far behind, 1e-3 and 3e-3 within noise of each other, 3e-4 between.
-LEVELS = {1e-4: 0.20, 3e-4: 0.45, 1e-3: 0.60, 3e-3: 0.598}
+# val/acc by learning rate: 1e-4 far behind; 1e-3 and 3e-3 within noise of each other; 3e-4 a few
+# noise sds behind them: not beyond noise at 2 seeds, but out of reach.
+LEVELS = {1e-4: 0.20, 3e-4: 0.585, 1e-3: 0.60, 3e-3: 0.598}
 LRS = "model.optimizer.lr=1e-4,3e-4,1e-3,3e-3"
 
 
@@ -91,6 +92,11 @@ def test_a_race_spends_seeds_where_they_decide_stops_a_dropped_configurations_jo
     # 1e-4 is beaten beyond noise at the first look, on its two seeds; 1e-3 and 3e-3 are within noise: both reach max_seeds.
     assert by_lr[1e-4].standing == "dropped" and by_lr[1e-4].against_leader.seeds == 2 and sorted(by_lr[1e-4].results) == ["42", "43"]
     assert by_lr[1e-4].against_leader.p <= 0.05 and by_lr[1e-4].against_leader.ci[0] > 0
+    # 3e-4 is not beaten beyond noise at 2 seeds, but has less than futility's 10% chance of ending 5 seeds ahead: it leaves too.
+    out = by_lr[3e-4].against_leader
+    assert by_lr[3e-4].standing == "out of reach" and out.seeds == 2 and len(by_lr[3e-4].results) == 2
+    assert out.p > 0.05 and out.overtake < 0.1 and record.futility == 0.1
+    assert record.looks[0].out_of_reach == [1] and record.looks[0].dropped == [0]
     assert {by_lr[1e-3].standing, by_lr[3e-3].standing} == {"winner", "undecided"} and not record.decided
     assert len(by_lr[1e-3].results) == len(by_lr[3e-3].results) == 5
     assert record.configurations[record.winner].standing == "winner"
@@ -102,7 +108,7 @@ def test_a_race_spends_seeds_where_they_decide_stops_a_dropped_configurations_jo
     for end in launcher.ended:
         job = record.jobs[str(end.num)]
         if end.status == Status.PRUNED:
-            assert job.status == Status.PRUNED and record.configurations[job.config].standing == "dropped"
+            assert job.status == Status.PRUNED and record.configurations[job.config].standing in ("dropped", "out of reach")
             assert str(record.seeds[job.seed]) not in record.configurations[job.config].results
     # Looks came at levels, the first at min_seeds.
     assert [look.level for look in record.looks] == list(range(2, 2 + len(record.looks)))
@@ -116,15 +122,15 @@ def test_a_race_record_that_does_not_say_its_settings_reads_them_unset_and_compa
     _race(tmp_path, SimulatedLauncher())
     path = tmp_path / "race" / "race.json"
     said = json.loads(path.read_text())
-    for key in ("min_seeds", "max_seeds", "alpha", "seed_name"):
+    for key in ("min_seeds", "max_seeds", "alpha", "futility", "seed_name"):
         del said[key]
     path.write_text(json.dumps(said))
     record = race_record.read(tmp_path / "race")
     # Unset, not the sweeper's defaults made up for it, and compare says it does not know.
-    assert (record.min_seeds, record.max_seeds, record.alpha, record.seed_name) == (None, None, None, None)
+    assert (record.min_seeds, record.max_seeds, record.alpha, record.futility, record.seed_name) == (None,) * 5
     header, *_, columns = race_lines(record, "race")[:3]
-    assert header.endswith("configurations, ? 42-46 (min_seeds ?, max_seeds ?), alpha ?"), header
-    assert "leader's advantage [CI] p (adjusted)" in columns
+    assert header.endswith("configurations, ? 42-46 (min_seeds ?, max_seeds ?), alpha ?, futility ?"), header
+    assert "leader's advantage [CI]" in columns and "p (adjusted)" in columns
 
 
 def test_a_race_whose_driver_was_killed_resumes_from_its_finished_jobs_and_reaches_the_same_verdict(tmp_path):
@@ -144,13 +150,29 @@ def test_a_race_whose_driver_was_killed_resumes_from_its_finished_jobs_and_reach
     assert ran_again == [] and set(completed) <= set(resumed.asked)
     assert record.status == Status.COMPLETED and len(record.resumed) == 1
     assert record.winner == expected.winner and [c.standing for c in record.configurations] == [c.standing for c in expected.configurations]
-    assert [(look.level, look.leader, look.dropped) for look in record.looks] == [
-        (look.level, look.leader, look.dropped) for look in expected.looks
+    assert [(look.level, look.leader, look.dropped, look.out_of_reach) for look in record.looks] == [
+        (look.level, look.leader, look.dropped, look.out_of_reach) for look in expected.looks
     ]
 
     # Resumed with other configurations: refused, naming what the race ran.
     with pytest.raises(RaydraError, match="resume with the command that started it"):
         _race(tmp_path, SimulatedLauncher(), sweep=("model.optimizer.lr=1e-4,3e-4",), resume=True)
+
+
+def test_a_race_recorded_before_out_of_reach_drops_resumes_as_it_raced_without_them(tmp_path):
+    import json
+
+    with pytest.raises(SystemExit):
+        _race(tmp_path, SimulatedLauncher(lost_after=5), futility=0.0)
+    path = tmp_path / "race" / "race.json"
+    said = json.loads(path.read_text())
+    del said["futility"]
+    path.write_text(json.dumps(said))
+    with pytest.raises(RaydraError, match="'futility': 0.0"):
+        _race(tmp_path, SimulatedLauncher(), resume=True)
+    _race(tmp_path, SimulatedLauncher(), resume=True, futility=0.0)
+    record = race_record.read(tmp_path / "race")
+    assert record.status == Status.COMPLETED and not any(look.out_of_reach for look in record.looks)
 
 
 def test_a_failed_job_stops_the_asking_lets_the_running_one_end_and_the_race_says_how_to_continue(tmp_path):
@@ -184,6 +206,7 @@ def test_misuse_is_refused_in_one_sentence_before_any_job(tmp_path):
     assert "hydra.sweeper.metric=val/accuracy is not a metric ViTClassifier logs" in refused(metric="val/accuracy")
     assert "hydra.sweeper.mode=maximize must be min or max" in refused(mode="maximize")
     assert "alpha=0 must be a probability" in refused(alpha=0)
+    assert "futility=1 must be a probability from 0" in refused(futility=1)
     assert "the composed config does not have" in refused(sweep=("model.optimizer.lrr=1e-4,1e-3",))
     assert "holds no race to continue" in refused(resume=True)
     with pytest.raises(RaydraError, match="mode must be min or max for this app's jobs"):

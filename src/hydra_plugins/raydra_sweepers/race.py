@@ -1,7 +1,8 @@
 """raydra's seed race for `python train.py -m` (and any Hydra app): `hydra/sweeper=race`. The
 configurations are the command's sweeps, as Hydra's basic sweeper expands them; each starts with
 min_seeds seeds, and more are run only for configurations still in contention with the leader,
-until one is left or max_seeds is reached. The verdict (winner, each other configuration's
+until one is left or max_seeds is reached (a configuration leaves when beaten beyond noise, or as
+out of reach when its chance of ending max_seeds ahead of the leader falls below futility). The verdict (winner, each other configuration's
 difference, CI and adjusted p, the seeds each got) closes the multirun, goes to race.json and shows
 in `raydra compare <sweep dir>`:
 
@@ -37,6 +38,12 @@ class RaceSweeperConf:
     # The chance, over the whole race, of declaring a difference between configurations that are in
     # truth equal (raydra.multirun.racing spends it over the looks and the pairs).
     alpha: float = 0.05
+    # A configuration not beaten beyond noise, but with less than this chance of ending max_seeds
+    # ahead of the leader (predictive, from the results so far), leaves the race as out of reach:
+    # no difference is claimed, and the grid's winner is lost this way at most this often per
+    # configuration so dropped. 0: drop only beyond noise. 0.1 races at about half the grid's
+    # jobs where an lr grid's gaps are a few noise sds (experiments/race.md).
+    futility: float = 0.1
     # The config key each job's seed goes to; its composed value is the first seed (seed=42: 42, 43, ...).
     seed_name: str = "seed"
     # The configurations in Hydra's override grammar, beside (and overridden by) the command line's:

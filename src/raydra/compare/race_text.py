@@ -43,22 +43,23 @@ def race_lines(record: race_record.RaceRecord, where: str) -> List[str]:
     level = "" if record.alpha is None else f"{1 - record.alpha:.0%} "
     lines = [
         f"race of {where}: {record.metric} ({record.mode}), {len(configs)} configurations, {said(record.seed_name)} {seeds} "
-        f"(min_seeds {said(record.min_seeds)}, max_seeds {said(record.max_seeds)}), alpha {said(record.alpha)}"
+        f"(min_seeds {said(record.min_seeds)}, max_seeds {said(record.max_seeds)}), alpha {said(record.alpha)}, "
+        f"futility {said(record.futility)}"
     ]
     if record.winner is not None:
-        undecided = [c for c, config in enumerate(configs) if config.standing == "undecided"]
-        how = (
-            "it beat every other beyond noise"
-            if record.decided
-            else f"undecided within max_seeds against {', '.join(name(c) for c in undecided)}"
-        )
-        lines.append(f"  winner  {name(record.winner)}: {how}")
+        standing = lambda which: [name(c) for c, config in enumerate(configs) if config.standing == which]  # noqa: E731
+        how = []
+        if standing("out of reach"):
+            how.append(f"{', '.join(standing('out of reach'))} out of reach (not beaten beyond noise)")
+        if standing("undecided"):
+            how.append(f"undecided within max_seeds against {', '.join(standing('undecided'))}")
+        lines.append(f"  winner  {name(record.winner)}: {'; '.join(how) if how else 'it beat every other beyond noise'}")
     elif record.stopped:
         lines.append(f"  no verdict: {record.stopped}")
     else:
         lines.append(f"  no verdict yet ({record.status}): continue it with hydra.launcher.resume=true")
-    width = max([len(name(c)) for c in range(len(configs))] + [13])
-    lines.append(f"  {'configuration':<{width}}  {'standing':<13} seeds  {'mean ± sd':<19}  leader's advantage [{level}CI] p (adjusted)")
+    advantage = f"leader's advantage [{level}CI]"
+    rows = [("configuration", "standing", "seeds", "mean ± sd", advantage, "p (adjusted)", "chance to overtake")]
     order = sorted(range(len(configs)), key=lambda c: (configs[c].standing != "winner", _rank(configs[c], record.mode)))
     for c in order:
         config = configs[c]
@@ -66,14 +67,18 @@ def race_lines(record: race_record.RaceRecord, where: str) -> List[str]:
         spread = f"{config.mean:.4g} ± {statistics.stdev(values):.2g}" if len(values) > 1 and config.mean is not None else "-"
         standing = config.standing
         against = config.against_leader
-        if standing == "dropped" and against is not None:
-            standing = f"dropped at {against.seeds}"
+        if standing in ("dropped", "out of reach") and against is not None:
+            standing = f"{standing} at {against.seeds}"
+        versus = p = overtake = ""
         if against is not None and against.advantage is not None and len(against.ci) == 2:
             versus = f"{against.advantage:.4g} [{against.ci[0]:.3g}, {against.ci[1]:.3g}]"
             p = f"{against.p:.2g}" if against.p is not None else "-"
-        else:
-            versus, p = "", ""
-        lines.append(f"  {name(c):<{width}}  {standing:<13} {len(values):>5}  {spread:<19}  {versus:<25} {p}".rstrip())
+            overtake = _chance(against.overtake)
+        rows.append((name(c), standing, str(len(values)), spread, versus, p, overtake))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        cells = [cell.rjust(widths[i]) if i == 2 else cell.ljust(widths[i]) for i, cell in enumerate(row)]
+        lines.append(("  " + "  ".join(cells)).rstrip())
     if record.grid_jobs:
         spent = (
             f"  jobs    {record.jobs_started} started of the full grid's {record.grid_jobs} ({record.jobs_started / record.grid_jobs:.0%})"
@@ -82,6 +87,12 @@ def race_lines(record: race_record.RaceRecord, where: str) -> List[str]:
             spent += f"; {hours(record.worker_s)} worker-h against the grid's {hours(record.grid_worker_s)} (estimated: each configuration's mean job x max_seeds)"
         lines.append(spent)
     return lines
+
+
+def _chance(overtake: object) -> str:
+    if not isinstance(overtake, (int, float)):
+        return ""
+    return "<0.1%" if overtake < 0.0005 else f"{overtake:.1%}"
 
 
 def _rank(config: race_record.Configuration, mode: object) -> float:

@@ -2,7 +2,8 @@
 multirun that spends seeds only where they decide something. The sweep's configurations are those
 of Hydra's basic sweeper (`model.optimizer.lr=1e-4,3e-4,1e-3` and its cartesian products); each
 starts with min_seeds seeds, more are asked for only while a configuration is in contention with
-the leader, and a configuration beaten beyond noise is dropped (the statistics:
+the leader, and a configuration beaten beyond noise is dropped, one with less than `futility` chance
+of ending max_seeds ahead of the leader leaves as out of reach (the statistics:
 raydra.multirun.racing). Seeds are shared: seed index i is the same `seed` value for every
 configuration.
 
@@ -110,6 +111,7 @@ class SeedRace:
             min_seeds=settings["min_seeds"],
             max_seeds=settings["max_seeds"],
             alpha=settings["alpha"],
+            futility=settings["futility"],
             maximize=mode == "max",
         )
         self._begin(mode, seed_name)
@@ -142,6 +144,11 @@ class SeedRace:
         alpha = settings.get("alpha")
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
             raise RaydraError(f"hydra.sweeper.alpha={alpha} must be a probability between 0 and 1, e.g. 0.05.")
+        futility = settings.get("futility")
+        if isinstance(futility, bool) or not isinstance(futility, (int, float)) or not 0 <= futility < 1:
+            raise RaydraError(
+                f"hydra.sweeper.futility={futility} must be a probability from 0 (drop only beyond noise) to below 1, e.g. 0.1."
+            )
 
     def _metric_and_mode(self) -> Tuple[str, str]:
         settings = self.settings
@@ -171,6 +178,7 @@ class SeedRace:
             min_seeds=settings["min_seeds"],
             max_seeds=settings["max_seeds"],
             alpha=float(settings["alpha"]),
+            futility=float(settings["futility"]),
             seed_name=seed_name,
             seeds=self.seeds,
             fixed=self.fixed,
@@ -180,8 +188,11 @@ class SeedRace:
         if resume:
             before = race_record.read(self.sweep_dir)
             asked = {
-                key: getattr(before, key) for key in ("metric", "mode", "min_seeds", "max_seeds", "alpha", "seed_name", "seeds", "fixed")
+                key: getattr(before, key)
+                for key in ("metric", "mode", "min_seeds", "max_seeds", "alpha", "futility", "seed_name", "seeds", "fixed")
             }
+            if asked["futility"] is None:  # a race.json from before out-of-reach drops: it raced without them
+                asked["futility"] = 0.0
             given = {key: fields[key] for key in asked}
             if asked != given or [c.overrides for c in before.configurations] != self.configs:
                 raise RaydraError(
@@ -234,8 +245,9 @@ class SeedRace:
         if self.race.done:
             return f"the race has its verdict (winner: {' '.join(self.configs[self.race.leader or 0])})"
         if job.config not in self.race.contenders:
-            look = self.race.outcome_of(job.config)[1]
-            return f"the race dropped {' '.join(self.configs[job.config])} at {look.level if look else '?'} seeds"
+            standing, look = self.race.outcome_of(job.config)
+            how = "as out of reach of the leader" if standing == "out of reach" else "beaten beyond noise"
+            return f"the race dropped {' '.join(self.configs[job.config])} at {look.level if look else '?'} seeds, {how}"
         return None
 
     def job_ended(self, end: JobEnd) -> None:
@@ -269,8 +281,16 @@ class SeedRace:
     def _say_look(self, look: Any) -> None:
         name = lambda c: " ".join(self.configs[c])  # noqa: E731
         dropped = "; ".join(
-            f"{name(c)} dropped ({self.metric} {look.means[c]:.4g}, p {look.comparisons[c].p:.2g})" if c in look.comparisons else name(c)
-            for c in look.dropped
+            [
+                f"{name(c)} dropped ({self.metric} {look.means[c]:.4g}, p {look.comparisons[c].p:.2g})"
+                if c in look.comparisons
+                else name(c)
+                for c in look.dropped
+            ]
+            + [
+                f"{name(c)} out of reach ({self.metric} {look.means[c]:.4g}, chance to overtake {look.comparisons[c].overtake:.1%})"
+                for c in look.out_of_reach
+            ]
         )
         log.info(
             f"race: at {look.level} seeds each, {name(look.leader)} leads ({self.metric} {look.means[look.leader]:.4g})"
@@ -291,7 +311,12 @@ class SeedRace:
             if look is not None and c in look.comparisons:
                 comparison = look.comparisons[c]
                 against = race_record.Comparison(
-                    leader=look.leader, advantage=comparison.advantage, ci=list(comparison.ci), p=comparison.p, seeds=look.level
+                    leader=look.leader,
+                    advantage=comparison.advantage,
+                    ci=list(comparison.ci),
+                    p=comparison.p,
+                    seeds=look.level,
+                    overtake=comparison.overtake,
                 )
             mean = sum(results.values()) / len(results) if results else None
             configurations.append(
@@ -302,11 +327,15 @@ class SeedRace:
             configurations=configurations,
             jobs={str(num): job for num, job in sorted(self.jobs.items())},
             looks=[
-                race_record.Look(level=look.level, contenders=look.contenders, leader=look.leader, dropped=look.dropped)
+                race_record.Look(
+                    level=look.level, contenders=look.contenders, leader=look.leader, dropped=look.dropped, out_of_reach=look.out_of_reach
+                )
                 for look in race.looks
             ],
             winner=race.leader if race.done and race.stopped is None else None,
-            decided=race.done and race.stopped is None and len(race.contenders) == 1,
+            decided=race.done
+            and race.stopped is None
+            and all(race.outcome_of(c)[0] in ("winner", "dropped") for c in range(len(self.configs))),
             stopped=race.stopped,
             jobs_started=len(self.jobs),
         )

@@ -28,6 +28,19 @@ of k draws, which a test of one pair calls significant more often the more confi
 9.1% at 10, against 1.9-3.2% with every pair). A configuration is dropped when a contender better than it
 differs from it beyond noise; the race ends when one contender is left (decided) or the level
 max_seeds has been looked at (the others undecided against the leader within max_seeds).
+
+**Out of reach.** A test beyond noise at 2 or 3 seeds needs gaps of 5-8 residual sds, so without
+more a race keeps nearly every configuration to max_seeds (experiments/race.md: 57-99% of the grid's
+jobs). What a race is for, though, is the winner the full grid would name; a configuration that
+cannot realistically end max_seeds ahead of the leader need not run there. At each look before the
+last, each remaining contender's chance of ending the grid ahead of the leader is its predictive
+probability under the same fit (flat prior on the difference, the residual variance's Student t):
+the difference of the max_seeds-seed means is the look's difference plus the mean of the seeds not
+yet run, so P(overtake) = T_df(-advantage / (se * sqrt(1 - n / max_seeds))). Below `futility` the
+configuration leaves as *out of reach*: no difference is claimed for it (alpha is not spent), and
+the chance that the grid's winner is lost this way is at most futility per configuration dropped (a
+configuration is the grid's winner only if it ends ahead of the leader). futility=0 keeps only drops
+beyond noise.
 """
 
 import itertools
@@ -51,6 +64,8 @@ class Comparison:
     advantage: float
     ci: Tuple[float, float]
     p: float
+    # Its chance of ending max_seeds ahead of the leader (predictive; None at the look at max_seeds).
+    overtake: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -60,8 +75,11 @@ class Look:
     leader: int
     # Each contender but the leader against it.
     comparisons: Dict[int, Comparison]
+    # Beaten beyond noise by a better contender.
     dropped: List[int]
     means: Dict[int, float]
+    # Not beaten beyond noise, but with less than `futility` chance of ending max_seeds ahead of the leader.
+    out_of_reach: List[int] = field(default_factory=list)
 
 
 @dataclass
@@ -73,6 +91,7 @@ class Race:
     min_seeds: int = 2
     max_seeds: int = 5
     alpha: float = 0.05
+    futility: float = 0.1
     maximize: bool = True
     results: Dict[Cell, float] = field(default_factory=dict)
     looks: List[Look] = field(default_factory=list)
@@ -147,14 +166,19 @@ class Race:
                 beaten.add(b if sign * (means[a] - means[b]) > 0 else a)
         t_crit = _t_quantile(1 - self.alpha / 2, df) if df > 0 else math.inf
         comparisons = {}
+        out_of_reach = []
         for j in order[1:]:
             advantage = sign * (means[leader] - means[j])
+            overtake = _overtake(advantage, se * math.sqrt(1 - level / self.max_seeds), df) if level < self.max_seeds else None
             comparisons[self.contenders[j]] = Comparison(
                 config=self.contenders[j],
                 advantage=advantage,
                 ci=(advantage - t_crit * se, advantage + t_crit * se),
                 p=min(1.0, adjusted[(min(leader, j), max(leader, j))] * self.alpha / look_alpha),
+                overtake=overtake,
             )
+            if j not in beaten and overtake is not None and overtake < self.futility:
+                out_of_reach.append(self.contenders[j])
         look = Look(
             level=level,
             contenders=list(self.contenders),
@@ -162,9 +186,10 @@ class Race:
             comparisons=comparisons,
             dropped=[self.contenders[j] for j in sorted(beaten)],
             means={self.contenders[j]: means[j] for j in range(k)},
+            out_of_reach=sorted(out_of_reach),
         )
         self.looks.append(look)
-        self.contenders = [c for c in self.contenders if c not in look.dropped]
+        self.contenders = [c for c in self.contenders if c not in look.dropped and c not in look.out_of_reach]
         return look
 
     def alpha_at(self, level: int) -> float:
@@ -185,13 +210,16 @@ class Race:
         return self.looks[-1].leader if self.looks else None
 
     def outcome_of(self, config: int) -> Tuple[str, Optional[Look]]:
-        """("winner" | "dropped" | "undecided" | "racing", the look that decided it or the last one it was in)."""
+        """("winner" | "dropped" | "out of reach" | "undecided" | "racing", the look that decided it or
+        the last one it was in)."""
         last = None
         for look in self.looks:
             if config in look.contenders:
                 last = look
             if config in look.dropped:
                 return "dropped", look
+            if config in look.out_of_reach:
+                return "out of reach", look
         if self.done and config == self.leader:
             return "winner", last
         return ("undecided" if self.done else "racing"), last
@@ -223,6 +251,18 @@ def _two_sided_p(diff: float, se: float, df: int) -> float:
     if se == 0.0:
         return 0.0 if diff != 0.0 else 1.0
     return float(2 * stdtr(df, -abs(diff) / se))
+
+
+def _overtake(advantage: float, spread: float, df: int) -> float:
+    """The predictive chance that a configuration `advantage` behind the leader ends ahead of it, when
+    what the seeds still to run add to the difference has Student's t spread `spread` on `df`."""
+    from scipy.special import stdtr
+
+    if df <= 0 or not math.isfinite(spread):
+        return 1.0
+    if spread == 0.0:
+        return 0.0 if advantage > 0 else 1.0
+    return float(stdtr(df, -advantage / spread))
 
 
 def _t_quantile(q: float, df: int) -> float:

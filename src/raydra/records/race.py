@@ -49,12 +49,16 @@ class Comparison:
     p: Optional[float] = None
     # How many seeds of each the look used.
     seeds: int = 0
+    # Its predictive chance, at that look, of ending max_seeds ahead of the leader (None at max_seeds).
+    overtake: Optional[float] = None
 
 
 @dataclass(frozen=True)
 class Configuration:
     """One configuration raced: its overrides (those that set it apart), and how it stands: racing,
-    winner, dropped (beaten beyond noise) or undecided (in contention when the race reached max_seeds)."""
+    winner, dropped (beaten beyond noise), out of reach (less than the race's futility chance of
+    ending max_seeds ahead of the leader; no difference claimed) or undecided (in contention when
+    the race reached max_seeds)."""
 
     overrides: List[str] = field(default_factory=list)
     standing: str = "racing"
@@ -66,12 +70,14 @@ class Configuration:
 
 @dataclass(frozen=True)
 class Look:
-    """One look: at `level` seeds each, which configurations were in contention, the leader, the dropped."""
+    """One look: at `level` seeds each, which configurations were in contention, the leader, those
+    dropped beyond noise and those out of reach."""
 
     level: int = 0
     contenders: List[int] = field(default_factory=list)
     leader: int = 0
     dropped: List[int] = field(default_factory=list)
+    out_of_reach: List[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,9 @@ class RaceRecord(Envelope):
     min_seeds: Optional[int] = None
     max_seeds: Optional[int] = None
     alpha: Optional[float] = None
+    # Below this chance of ending max_seeds ahead of the leader a configuration is out of reach
+    # (None: a record from before out-of-reach drops, or a damaged one).
+    futility: Optional[float] = None
     # The config key each job's seed goes to, and the seed values in order (the same for every configuration).
     seed_name: Optional[str] = None
     seeds: List[int] = field(default_factory=list)
@@ -93,7 +102,8 @@ class RaceRecord(Envelope):
     configurations: List[Configuration] = field(default_factory=list)
     jobs: Dict[str, RaceJob] = field(default_factory=dict)
     looks: List[Look] = field(default_factory=list)
-    # The verdict: the winner's index once the race is done; decided: it beat every other beyond noise.
+    # The verdict: the winner's index once the race is done; decided: it beat every other beyond
+    # noise (none out of reach or undecided).
     winner: Optional[int] = None
     decided: bool = False
     # Why the race stopped asking for jobs before its verdict (a job that failed), if it did.
