@@ -180,14 +180,13 @@ def test_the_asynchronous_optuna_sweeper_asks_as_slots_free_prunes_within_an_epo
 
 
 @pytest.mark.e2e
-def test_a_seed_race_drops_a_configuration_beaten_beyond_noise_resumes_after_its_driver_is_killed_and_compare_shows_its_verdict(
-    ray_cluster, tmp_path, capsys
-):
-    """Three learning rates, two seeds each (min_seeds = max_seeds = 2: one look, the fewest jobs a
-    real race can take; more seeds, the jobs they save and the stopping of a dropped configuration's
-    jobs are test_race.py's), 1-worker jobs two at a time: 1e-5 barely learns in two epochs and is
-    beaten beyond noise; the driver is killed once two jobs have completed, and the resumed race
-    keeps them and reaches its verdict, which raydra compare shows."""
+def test_a_seed_race_names_its_winner_resumes_after_its_driver_is_killed_and_compare_shows_its_verdict(ray_cluster, tmp_path, capsys):
+    """Two learning rates, two seeds each (min_seeds = max_seeds = 2: one look, the fewest jobs a
+    real race can take; its statistics, more seeds, out-of-reach drops and the stopping of a dropped
+    configuration's jobs are test_race.py's and test_race_statistics.py's), 1-worker jobs two at a
+    time: 1e-5 barely learns in two epochs, 3e-4 does; the driver is killed once two jobs have
+    completed, and the resumed race keeps them and reaches its verdict, which raydra compare shows.
+    Three learning rates, killed and resumed, are benchmarks/race_real.py's (experiments/race.md)."""
     import sys
     import time
 
@@ -204,7 +203,7 @@ def test_a_seed_race_drops_a_configuration_beaten_beyond_noise_resumes_after_its
         "trainer.max_epochs=2",
         "hydra/sweeper=race",
         "hydra.sweeper.max_seeds=2",
-        "model.optimizer.lr=1e-5,1e-4,3e-4",
+        "model.optimizer.lr=1e-5,3e-4",
         f"hydra.sweep.dir={sweep_dir}",
     )
     args = [sys.executable, str(REPO / "train.py"), *command[:1], f"paths.outputs={tmp_path}", *command[1:], f"ray.address={ray_cluster}"]
@@ -225,14 +224,16 @@ def test_a_seed_race_drops_a_configuration_beaten_beyond_noise_resumes_after_its
     assert record.status == "completed" and len(record.resumed) == 1 and record.winner is not None, record
     standing = {c.overrides[0]: c for c in record.configurations}
     slow = standing["model.optimizer.lr=1e-05"]
-    assert slow.standing == "dropped" and slow.against_leader.seeds == 2 and sorted(slow.results) == ["42", "43"]
-    assert record.configurations[record.winner].overrides[0] in ("model.optimizer.lr=0.0001", "model.optimizer.lr=0.0003")
+    assert record.configurations[record.winner].overrides[0] == "model.optimizer.lr=0.0003"
+    # Beaten beyond noise needs a gap of 12.7 se on the one look's 1 residual df: dropped, or undecided at max_seeds.
+    assert slow.standing in ("dropped", "undecided") and slow.against_leader.seeds == 2 and sorted(slow.results) == ["42", "43"]
+    assert slow.against_leader.advantage > 0 and slow.against_leader.p is not None
     # Each result is its run's best val/acc.
     for num, job in record.jobs.items():
         if job.status == "completed":
             assert job.value == pytest.approx(summary_of(sweep_dir / num)["metrics"]["best"]["val/acc"])
-    assert record.jobs_started == record.grid_jobs == 6 and sorted(record.jobs) == [str(n) for n in range(6)]
+    assert record.jobs_started == record.grid_jobs == 4 and sorted(record.jobs) == [str(n) for n in range(4)]
     # The verdict closes the multirun and shows in raydra compare.
     assert "race of" in done.stdout and "winner  model.optimizer.lr=" in done.stdout
     code, out, _ = compare(capsys, sweep_dir)
-    assert code == 0 and "race of" in out and "dropped at 2" in out, out
+    assert code == 0 and "race of" in out and "winner  model.optimizer.lr=0.0003" in out, out
