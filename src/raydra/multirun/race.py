@@ -333,9 +333,7 @@ class SeedRace:
                 for look in race.looks
             ],
             winner=race.leader if race.done and race.stopped is None else None,
-            decided=race.done
-            and race.stopped is None
-            and all(race.outcome_of(c)[0] in ("winner", "dropped") for c in range(len(self.configs))),
+            decided=race.decided,
             stopped=race.stopped,
             jobs_started=len(self.jobs),
         )

@@ -115,6 +115,11 @@ class Race:
     def done(self) -> bool:
         return self.stopped is not None or len(self.contenders) <= 1 or self.level > self.max_seeds
 
+    @property
+    def decided(self) -> bool:
+        """Done, and the winner beat every other beyond noise: none out of reach or undecided."""
+        return self.stopped is None and len(self.contenders) == 1 and not any(look.out_of_reach for look in self.looks)
+
     def wanted(self, taken: "set[Cell]") -> List[Cell]:
         """The jobs worth running now that are not in `taken` (asked for already), most useful
         first: the seeds the next level needs, then, so that no slot waits for a level to
@@ -169,7 +174,9 @@ class Race:
         out_of_reach = []
         for j in order[1:]:
             advantage = sign * (means[leader] - means[j])
-            overtake = _overtake(advantage, se * math.sqrt(1 - level / self.max_seeds), df) if level < self.max_seeds else None
+            # Its chance to end max_seeds ahead: what the seeds still to run add to the difference
+            # exceeds its advantage (the docstring's predictive; none at the last look).
+            overtake = _beyond(advantage, se * math.sqrt(1 - level / self.max_seeds), df) if level < self.max_seeds else None
             comparisons[self.contenders[j]] = Comparison(
                 config=self.contenders[j],
                 advantage=advantage,
@@ -242,27 +249,21 @@ def _additive_fit(table: List[List[float]]) -> Tuple[List[float], float, int]:
 
 
 def _two_sided_p(diff: float, se: float, df: int) -> float:
+    return min(1.0, 2 * _beyond(abs(diff), se, df))
+
+
+def _beyond(distance: float, scale: float, df: int) -> float:
+    """P(scale * T > distance), T Student's t on `df` degrees of freedom: 1 where nothing is known
+    of the noise (no df, an infinite scale), a step where there is none."""
     # Student's t CDF itself (scipy.stats.t.sf gives the same p for ~50x the time: 85% of a
     # simulated race's, benchmarks/race.py).
     from scipy.special import stdtr
 
-    if df <= 0 or not math.isfinite(se):
+    if df <= 0 or not math.isfinite(scale):
         return 1.0
-    if se == 0.0:
-        return 0.0 if diff != 0.0 else 1.0
-    return float(2 * stdtr(df, -abs(diff) / se))
-
-
-def _overtake(advantage: float, spread: float, df: int) -> float:
-    """The predictive chance that a configuration `advantage` behind the leader ends ahead of it, when
-    what the seeds still to run add to the difference has Student's t spread `spread` on `df`."""
-    from scipy.special import stdtr
-
-    if df <= 0 or not math.isfinite(spread):
-        return 1.0
-    if spread == 0.0:
-        return 0.0 if advantage > 0 else 1.0
-    return float(stdtr(df, -advantage / spread))
+    if scale == 0.0:
+        return 0.0 if distance > 0 else 1.0
+    return float(stdtr(df, -distance / scale))
 
 
 def _t_quantile(q: float, df: int) -> float:
