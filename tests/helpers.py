@@ -92,7 +92,17 @@ def run_train(*overrides: str, outputs: Path, address: str = None, timeout: int 
     args = [sys.executable, str(REPO / "train.py"), *flags, f"paths.outputs={outputs}", *rest]
     if address:
         args.append(f"ray.address={address}")
-    return subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**base_env(), **(env or {})})
+    try:
+        return subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**base_env(), **(env or {})})
+    except subprocess.TimeoutExpired as expired:
+        # pytest abbreviates the exception's captured bytes in the middle: the end of what the run
+        # printed, where it stopped, is what tells a hang apart from a slow run.
+        said = "\n".join(_text(part)[-6000:] for part in (expired.stdout, expired.stderr))
+        pytest.fail(f"`{' '.join(args[1:])}` ran past {timeout} s; the end of what it printed:\n{said}", pytrace=False)
+
+
+def _text(output) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
 
 
 def run_dirs(outputs: Path, kind: str = "runs") -> list:

@@ -176,7 +176,8 @@ def test_asha_sweep_killed_and_resumed_finishes_without_redoing_trials_and_its_b
     assert sweep.read(sweep_dir).status == "running"
     assert not (sweep_dir / "best_config.yaml").exists()
 
-    done = run_train(*SMALL_SWEEP, "logger=[csv,wandb]", f"tune.resume={sweep_dir}", outputs=tmp_path, address=ray_cluster)
+    # ~70 s here: a resumed sweep that runs past 300 s has hung (CI once waited out 600 s on one).
+    done = run_train(*SMALL_SWEEP, "logger=[csv,wandb]", f"tune.resume={sweep_dir}", outputs=tmp_path, address=ray_cluster, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     record = sweep.read(sweep_dir)
     assert record.status == "completed" and len(record.resumed) == 1

@@ -177,16 +177,16 @@ def _seconds(runtime: str) -> int:
 
 @pytest.mark.e2e
 def test_a_submitted_run_meets_its_time_limit_checkpoints_requeues_and_trains_every_sample_once(slurm, tmp_path):
-    # Steps of at least 100 ms: the epochs after the first train for longer than the up to ~130 s
-    # the warning may take to come (below): ~165 s here, 92 of it the pauses, so on a machine twice as
-    # fast too. Fewer, longer epochs than before: the requeued attempt trains the rest without the
-    # pauses (~3 s an epoch), and each epoch fewer left to it is time saved.
-    epochs = 24
+    # Steps of at least 300 ms: the 11 epochs after the first train for longer than the up to ~110 s
+    # the warning may take to come (below): ~125 s of pauses alone, so on a machine twice as fast
+    # too. Few, long epochs: the requeued attempt trains the rest without the pauses (~3 s an
+    # epoch), and each epoch fewer left to it is time saved.
+    epochs = 12
     # Once requeued, the rest trains without the pauses (tests.probe.RecordingViT's pause_until).
     fast = tmp_path / "fast"
     # No periodic checkpoint: whatever the requeued job continues from, the notice saved.
     done = _submit(
-        slurm, tmp_path, f"trainer.max_epochs={epochs}", "checkpoint.every_n_epochs=1000", "model._target_=tests.probe.RecordingViT", "+model.pause_s=0.1",
+        slurm, tmp_path, f"trainer.max_epochs={epochs}", "checkpoint.every_n_epochs=1000", "model._target_=tests.probe.RecordingViT", "+model.pause_s=0.3",
         f"+model.pause_until={fast}", "slurm.nodes=2", "slurm.time=10", "slurm.notice_before_s=60",
     )  # fmt: skip
     job, run_dir = _submitted(done)
@@ -197,10 +197,10 @@ def test_a_submitted_run_meets_its_time_limit_checkpoints_requeues_and_trains_ev
     assert str(output) in done.stdout
 
     # SLURM's own warning: once the run trains, the job's time limit (whole minutes) is cut to
-    # 81-140 s from now, so that the warning, 60 s before it, is due 21-80 s from now; slurmctld
+    # 61-120 s from now, so that the warning, 60 s before it, is due 1-60 s from now; slurmctld
     # sends it at its next check of time limits (13 s and 47 s later, measured).
     _wait_for(lambda: output.is_file() and "epoch 1/" in output.read_text(), 240, "the run trained no epoch")
-    limit = math.ceil((_seconds(_job(slurm, job)["RunTime"]) + 81) / 60)
+    limit = math.ceil((_seconds(_job(slurm, job)["RunTime"]) + 61) / 60)
     slurm.command("scontrol", "update", f"JobId={job}", f"TimeLimit={limit}")
     # The requeued job gets the time to finish.
     _wait_for(lambda: _job(slurm, job).get("Restarts") == "1", 240, lambda: f"not requeued: {output.read_text()}")
