@@ -92,13 +92,18 @@ def run_train(*overrides: str, outputs: Path, address: str = None, timeout: int 
     args = [sys.executable, str(REPO / "train.py"), *flags, f"paths.outputs={outputs}", *rest]
     if address:
         args.append(f"ray.address={address}")
+    return ran(args, timeout, cwd=REPO, env={**base_env(), **(env or {})})
+
+
+def ran(command: list, timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """`command` run to its end, its output captured as text. One that runs past `timeout` fails
+    the test with the end of what it printed: pytest abbreviates TimeoutExpired's captured output
+    in the middle, and where a run stopped is what tells a hang apart from a slow run."""
     try:
-        return subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**base_env(), **(env or {})})
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, **kwargs)
     except subprocess.TimeoutExpired as expired:
-        # pytest abbreviates the exception's captured bytes in the middle: the end of what the run
-        # printed, where it stopped, is what tells a hang apart from a slow run.
         said = "\n".join(_text(part)[-6000:] for part in (expired.stdout, expired.stderr))
-        pytest.fail(f"`{' '.join(args[1:])}` ran past {timeout} s; the end of what it printed:\n{said}", pytrace=False)
+        pytest.fail(f"`{' '.join(map(str, command))}` ran past {timeout} s; the end of what it printed:\n{said}", pytrace=False)
 
 
 def _text(output) -> str:
@@ -420,7 +425,7 @@ def raydra_train(*args: str, cwd: Path, outputs: Path, address: str = None, env:
     environment = {**base_env(), **(env or {})}
     assert str(cwd) not in environment.get("PYTHONPATH", "")
     command_line = [command, "train", *args, f"paths.outputs={outputs}"] + ([f"ray.address={address}"] if address else [])
-    return subprocess.run(command_line, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=environment)
+    return ran(command_line, timeout, cwd=cwd, env=environment)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -612,12 +617,10 @@ def on_a_private_tmpfs(directory: Path, command: list, mount_options: str, then:
     if not sys.platform.startswith("linux") or os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("a private tmpfs needs Linux, root and unshare (util-linux)")
     script = f'mount -t tmpfs -o {mount_options} raydra-tmpfs "$1" && {then or "true"} && shift && exec "$@"'
-    done = subprocess.run(
+    done = ran(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(directory), *command],
+        timeout,
         cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
         env=base_env(),
     )
     if "mount:" in done.stderr:
