@@ -18,7 +18,10 @@ Two cases, each its own table:
 A shared machine's speed drifts by more than a round lasts, so the two launchers alternate within
 each round (which goes first alternates too); each table gives the median wall time of each and the
 median and range of the per-round ratio, with the load average, which decides how far apart the
-two are.
+two are. Each multirun's busy CPU seconds and share of the cores (the whole machine's, from
+/proc/stat) say how far the CPU bounds it: the line under each table gives the ratio raydra's
+launcher would reach with every core busy throughout, its CPU work unchanged. Two slots allow 2.0x
+only where one job alone leaves half the cores idle.
 """
 
 import argparse
@@ -42,12 +45,25 @@ WARM_LRS = "1e-4,3e-4,1e-3,3e-3"
 COLD_LRS = "1e-3,2e-3,3e-3,4e-3"
 
 
+def _cpu_times() -> Optional[tuple]:
+    """The machine's (busy, all) CPU time so far, in clock ticks over all its cores (Linux's
+    /proc/stat), or None."""
+    try:
+        ticks = [int(t) for t in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = ticks[3] + ticks[4]  # idle and iowait
+    return sum(ticks) - idle, sum(ticks)
+
+
 def train(outputs: Path, address: Optional[str], launcher: Optional[str], lrs: str, overrides: list) -> tuple:
     """`python train.py -m` with `launcher` (or a single run: launcher None), on the cluster at
-    `address` or (None) a local Ray of its own; returns its wall time, its jobs' summaries and how
-    many ran at once."""
+    `address` or (None) a local Ray of its own; returns its wall time, its jobs' summaries, how
+    many ran at once and the machine's CPU use while it ran, (busy CPU s, busy share of all its
+    cores), or None where /proc/stat is not there."""
     multirun = ["-m", f"hydra/launcher={launcher}", f"model.optimizer.lr={lrs}"] if launcher else []
     joined = [f"ray.address={address}"] if address else []
+    cpu_before = _cpu_times()
     started = time.time()
     done = subprocess.run(
         [sys.executable, str(REPO / "train.py"), *multirun, f"paths.outputs={outputs}", *joined, *overrides],
@@ -57,11 +73,16 @@ def train(outputs: Path, address: Optional[str], launcher: Optional[str], lrs: s
         env=env() if address else _own_local_ray_env(),
     )
     wall = time.time() - started
+    cpu_after = _cpu_times()
+    busy = None
+    if cpu_before and cpu_after:
+        ticks = cpu_after[0] - cpu_before[0]
+        busy = (ticks / os.sysconf("SC_CLK_TCK"), ticks / max(1, cpu_after[1] - cpu_before[1]))
     if done.returncode:
         sys.exit(f"train.py {' '.join(multirun)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
     at_once = re.search(r"up to (\d+) at a time", done.stdout)
     jobs = [json.loads(p.read_text()) for p in sorted(outputs.glob("sweeps/*/*/*/summary.json"))]
-    return wall, jobs, int(at_once.group(1)) if at_once else 1
+    return wall, jobs, int(at_once.group(1)) if at_once else 1, busy
 
 
 def _own_local_ray_env() -> dict:
@@ -73,6 +94,19 @@ def _each(walls: list) -> str:
     return " / ".join(f"{w:.1f}" for w in walls)
 
 
+def _shares(busy: list) -> str:
+    return " / ".join("n/a" if b is None else f"{b[0]:.0f} ({b[1]:.0%})" for b in busy)
+
+
+def _ceiling(basic_walls: list, raydra_busy: list) -> Optional[float]:
+    """How much sooner than the basic launcher raydra's could have finished, had its multirun kept
+    every core busy: the basic launcher's wall time over raydra's busy CPU seconds spread on all
+    the cores (the median over rounds)."""
+    if any(b is None for b in raydra_busy):
+        return None
+    return statistics.median(w / (b[0] / (os.cpu_count() or 1)) for w, b in zip(basic_walls, raydra_busy, strict=True))
+
+
 def measure(out: Path, cold: bool, args: argparse.Namespace) -> None:
     load_before = os.getloadavg()
     if cold:
@@ -80,6 +114,7 @@ def measure(out: Path, cold: bool, args: argparse.Namespace) -> None:
     else:
         lrs, common = WARM_LRS, ["experiment=vit_digits_smoke", "scale.num_workers=1", f"trainer.max_epochs={args.epochs}"]
     walls = {"basic": [], "raydra": []}
+    busy = {"basic": [], "raydra": []}
     last = {}
     for r in range(args.rounds):
         round_dir = out / f"{'cold' if cold else 'warm'}{r}"
@@ -89,8 +124,9 @@ def measure(out: Path, cold: bool, args: argparse.Namespace) -> None:
             if not cold:
                 train(round_dir / "warm-up", address, None, lrs, [*common[:-1], "trainer.max_epochs=1"])
             for launcher in ("basic", "raydra") if r % 2 == 0 else ("raydra", "basic"):
-                wall, jobs, at_once = train(round_dir / launcher, address, launcher, lrs, common)
+                wall, jobs, at_once, cpu_busy = train(round_dir / launcher, address, launcher, lrs, common)
                 walls[launcher].append(wall)
+                busy[launcher].append(cpu_busy)
                 last[launcher] = (jobs, at_once)
         finally:
             if proc is not None:
@@ -108,15 +144,22 @@ def measure(out: Path, cold: bool, args: argparse.Namespace) -> None:
             f"{args.cpus}-CPU `ray start` cluster per round, warmed; {args.rounds} rounds; load average before: "
             f"{load_before[0]:.2f}, after: {os.getloadavg()[0]:.2f}\n"
         )
-    print("| launcher | wall s (median) | rounds | jobs at once | vs basic (median, range) |")
-    print("|---|---:|---|---:|---:|")
+    print("| launcher | wall s (median) | rounds | jobs at once | busy CPU s (share of the cores), rounds | vs basic (median, range) |")
+    print("|---|---:|---|---:|---|---:|")
     print(
-        f"| `hydra/launcher=basic` (one after another, one process) | {statistics.median(walls['basic']):.1f} | {_each(walls['basic'])} | 1 | 1.00x |"
+        f"| `hydra/launcher=basic` (one after another, one process) | {statistics.median(walls['basic']):.1f} | {_each(walls['basic'])} "
+        f"| 1 | {_shares(busy['basic'])} | 1.00x |"
     )
     print(
         f"| raydra's (`-m` default: side by side, a process per job) | {statistics.median(walls['raydra']):.1f} | {_each(walls['raydra'])} "
-        f"| {last['raydra'][1]} | **{statistics.median(ratios):.2f}x** ({min(ratios):.2f}-{max(ratios):.2f}) |"
+        f"| {last['raydra'][1]} | {_shares(busy['raydra'])} | **{statistics.median(ratios):.2f}x** ({min(ratios):.2f}-{max(ratios):.2f}) |"
     )
+    ceiling = _ceiling(walls["basic"], busy["raydra"])
+    if ceiling is not None:
+        print(
+            f"\nraydra's launcher with all {os.cpu_count()} cores busy throughout its multiruns would have been "
+            f"{ceiling:.2f}x the basic launcher (median over rounds): the most its CPU work allows on this machine"
+        )
     print("\nper job in the last round: wall s as the job's summary.json records it (basic / raydra)")
     for a, b in zip(last["basic"][0], last["raydra"][0], strict=True):
         print(
