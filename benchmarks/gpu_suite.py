@@ -173,6 +173,16 @@ STEPS = [
         planned=False,
     ),
     Step(
+        "multirun",
+        "a 4-job multirun against Hydra's basic launcher, on CPU workers of a 2-CPU Ray on the GPU machine's spare cores: issue 54's 1.85x warm and 1.8x cold, which 2 cores cap at ~1.66x and ~1.75x",
+        # Not run on a GPU machine yet; estimated from the 2-core runs (experiments/multirun.md):
+        # warm ~150 s and cold ~105 s there, each job's start shorter where nothing shares its core.
+        300,
+        ["benchmarks/multirun.py", "--mode", "both", "--rounds", "1"],
+        ["ray", "ray.train", "hydra", "sklearn", "raydra.multirun.launcher", "raydra.testing"],
+        planned=False,
+    ),
+    Step(
         "strategies",
         "ViT-L/16 under ddp, fsdp, DeepSpeed ZeRO-2 and ZeRO-3: memory per worker, samples/s, checkpoint save time",
         360,
