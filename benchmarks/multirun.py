@@ -26,6 +26,7 @@ only where one job alone leaves half the cores idle.
 
 import argparse
 import json
+import math
 import os
 import re
 import statistics
@@ -155,10 +156,14 @@ def measure(out: Path, cold: bool, args: argparse.Namespace) -> None:
         f"| {last['raydra'][1]} | {_shares(busy['raydra'])} | **{statistics.median(ratios):.2f}x** ({min(ratios):.2f}-{max(ratios):.2f}) |"
     )
     ceiling = _ceiling(walls["basic"], busy["raydra"])
+    jobs = len(lrs.split(","))
+    # Equal jobs in waves of `at_once`: 4 jobs 2 at a time take 2 jobs' time, 2.0x at most.
+    by_slots = jobs / math.ceil(jobs / last["raydra"][1])
     if ceiling is not None:
         print(
             f"\nraydra's launcher with all {os.cpu_count()} cores busy throughout its multiruns would have been "
-            f"{ceiling:.2f}x the basic launcher (median over rounds): the most its CPU work allows on this machine"
+            f"{ceiling:.2f}x the basic launcher (median over rounds): the most its CPU work allows on this machine; "
+            f"{jobs} jobs {last['raydra'][1]} at a time allow at most {by_slots:.2f}x"
         )
     print("\nper job in the last round: wall s as the job's summary.json records it (basic / raydra)")
     for a, b in zip(last["basic"][0], last["raydra"][0], strict=True):
