@@ -18,8 +18,8 @@ Two cases, each its own table:
 A shared machine's speed drifts by more than a round lasts, so the two launchers alternate within
 each round (which goes first alternates too); each table gives the median wall time of each and the
 median and range of the per-round ratio, with the load average, which decides how far apart the
-two are. Each multirun's busy CPU seconds and share of the cores (the whole machine's, from
-/proc/stat) say how far the CPU bounds it: the line under each table gives the ratio raydra's
+two are. Each multirun's busy CPU seconds and share of the cores (the whole machine's, by psutil)
+say how far the CPU bounds it: the line under each table gives the ratio raydra's
 launcher would reach with every core busy throughout, its CPU work unchanged. Two slots allow 2.0x
 only where one job alone leaves half the cores idle.
 """
@@ -46,22 +46,21 @@ WARM_LRS = "1e-4,3e-4,1e-3,3e-3"
 COLD_LRS = "1e-3,2e-3,3e-3,4e-3"
 
 
-def _cpu_times() -> Optional[tuple]:
-    """The machine's (busy, all) CPU time so far, in clock ticks over all its cores (Linux's
-    /proc/stat), or None."""
-    try:
-        ticks = [int(t) for t in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = ticks[3] + ticks[4]  # idle and iowait
-    return sum(ticks) - idle, sum(ticks)
+def _cpu_times() -> tuple:
+    """The machine's (busy, all) CPU seconds so far, over all its cores. Guest time is already in
+    user time, so it is not counted again."""
+    import psutil
+
+    t = psutil.cpu_times()
+    every = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+    return every - t.idle - getattr(t, "iowait", 0.0), every
 
 
 def train(outputs: Path, address: Optional[str], launcher: Optional[str], lrs: str, overrides: list) -> tuple:
     """`python train.py -m` with `launcher` (or a single run: launcher None), on the cluster at
     `address` or (None) a local Ray of its own; returns its wall time, its jobs' summaries, how
-    many ran at once and the machine's CPU use while it ran, (busy CPU s, busy share of all its
-    cores), or None where /proc/stat is not there."""
+    many ran at once and the machine's CPU use while it ran: (busy CPU s, busy share of all its
+    cores)."""
     multirun = ["-m", f"hydra/launcher={launcher}", f"model.optimizer.lr={lrs}"] if launcher else []
     joined = [f"ray.address={address}"] if address else []
     cpu_before = _cpu_times()
@@ -75,10 +74,8 @@ def train(outputs: Path, address: Optional[str], launcher: Optional[str], lrs: s
     )
     wall = time.time() - started
     cpu_after = _cpu_times()
-    busy = None
-    if cpu_before and cpu_after:
-        ticks = cpu_after[0] - cpu_before[0]
-        busy = (ticks / os.sysconf("SC_CLK_TCK"), ticks / max(1, cpu_after[1] - cpu_before[1]))
+    busy_s = cpu_after[0] - cpu_before[0]
+    busy = (busy_s, busy_s / (cpu_after[1] - cpu_before[1]))
     if done.returncode:
         sys.exit(f"train.py {' '.join(multirun)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
     at_once = re.search(r"up to (\d+) at a time", done.stdout)
@@ -96,15 +93,13 @@ def _each(walls: list) -> str:
 
 
 def _shares(busy: list) -> str:
-    return " / ".join("n/a" if b is None else f"{b[0]:.0f} ({b[1]:.0%})" for b in busy)
+    return " / ".join(f"{b[0]:.0f} ({b[1]:.0%})" for b in busy)
 
 
-def _ceiling(basic_walls: list, raydra_busy: list) -> Optional[float]:
+def _ceiling(basic_walls: list, raydra_busy: list) -> float:
     """How much sooner than the basic launcher raydra's could have finished, had its multirun kept
     every core busy: the basic launcher's wall time over raydra's busy CPU seconds spread on all
     the cores (the median over rounds)."""
-    if any(b is None for b in raydra_busy):
-        return None
     return statistics.median(w / (b[0] / (os.cpu_count() or 1)) for w, b in zip(basic_walls, raydra_busy, strict=True))
 
 
@@ -156,15 +151,14 @@ def measure(out: Path, cold: bool, args: argparse.Namespace) -> None:
         f"| {last['raydra'][1]} | {_shares(busy['raydra'])} | **{statistics.median(ratios):.2f}x** ({min(ratios):.2f}-{max(ratios):.2f}) |"
     )
     ceiling = _ceiling(walls["basic"], busy["raydra"])
-    jobs = len(lrs.split(","))
+    job_count = len(lrs.split(","))
     # Equal jobs in waves of `at_once`: 4 jobs 2 at a time take 2 jobs' time, 2.0x at most.
-    by_slots = jobs / math.ceil(jobs / last["raydra"][1])
-    if ceiling is not None:
-        print(
-            f"\nraydra's launcher with all {os.cpu_count()} cores busy throughout its multiruns would have been "
-            f"{ceiling:.2f}x the basic launcher (median over rounds): the most its CPU work allows on this machine; "
-            f"{jobs} jobs {last['raydra'][1]} at a time allow at most {by_slots:.2f}x"
-        )
+    by_slots = job_count / math.ceil(job_count / last["raydra"][1])
+    print(
+        f"\nraydra's launcher with all {os.cpu_count()} cores busy throughout its multiruns would have been "
+        f"{ceiling:.2f}x the basic launcher (median over rounds): the most its CPU work allows on this machine; "
+        f"{job_count} jobs {last['raydra'][1]} at a time allow at most {by_slots:.2f}x"
+    )
     print("\nper job in the last round: wall s as the job's summary.json records it (basic / raydra)")
     for a, b in zip(last["basic"][0], last["raydra"][0], strict=True):
         print(
